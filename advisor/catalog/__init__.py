@@ -1,0 +1,190 @@
+"""Platform and model catalogs: TOML files in this package, cluster override files, and
+Hugging Face `config.json` files, resolved by name, alias or path."""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import CatalogError, UnknownNameError, suggest
+from advisor.model import MODEL_FIELDS, ModelSpec
+from advisor.platform import Platform, platform_from_dict
+
+_ROOT = resources.files("advisor.catalog")
+
+#: Model keys whose values are architecture facts covered by the `architecture` source.
+_PUBLISHED_KEYS = ("published_total_params", "published_active_params")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise CatalogError(f"{path}: no such file.") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CatalogError(f"{path}: not valid TOML ({e}).") from None
+    except OSError as e:
+        raise CatalogError(f"{path}: cannot read ({e.strerror}).") from None
+
+
+# ---- platforms ----------------------------------------------------------------------------
+@functools.cache
+def platforms() -> dict[str, Platform]:
+    """Every catalog platform by name."""
+    out = {}
+    for entry in sorted(_ROOT.joinpath("platforms").iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".toml"):
+            path = Path(str(entry))
+            p = platform_from_dict(read_toml(path), path=path)
+            out[p.name] = p
+    return out
+
+
+def _platform_index() -> dict[str, str]:
+    index = {}
+    for p in platforms().values():
+        for key in (p.name, *p.aliases):
+            index[key.lower()] = p.name
+    return index
+
+
+def load_platform(name_or_path: str) -> Platform:
+    """A catalog platform by name or alias, or a cluster override TOML file (`base = "h200"`)."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        return load_platform_override(Path(name_or_path))
+    index = _platform_index()
+    key = name_or_path.strip().lower()
+    if key not in index:
+        raise UnknownNameError(f"unknown platform {name_or_path!r}.{suggest(key, index)} "
+                               f"Known: {', '.join(sorted(platforms()))}; or pass a cluster "
+                               f"file (.toml) with base = \"<platform>\".")
+    return platforms()[index[key]]
+
+
+def load_platform_override(path: Path) -> Platform:
+    """A cluster file: `base = "<platform>"` plus keys to replace, each with its source."""
+    data = read_toml(path)
+    base_name = data.get("base")
+    if not isinstance(base_name, str):
+        raise CatalogError(f"{path}: a cluster file needs base = \"<platform>\" "
+                           f"(one of {', '.join(sorted(platforms()))}).")
+    base = load_platform(base_name)
+    merged = {k: v for k, v in base.to_dict().items() if v is not None}
+    merged["sources"] = dict(base.sources)
+    for key, value in data.items():
+        if key == "sources":
+            merged["sources"].update(value)
+        elif key == "peak_flops_per_s":
+            merged[key] = {**merged[key], **value}
+        elif key != "base":
+            merged[key] = value
+    merged["name"] = str(data.get("name", path.stem)).lower()
+    merged["aliases"] = data.get("aliases", [])
+    for key in data:
+        if key not in ("sources", "base", "name", "display_name", "aliases", "cooling",
+                       "vendor", "device_unit", "peak_flops_per_s") \
+                and key not in data.get("sources", {}):
+            raise CatalogError(f"{path}: {key} overrides {base.name} but has no entry in "
+                               f"[sources]; say where the cluster's value comes from.")
+    return platform_from_dict(merged, path=path)
+
+
+# ---- models -------------------------------------------------------------------------------
+@functools.cache
+def models() -> dict[str, ModelSpec]:
+    """Every catalog model by name."""
+    out: dict[str, ModelSpec] = {}
+    for entry in sorted(_ROOT.joinpath("models").iterdir(), key=lambda p: p.name):
+        if not entry.name.endswith(".toml"):
+            continue
+        path = Path(str(entry))
+        table = read_toml(path).get("models")
+        if not isinstance(table, dict) or not table:
+            raise CatalogError(f"{path}: expected [models.<name>] tables.")
+        for name, data in table.items():
+            spec = model_from_dict(data, name=name, path=path)
+            if spec.name in out:
+                raise CatalogError(f"{path}: model {spec.name} is also defined in "
+                                   f"{out[spec.name].path}.")
+            out[spec.name] = spec
+    return out
+
+
+def model_from_dict(data: dict[str, Any], *, name: str, path: Path | str) -> ModelSpec:
+    where = f"{path} [models.{name}]"
+    unknown = set(data) - set(MODEL_FIELDS) - {"sources"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; see "
+                           f"advisor/catalog/SCHEMA.md for the model keys.")
+    sources = data.get("sources", {})
+    if not str(sources.get("architecture", "")).strip():
+        raise CatalogError(f"{where}: [sources] needs an 'architecture' entry naming the "
+                           f"config.json, recipe or paper the shape comes from.")
+    for key in _PUBLISHED_KEYS:
+        if key in data and not str(sources.get(key, "")).strip():
+            raise CatalogError(f"{where}: {key} has no entry in [sources].")
+    values: dict[str, Any] = {"name": name.lower(), "sources": dict(sources), "path": str(path)}
+    for key, value in data.items():
+        if key == "sources":
+            continue
+        field_type = str(MODEL_FIELDS[key].type)
+        if key == "aliases":
+            values[key] = tuple(str(a).lower() for a in value)
+        elif field_type == "bool":
+            if not isinstance(value, bool):
+                raise CatalogError(f"{where}: {key} must be true or false, got {value!r}.")
+            values[key] = value
+        elif field_type == "str":
+            if not isinstance(value, str):
+                raise CatalogError(f"{where}: {key} must be a string, got {value!r}.")
+            values[key] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise CatalogError(f"{where}: {key} must be a non-negative number, "
+                                   f"got {value!r}.")
+            if field_type == "int":
+                if value != int(value):
+                    raise CatalogError(f"{where}: {key} must be a whole number, got {value!r}.")
+                value = int(value)
+            values[key] = value
+    missing = [k for k in ("num_layers", "hidden_size", "ffn_hidden_size",
+                           "num_attention_heads", "num_kv_heads", "vocab_size", "max_seq_len")
+               if k not in values]
+    if missing:
+        raise CatalogError(f"{where}: missing key(s) {', '.join(missing)}.")
+    return ModelSpec(**values)
+
+
+def _model_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for m in models().values():
+        for key in (m.name, m.display_name, *m.aliases):
+            if key:
+                index[key.lower()] = m.name
+    return index
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A catalog model by name, alias or reference-data spelling (case-insensitive), or a
+    Hugging Face `config.json` path."""
+    if name_or_path.endswith(".json") or Path(name_or_path).is_dir():
+        from advisor.hf_config import model_from_hf_config
+
+        return model_from_hf_config(Path(name_or_path))
+    index = _model_index()
+    key = name_or_path.strip().lower()
+    if key not in index:
+        raise UnknownNameError(f"unknown model {name_or_path!r}.{suggest(key, index)} "
+                               f"See `advisor catalog models`, or pass a Hugging Face "
+                               f"config.json path.")
+    return models()[index[key]]
+
+
+def find_model(name: str) -> ModelSpec | None:
+    """Like `load_model` for catalog names, but None when unknown."""
+    key = _model_index().get(str(name).strip().lower())
+    return models()[key] if key else None

@@ -1,0 +1,65 @@
+"""What every command shares: option types, error mapping, output helpers."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from advisor.errors import AdvisorError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ModelOpt = Annotated[str, typer.Option(
+    "--model", "-m", help="Catalog name or alias (70b, llama3.1-405b, mixtral-8x7b, ...) or a "
+    "Hugging Face config.json path.")]
+PlatformOpt = Annotated[str, typer.Option(
+    "--platform", "-p", help="Catalog platform (h100, h200, b200, gb200, mi300x, ...) or a "
+    "cluster file (.toml with base = \"h200\").")]
+GpusOpt = Annotated[int, typer.Option("--gpus", "-g", min=1, help="Number of GPUs (MI250: GCDs).")]
+SeqLenOpt = Annotated[int | None, typer.Option(
+    "--seq-len", min=1, help="Tokens per sequence. Default: the model's native context, capped "
+    "at 8192.")]
+GbsOpt = Annotated[int | None, typer.Option(
+    "--gbs", min=1, help="Global batch size in sequences per optimizer step. Default: about 2M "
+    "tokens (0.5M below 5B parameters), at least gpus/8.")]
+PrecisionOpt = Annotated[str, typer.Option(
+    "--precision", help="bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+
+
+def guard(fn: F) -> F:
+    """Map `AdvisorError` to one line on stderr and exit code 2 (traceback with ADVISOR_DEBUG=1)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AdvisorError as e:
+            if os.environ.get("ADVISOR_DEBUG") == "1":
+                raise
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(code=2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=_jsonable))
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def gb(value: float) -> str:
+    return f"{value / 1e9:,.1f}"

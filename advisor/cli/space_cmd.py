@@ -1,0 +1,119 @@
+"""`advisor space` and `advisor memory`: the valid configurations of a job, and what one of
+them needs per GPU."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from advisor.catalog import load_model, load_platform
+from advisor.cli.common import (GbsOpt, GpusOpt, JsonOpt, ModelOpt, PlatformOpt, PrecisionOpt,
+                                SeqLenOpt, emit_json, gb, guard)
+from advisor.errors import ConfigError
+from advisor.parallel import ParallelConfig, make_job
+from advisor.perf.memory import estimate_memory, memory_table
+from advisor.space import enumerate_space, validate
+
+SHOWN = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding")
+
+
+@guard
+def space(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLenOpt = None,
+          gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
+          limit: Annotated[int, typer.Option(min=0, help="Rows to print (0 = all).")] = 20,
+          fitting: Annotated[bool, typer.Option(
+              "--fitting/--all", help="Only configurations that fit in memory.")] = True,
+          json_out: JsonOpt = False) -> None:
+    """Enumerate every valid parallel configuration for a job and check each against memory.
+
+    Knobs: tp (tensor), pp (pipeline), dp (data), cp (context), ep/etp (expert, expert-tensor),
+    vp (virtual pipeline stages), mbs (micro-batch), recompute (none/selective/full),
+    dp_sharding (none, optimizer = distributed optimizer, full = FSDP), overlap (on/off).
+    """
+    m, p = load_model(model), load_platform(platform)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    table = enumerate_space(job)
+    memory = memory_table(m, platform=p, configs=table)
+    table["memory_gb"] = (memory["total_bytes"] / 1e9).round(2)
+    table["fits"] = memory["fits"]
+    total, fits = len(table), int(memory["fits"].sum())
+    shown = table[table["fits"]] if fitting else table
+    shown = shown.sort_values(["memory_gb"]) if len(shown) else shown
+    rows = shown if limit == 0 else shown.head(limit)
+    if json_out:
+        emit_json({"model": m.name, "platform": p.name, "num_gpus": gpus,
+                   "seq_len": job.seq_len, "gbs": job.gbs, "precision": precision,
+                   "num_valid": total, "num_fit": fits,
+                   "configs": rows.to_dict(orient="records")})
+        return
+    console = Console()
+    console.print(f"{m.name} on {gpus} × {p.name}, seq {job.seq_len}, gbs {job.gbs}, "
+                  f"{precision}: {total:,} valid configurations, {fits:,} fit in "
+                  f"{gb(p.memory_capacity_bytes)} GB.")
+    if not len(rows):
+        return
+    out = Table(title=f"{'fitting' if fitting else 'all'} configurations, least memory first "
+                      f"({len(rows)} of {len(shown):,}; --limit 0 for all)")
+    for col in (*SHOWN, "overlap", "GB/GPU"):
+        out.add_column(col, justify="right")
+    for _, r in rows.iterrows():
+        overlap = "on" if (r.overlap_grad_reduce or r.overlap_param_gather
+                           or r.tp_comm_overlap) else "off"
+        out.add_row(*(str(r[c]) for c in SHOWN), overlap,
+                    f"{r.memory_gb:,.1f}" + ("" if r.fits else " ✗"))
+    console.print(out)
+
+
+@guard
+def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
+           tp: Annotated[int, typer.Option(min=1, help="Tensor parallel size.")] = 1,
+           pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel size.")] = 1,
+           cp: Annotated[int, typer.Option(min=1, help="Context parallel size.")] = 1,
+           ep: Annotated[int, typer.Option(min=1, help="Expert parallel size (MoE).")] = 1,
+           etp: Annotated[int, typer.Option(min=1, help="Expert tensor parallel (MoE).")] = 1,
+           vp: Annotated[int, typer.Option(min=1, help="Virtual pipeline stages per GPU.")] = 1,
+           mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size.")] = 1,
+           seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
+           recompute: Annotated[str, typer.Option(
+               help="Activation recompute: none, selective, full.")] = "none",
+           dp_sharding: Annotated[str, typer.Option(
+               help="none (DDP), optimizer (distributed optimizer), full (FSDP).")] = "optimizer",
+           grad_reduce_in_fp32: Annotated[bool, typer.Option(
+               help="FP32 gradient buffer (Megatron-LM default) instead of BF16.")] = False,
+           json_out: JsonOpt = False) -> None:
+    """Per-GPU memory of one configuration: weights, gradients, optimizer, activations."""
+    m, p = load_model(model), load_platform(platform)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    if gpus % (tp * pp * cp):
+        raise ConfigError(f"tp × pp × cp ({tp * pp * cp}) must divide --gpus ({gpus}).")
+    config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), ep=ep, etp=etp,
+                            vp=vp, mbs=mbs, gbs=job.gbs, seq_len=job.seq_len,
+                            precision=precision, recompute=recompute, dp_sharding=dp_sharding,
+                            sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32)
+    notes = validate(config, m, p, num_gpus=gpus)
+    mem = estimate_memory(m, parallel=config, platform=p)
+    if json_out:
+        emit_json({"config": config.to_dict(), "memory": mem.to_dict(), "notes": notes})
+        return
+    console = Console()
+    table = Table(title=f"{m.name}, {gpus} × {p.name}: tp {tp} pp {pp} dp {config.dp} cp {cp}"
+                        f"{f' ep {ep}' if m.is_moe else ''} vp {vp} mbs {mbs} gbs {job.gbs}, "
+                        f"recompute {recompute}, sharding {dp_sharding} (pipeline stage "
+                        f"{mem.stage}, the heaviest)")
+    table.add_column("per GPU")
+    table.add_column("GB", justify="right")
+    for label, value in (("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
+                         ("optimizer state", mem.optimizer_bytes),
+                         ("activations", mem.activations_bytes),
+                         ("reserve (context, NCCL, fragmentation)", mem.reserve_bytes),
+                         ("total", mem.total_bytes), ("capacity", mem.capacity_bytes)):
+        table.add_row(label, gb(value))
+    console.print(table)
+    verdict = "fits" if mem.fits else "does NOT fit"
+    console.print(f"{verdict}: {gb(abs(mem.headroom_bytes))} GB "
+                  f"{'headroom' if mem.fits else 'over'}.")
+    for note in notes:
+        console.print(f"note: {note}")

@@ -1,0 +1,28 @@
+"""Errors a user can trigger. The CLI maps every `AdvisorError` to one line and exit code 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AdvisorError(Exception):
+    """Base class: a problem with the user's input that the message explains how to fix."""
+
+
+class CatalogError(AdvisorError):
+    """A catalog or override file is missing, malformed, or lacks a source for a number."""
+
+
+class UnknownNameError(AdvisorError):
+    """A model or platform name that the catalog does not know."""
+
+
+class ConfigError(AdvisorError):
+    """A parallel configuration that breaks a rule (the message names the rule and valid values)."""
+
+
+def suggest(name: str, choices: Iterable[str], *, limit: int = 3) -> str:
+    """Return ' Did you mean a, b?' for the closest names, or '' if none is close."""
+    close = difflib.get_close_matches(name.lower(), sorted(set(choices)), n=limit, cutoff=0.5)
+    return f" Did you mean {', '.join(close)}?" if close else ""

@@ -1,0 +1,182 @@
+"""`ParallelConfig` (how one job is laid out on GPUs) and `Job` (what the user asks about).
+
+`ParallelConfig` checks the rules it can check alone at construction; rules that need the model
+or the platform live in `advisor.space.validate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.errors import ConfigError
+from advisor.model import ModelSpec
+from advisor.platform import Platform
+
+RECOMPUTE = ("none", "selective", "full")
+DP_SHARDING = ("none", "optimizer", "full")
+#: Precision recipe -> the tensor-core class whose peak it runs at.
+PRECISIONS = {
+    "bf16": "bf16", "fp16": "fp16", "16-bit": "bf16",
+    "fp8": "fp8", "fp8-cs": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4",
+}
+
+
+def _divisors_hint(n: int, limit: int = 12) -> str:
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    return "{" + ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "") + "}"
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One parallel layout and batch setting (Megatron-LM terms).
+
+    World size = tp × pp × cp × dp. Expert layers re-fold the same GPUs as etp × ep × edp
+    (Megatron's MoE parallel folding).
+    """
+
+    tp: int = 1
+    """Tensor parallel: each layer's matrices split over tp GPUs (all-reduce per layer)."""
+    pp: int = 1
+    """Pipeline parallel: layers split into pp stages."""
+    dp: int = 1
+    """Data parallel replicas."""
+    cp: int = 1
+    """Context parallel: the sequence split over cp GPUs (ring attention)."""
+    ep: int = 1
+    """Expert parallel: MoE experts split over ep GPUs (all-to-all)."""
+    etp: int = 1
+    """Expert tensor parallel (MoE only). 1 as Megatron-Bridge's MoE recipes set it; Megatron-LM
+    itself defaults to etp = tp."""
+    vp: int = 1
+    """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
+    mbs: int = 1
+    """Micro-batch size (sequences per forward/backward)."""
+    gbs: int = 1
+    """Global batch size (sequences per optimizer step)."""
+    seq_len: int = 4096
+    precision: str = "bf16"
+    """bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4."""
+    recompute: str = "none"
+    """Activation recomputation: none, selective (core attention), or full (every layer)."""
+    dp_sharding: str = "optimizer"
+    """none (plain DDP), optimizer (distributed optimizer / ZeRO-1), full (FSDP / ZeRO-3)."""
+    sequence_parallel: bool = False
+    """Shard norm/dropout activations over the TP group (needs tp > 1)."""
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce_in_fp32: bool = False
+    """Keep and reduce gradients in FP32 (4 B/param; Megatron-LM's default) instead of BF16
+    (2 B/param; what NVIDIA's Megatron-Bridge/NeMo performance recipes set)."""
+
+    def __post_init__(self) -> None:
+        for key in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision {self.precision!r} is unknown; use one of "
+                              f"{', '.join(PRECISIONS)}.")
+        if self.recompute not in RECOMPUTE:
+            raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
+                              f"{', '.join(RECOMPUTE)}.")
+        if self.dp_sharding not in DP_SHARDING:
+            raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
+                              f"{', '.join(DP_SHARDING)}.")
+        if self.vp > 1 and self.pp == 1:
+            raise ConfigError(f"vp ({self.vp}) > 1 needs pp > 1: virtual pipeline stages "
+                              f"interleave a pipeline; use vp 1 or raise pp.")
+        if self.sequence_parallel and self.tp == 1:
+            raise ConfigError("sequence_parallel needs tp > 1: it shards activations over the "
+                              "tensor-parallel group; turn it off or raise tp.")
+        if self.gbs % (self.mbs * self.dp):
+            raise ConfigError(
+                f"gbs ({self.gbs}) must be a multiple of mbs × dp ({self.mbs} × {self.dp} = "
+                f"{self.mbs * self.dp}); try mbs in "
+                f"{_divisors_hint(self.gbs // self.dp) if self.gbs % self.dp == 0 else '{1}'}"
+                + ("" if self.gbs % self.dp == 0 else f" and a gbs that is a multiple of "
+                   f"dp ({self.dp})") + ".")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):
+            raise ConfigError(f"seq_len ({self.seq_len}) must be divisible by 2 × cp "
+                              f"({2 * self.cp}): context parallelism splits each sequence "
+                              f"into 2·cp chunks to balance causal attention.")
+        if self.overlap_param_gather and self.dp_sharding == "none":
+            raise ConfigError("overlap_param_gather needs dp_sharding optimizer or full: "
+                              "without a sharded optimizer there is no parameter all-gather.")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per pipeline per step: gbs / (mbs × dp)."""
+        return self.gbs // (self.mbs * self.dp)
+
+    @property
+    def precision_class(self) -> str:
+        return PRECISIONS[self.precision]
+
+    def replace(self, **changes: Any) -> ParallelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PARALLEL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig))
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a user asks about: a model on a number of GPUs of one platform."""
+
+    model: ModelSpec
+    platform: Platform
+    num_gpus: int
+    seq_len: int
+    gbs: int
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for key in ("num_gpus", "seq_len", "gbs"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision {self.precision!r} is unknown; use one of "
+                              f"{', '.join(PRECISIONS)}.")
+        if not self.platform.supports(PRECISIONS[self.precision]):
+            raise ConfigError(
+                f"{self.platform.name} cannot run {self.precision}: it has no "
+                f"{PRECISIONS[self.precision]} tensor cores; use one of "
+                f"{', '.join(p for p, c in PRECISIONS.items() if self.platform.supports(c))}.")
+
+
+def default_seq_len(model: ModelSpec) -> int:
+    """The model's native context, capped at 8192: long-context runs are an explicit choice."""
+    return min(model.max_seq_len, 8192)
+
+
+def default_gbs(model: ModelSpec, *, num_gpus: int, seq_len: int) -> int:
+    """About 2M tokens per step (GPT-3 used 0.5-3.2M, Llama 2 4M), as a power of two, and at
+    least num_gpus/8 sequences so that pure DP over whole nodes stays possible.
+    """
+    target_tokens = 2**21 if model.params.total >= 5e9 else 2**19
+    gbs = max(1, target_tokens // seq_len)
+    gbs = 1 << (gbs.bit_length() - 1)
+    floor = max(1, num_gpus // 8)
+    while gbs < floor:
+        gbs *= 2
+    return gbs
+
+
+def make_job(model: ModelSpec, platform: Platform, *, num_gpus: int, seq_len: int | None = None,
+             gbs: int | None = None, precision: str = "bf16") -> Job:
+    """A `Job` with the documented defaults for sequence length and global batch."""
+    seq_len = seq_len or default_seq_len(model)
+    gbs = gbs or default_gbs(model, num_gpus=num_gpus, seq_len=seq_len)
+    return Job(model=model, platform=platform, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs,
+               precision=precision)

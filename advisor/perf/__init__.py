@@ -1,0 +1,1 @@
+"""Physical models: memory now; compute, communication, pipeline, power and thermal next."""

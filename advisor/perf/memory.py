@@ -1,0 +1,245 @@
+"""Per-GPU memory: weights, gradients, optimizer state, activations, and a reserve.
+
+Vectorised over a table of configurations (one row per `ParallelConfig`); the heaviest pipeline
+stage decides whether a configuration fits. Conventions (Megatron-Core mixed precision):
+
+* 16-bit weights (2 B/param), gradients in BF16 (2 B/param) or FP32 (4 B/param) by
+  `grad_reduce_in_fp32`, FP32 master weights plus Adam moments (12 B/param). Megatron's distributed optimizer shards the 12 B over the data-parallel
+  group: 6 + 12/d bytes per parameter ("Distributed Optimizer", Megatron-LM docs,
+  docs/source/api-guide/dist_optimizer.md; its "6 + 12/d" assumes FP32 gradients). FSDP
+  (ZeRO-3) shards everything and keeps two layers unsharded in flight (current + prefetch).
+* FP8/FP4 recipes: Transformer Engine caches a low-precision copy of each weight across
+  micro-batches (`is_first_microbatch`): +1 B/param (FP8: one byte; NVFP4: two 4-bit copies,
+  row- and column-wise, plus scales).
+* Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  Transformer Models", arXiv 2205.05198, §4) term by term, generalised to GQA/MLA attention,
+  gated MLPs, MoE and Mamba-2 mixers, with fused (Flash) attention: no s² softmax tensors are
+  stored, which is what every framework in the catalog runs. Dropout is off (LLM pre-training
+  recipes set it to 0). Sequence parallelism divides the hidden-size-wide tensors by tp;
+  context parallelism divides every token tensor by cp.
+* Pipeline in-flight micro-batches: stage s of 1F1B holds min(pp − s, m); interleaving adds a
+  factor 1 + (pp − 1)/(pp·vp) (Korthikanti et al. 2022, §4.2.3).
+* The last stage holds the output logits of one micro-batch in FP32 for the loss (plus BF16
+  logits), times (1 + MTP modules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pandas as pd
+
+from advisor.model import ModelSpec
+from advisor.parallel import PRECISIONS, ParallelConfig
+from advisor.perf.layout import stage_layout
+from advisor.platform import Platform
+
+ACT_BYTES = 2.0
+"""Activations are stored in 16-bit (FP8 recipes keep BF16 activations between layers)."""
+WEIGHT_BYTES = 2.0
+GRAD_BYTES = {False: 2.0, True: 4.0}
+"""By `grad_reduce_in_fp32`: NVIDIA's performance recipes keep the gradient buffer in BF16
+(Megatron-Bridge `cfg.ddp.grad_reduce_in_fp32 = False`); Megatron-LM's default is FP32."""
+OPTIMIZER_BYTES = 12.0
+LOW_PRECISION_WEIGHT_CACHE_BYTES = {"bf16": 0.0, "fp16": 0.0, "fp8": 1.0, "fp4": 1.0}
+MXFP8_PARAM_BYTES = 2.0
+"""MXFP8 recipes keep the weights only in MXFP8, row- and column-wise (1 B each, plus one scale
+per 32 values), with no BF16 copy: Megatron-Bridge turns on `fp8_param_gather` for MXFP8
+("perf-optimal, = MLM", Megatron-Bridge performance configs)."""
+LOGIT_BYTES = 4.0
+"""The FP32 softmax that Megatron's vocab-parallel cross-entropy keeps for backward (computed in
+place on the FP32 copy of the BF16 logits, which is then freed)."""
+RESERVE_FIXED_BYTES = 1.0 * 2**30
+"""CUDA context (~0.5 GiB with lazy module loading) plus NCCL communicator buffers (~0.5 GiB for
+the TP/PP/DP/EP groups). placeholder: typical values, not measured here; to be replaced by
+campaign peak-memory measurements (issue 6). The driver's own reservation is already outside
+`Platform.memory_capacity_bytes`."""
+RESERVE_FRACTION = 0.05
+"""Caching-allocator fragmentation, as a fraction of the activations: weights, the contiguous
+gradient buffer and optimizer shards are allocated once and do not fragment; activations churn
+every micro-batch. placeholder: PyTorch's allocator typically wastes a few percent (reserved −
+allocated); replace with campaign data."""
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-GPU memory of the heaviest pipeline stage, in bytes."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    """Stored activations of the in-flight micro-batches, plus the output logits."""
+    reserve_bytes: float
+    """CUDA context, NCCL buffers and allocator fragmentation."""
+    total_bytes: float
+    capacity_bytes: float
+    fits: bool
+    stage: int
+    """Which pipeline stage is heaviest (0 = first)."""
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.total_bytes
+
+    def to_dict(self) -> dict[str, float | bool | int]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["headroom_bytes"] = self.headroom_bytes
+        return d
+
+
+COLUMNS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+           "reserve_bytes", "total_bytes", "capacity_bytes", "fits", "stage")
+
+
+def estimate_memory(model: ModelSpec, *, parallel: ParallelConfig,
+                    platform: Platform) -> MemoryBreakdown:
+    """Per-GPU memory for one configuration."""
+    table = memory_table(model, platform=platform, configs=pd.DataFrame([parallel.to_dict()]))
+    row = table.iloc[0]
+    return MemoryBreakdown(**{c: (bool(row[c]) if c == "fits" else int(row[c]) if c == "stage"
+                                  else float(row[c])) for c in COLUMNS})
+
+
+def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame) -> pd.DataFrame:
+    """Per-GPU memory for every row of `configs` (columns named as `ParallelConfig` fields).
+
+    Returns a frame aligned with `configs` with the `MemoryBreakdown` columns.
+    """
+    n = len(configs)
+    out = {c: np.zeros(n) for c in COLUMNS}
+    pp_vp = configs[["pp", "vp"]].to_numpy()
+    for (pp, vp) in {tuple(map(int, r)) for r in pp_vp}:
+        idx = np.flatnonzero((pp_vp[:, 0] == pp) & (pp_vp[:, 1] == vp))
+        part = _stage_memory(model, configs.iloc[idx], pp=pp, vp=vp)
+        for c, v in part.items():
+            out[c][idx] = v
+    capacity = platform.memory_capacity_bytes
+    out["capacity_bytes"][:] = capacity
+    out["fits"] = out["total_bytes"] <= capacity
+    frame = pd.DataFrame(out, index=configs.index)
+    frame["stage"] = frame["stage"].astype(int)
+    return frame
+
+
+def _col(configs: pd.DataFrame, name: str) -> np.ndarray:
+    return configs[name].to_numpy()[:, None]  # (configs, 1): broadcasts against stages
+
+
+def _stage_memory(model: ModelSpec, configs: pd.DataFrame, *, pp: int,
+                  vp: int) -> dict[str, np.ndarray]:
+    layout = stage_layout(model, pp, vp)
+    tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
+    ep, etp = _col(configs, "ep"), _col(configs, "etp")
+    mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")
+    sharding, recompute = _col(configs, "dp_sharding"), _col(configs, "recompute")
+    precision_class = np.vectorize(PRECISIONS.get, otypes=[object])(_col(configs, "precision"))
+    sp = np.where(_col(configs, "sequence_parallel").astype(bool), tp, 1)
+
+    # ---- parameters held by one GPU of each stage (configs × stages) -------------------------
+    dense = (layout.dense_params + layout.embedding_params + layout.output_params)[None, :] / tp
+    expert = layout.expert_params[None, :] / (ep * etp)
+    params = dense + expert
+    dp_group = dp * cp                     # non-expert parameters replicate over dp × cp
+    edp_group = np.maximum(dp * cp * tp // (ep * etp), 1)  # expert data-parallel size
+    sharded = dense / dp_group + expert / edp_group
+    full = sharding == "full"
+    shard_opt = sharding != "none"
+    cache = np.vectorize(LOW_PRECISION_WEIGHT_CACHE_BYTES.get, otypes=[float])(precision_class)
+    weight_bytes = np.where(_col(configs, "precision") == "mxfp8", MXFP8_PARAM_BYTES,
+                            WEIGHT_BYTES + cache)
+    # FSDP keeps two layers unsharded (current + prefetch): 16-bit params and 32-bit grads.
+    biggest = np.maximum(layout.max_layer_dense_params / tp
+                         + layout.max_layer_expert_params / (ep * etp),
+                         max(layout.embedding_params[0], layout.output_params[-1]) / tp)
+    fsdp_buffers = np.where(full, 2 * biggest * (WEIGHT_BYTES + GRAD_BYTES[True]), 0.0)
+    weights = np.where(full, sharded * weight_bytes, params * weight_bytes)
+    grad_bytes = np.where(_col(configs, "grad_reduce_in_fp32").astype(bool),
+                          GRAD_BYTES[True], GRAD_BYTES[False])
+    grads = np.where(full, sharded * grad_bytes, params * grad_bytes) + fsdp_buffers
+    optimizer = np.where(shard_opt, sharded, params) * OPTIMIZER_BYTES
+
+    # ---- activations --------------------------------------------------------------------------
+    tokens = mbs * seq / cp                # tokens of one micro-batch on one GPU
+    per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp)
+    stored = {k: v.copy() for k, v in per_token.items()}
+    if np.any(recompute == "selective"):
+        # Megatron's default selective recompute (core attention): with fused attention only
+        # the softmax statistics are dropped.
+        sel = recompute == "selective"
+        stored["attention"] = np.where(sel, stored["attention"] - per_token["attention_stats"],
+                                       stored["attention"])
+    layer_input = ACT_BYTES * model.hidden_size / sp
+    per_mb_stage = (layout.num_attention * stored["attention"] + layout.num_mamba
+                    * stored["mamba"] + layout.num_mlp * stored["mlp"] + layout.num_moe
+                    * stored["moe"]) * tokens
+    per_mb_full = layout.num_layers * layer_input * tokens
+    # Full recompute keeps each layer's input, plus one layer's activations while recomputing.
+    working_layer = np.maximum.reduce([per_token["attention"] + per_token["mlp"],
+                                       per_token["mamba"], per_token["moe"]
+                                       + per_token["attention"]]) * tokens
+    is_full = recompute == "full"
+    per_mb = np.where(is_full, per_mb_full, per_mb_stage)
+    m = gbs // (mbs * dp)                  # micro-batches per step
+    stage = np.arange(pp)[None, :]
+    in_flight = np.minimum(pp - stage, m).astype(float)
+    if vp > 1:
+        in_flight = in_flight * (1 + (pp - 1) / (pp * vp))
+    activations = per_mb * in_flight + np.where(is_full, working_layer, 0.0)
+    activations = activations + (stage == 0) * ACT_BYTES * model.hidden_size / sp * tokens
+    logits = LOGIT_BYTES * model.vocab_size / tp * tokens * (1 + model.num_mtp_layers)
+    activations = activations + (stage == pp - 1) * logits
+
+    tensors = weights + grads + optimizer + activations
+    reserve = RESERVE_FIXED_BYTES + RESERVE_FRACTION * (activations + fsdp_buffers)
+    total = tensors + reserve
+    heaviest = np.argmax(total, axis=1)
+    pick = (np.arange(len(configs)), heaviest)
+    return {"weights_bytes": weights[pick], "gradients_bytes": grads[pick],
+            "optimizer_bytes": optimizer[pick], "activations_bytes": activations[pick],
+            "reserve_bytes": reserve[pick], "total_bytes": total[pick],
+            "stage": heaviest.astype(float)}
+
+
+def _activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
+                                etp: np.ndarray, cp: np.ndarray) -> dict[str, np.ndarray]:
+    """Stored bytes per token for one layer of each kind, without recompute."""
+    h = model.hidden_size
+    a = ACT_BYTES
+    norm_and_input = 2 * a * h / sp        # norm input + the next GEMM's (norm output) input
+    # Attention: Q, K, V (inputs of fused attention), its output O (input of the projection),
+    # FP32 softmax statistics; MLA also keeps the compressed latents (not TP-split).
+    if model.is_mla:
+        latents = a * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim) / sp
+    else:
+        latents = 0.0
+    qkv = a * (model.q_dim + model.kv_dim + model.v_dim) / tp
+    out = a * model.v_dim / tp
+    stats = 4.0 * model.num_attention_heads / tp
+    ring = np.where(cp > 1, 2 * a * (model.kv_dim + model.v_dim) / tp, 0.0)  # CP KV buffers
+    attention = norm_and_input + latents + qkv + out + stats + ring
+    # Dense MLP: FC1 output (2 × ffn when gated) and the activation's output (FC2 input).
+    ffn = model.ffn_hidden_size
+    mlp = norm_and_input + a * ffn * ((2 if model.gated_mlp else 1) + 1) / tp
+    # MoE: router probabilities (FP32), and per routed copy of a token: the permuted input,
+    # FC1 output and activation output of one expert (split by etp); shared experts like MLP.
+    moe = np.zeros_like(tp, dtype=float)
+    if model.is_moe:
+        width = model.moe_latent_size or h
+        f = model.moe_ffn_hidden_size
+        routed = model.moe_top_k * (a * width + a * f * ((2 if model.gated_mlp else 1) + 1) / etp)
+        shared = model.num_shared_experts * a * model.shared_ffn_size * (
+            (2 if model.gated_mlp else 1) + 1) / tp
+        latent = 2 * a * model.moe_latent_size / sp if model.moe_latent_size else 0.0
+        moe = norm_and_input + 4.0 * model.num_experts / sp + routed + shared + latent
+    # Mamba-2: in_proj output (z, x, B, C, dt), conv output, SSM output y, gated-norm output.
+    mamba = np.zeros_like(tp, dtype=float)
+    if model.mamba_num_heads:
+        d_inner = model.mamba_inner_size
+        groups_state = 2 * max(model.mamba_num_groups, 1) * model.mamba_state_dim
+        mamba = norm_and_input + a * ((2 * d_inner + groups_state + model.mamba_num_heads)
+                                      + (d_inner + groups_state) + 2 * d_inner) / tp
+    zeros = np.zeros_like(tp, dtype=float)
+    return {"attention": attention + zeros, "attention_stats": stats + zeros, "mlp": mlp + zeros,
+            "moe": moe + zeros, "mamba": mamba + zeros}

@@ -1,0 +1,141 @@
+"""Turn rows shaped like the reference data (`published_runs.csv` columns) into jobs and
+configurations, filling unknown cells with stated assumptions, and predict each row.
+
+A bad row gets an error and the other rows are still predicted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from advisor.catalog import load_model, load_platform
+from advisor.errors import AdvisorError, ConfigError
+from advisor.model import ModelSpec
+from advisor.parallel import ParallelConfig
+from advisor.perf.memory import MemoryBreakdown, estimate_memory
+from advisor.platform import Platform
+from advisor.space import validate
+
+REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs")
+RECOMPUTE_SPELLINGS = {"none": "none", "selective": "selective", "full": "full",
+                       "selective+sequence-parallel": "selective"}
+
+
+@dataclass
+class RowPrediction:
+    memory: MemoryBreakdown | None = None
+    notes: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def read_rows(path: Path) -> pd.DataFrame:
+    """Read a CSV of runs; refuses a file without the columns every row needs."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise AdvisorError(f"{path}: no such file.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise AdvisorError(f"{path}: not a readable CSV ({str(e).splitlines()[0]}).") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise AdvisorError(f"{path}: missing column(s) {', '.join(missing)}; rows need "
+                           f"{', '.join(REQUIRED_COLUMNS)} (the columns of published_runs.csv).")
+    return frame
+
+
+def _int(row: pd.Series, key: str, default: int | None, assumed: list[str],
+         why: str = "") -> int:
+    raw = str(row.get(key, "")).strip()
+    if raw == "":
+        if default is None:
+            raise ConfigError(f"{key} is empty; it is required.")
+        assumed.append(f"{key}={default}{' (' + why + ')' if why else ''}")
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key} = {raw!r} is not a number.") from None
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise ConfigError(f"{key} = {raw!r} must be a positive whole number.")
+    return int(value)
+
+
+def config_from_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, list[str]]:
+    """The `ParallelConfig` a row describes, and the assumptions made for empty cells."""
+    assumed: list[str] = []
+    num_gpus = _int(row, "num_gpus", None, assumed)
+    tp = _int(row, "tp", 1, assumed)
+    pp = _int(row, "pp", 1, assumed)
+    cp = _int(row, "cp", 1, assumed)
+    if num_gpus % (tp * pp * cp):
+        raise ConfigError(f"tp × pp × cp ({tp * pp * cp}) does not divide num_gpus ({num_gpus}).")
+    dp = _int(row, "dp", num_gpus // (tp * pp * cp), assumed, "num_gpus / (tp·pp·cp)")
+    precision = str(row.get("precision", "")).strip() or "bf16"
+    if not str(row.get("precision", "")).strip():
+        assumed.append("precision=bf16")
+    recompute_raw = str(row.get("recompute", "")).strip()
+    if recompute_raw and recompute_raw not in RECOMPUTE_SPELLINGS:
+        raise ConfigError(f"recompute = {recompute_raw!r}; use none, selective or full.")
+    sharding = str(row.get("dp_sharding", "")).strip()
+    if not sharding:
+        sharding = "optimizer"
+        assumed.append("dp_sharding=optimizer (Megatron distributed optimizer)")
+    config = ParallelConfig(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=_int(row, "ep", 1, []), vp=_int(row, "vp", 1, []),
+        mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
+        seq_len=_int(row, "seq_len", None, assumed), precision=precision,
+        recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
+        sequence_parallel=tp > 1)
+    if model.is_moe is False and config.ep > 1:
+        raise ConfigError(f"ep {config.ep} given for dense model {model.name}.")
+    return config, assumed
+
+
+def predict_row(row: pd.Series) -> RowPrediction:
+    """Memory prediction for one row; errors are captured, never raised."""
+    out = RowPrediction()
+    try:
+        model = load_model(str(row["model"]))
+        platform = load_platform(str(row["gpu"]))
+        config, out.assumed = config_from_row(row, model)
+        out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])))
+        if str(row.get("recompute", "")).strip() == "":
+            config, mem = _lightest_recompute_that_fits(model, config, platform)
+            out.assumed.append(f"recompute={config.recompute} (unknown: the least recompute "
+                               f"that fits, as tuned recipes turn it on only when needed)")
+        else:
+            mem = estimate_memory(model, parallel=config, platform=platform)
+        out.memory = mem
+    except AdvisorError as e:
+        out.error = str(e)
+    return out
+
+
+def _lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
+                                  platform: Platform) -> tuple[ParallelConfig, MemoryBreakdown]:
+    for mode in ("none", "selective", "full"):
+        candidate = config.replace(recompute=mode)
+        mem = estimate_memory(model, parallel=candidate, platform=platform)
+        if mem.fits:
+            return candidate, mem
+    return candidate, mem
+
+
+def predict_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add `pred_memory_gb`, `pred_fits`, `pred_assumed`, `pred_notes`, `pred_error` columns."""
+    results = [predict_row(row) for _, row in frame.iterrows()]
+    out = frame.copy()
+    out["pred_memory_gb"] = [round(r.memory.total_bytes / 1e9, 2) if r.memory else None
+                             for r in results]
+    out["pred_capacity_gb"] = [round(r.memory.capacity_bytes / 1e9, 2) if r.memory else None
+                               for r in results]
+    out["pred_fits"] = [r.memory.fits if r.memory else None for r in results]
+    out["pred_assumed"] = ["; ".join(r.assumed) for r in results]
+    out["pred_notes"] = ["; ".join(r.notes) for r in results]
+    out["pred_error"] = [r.error for r in results]
+    return out

@@ -1,0 +1,197 @@
+"""The space of valid parallel configurations for a job, and the rules that define it.
+
+`validate` checks one configuration against the model and platform and says which rule failed;
+`enumerate_space` lists every configuration that passes, as a table whose columns are the
+`ParallelConfig` fields (so the memory and performance models can score it vectorised).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+
+from advisor.errors import ConfigError
+from advisor.model import ModelSpec
+from advisor.parallel import DP_SHARDING, PARALLEL_FIELDS, RECOMPUTE, Job, ParallelConfig
+from advisor.platform import Platform
+
+#: Megatron can count the embedding and the loss as pipeline "layers"
+#: (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a
+#: split is valid when layers + 0, 1 or 2 divides evenly.
+_PIPELINE_EXTRA_LAYERS = (0, 1, 2)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _fmt(values: list[int], limit: int = 10) -> str:
+    return "{" + ", ".join(map(str, values[:limit])) + (", ..." if len(values) > limit else "") + "}"
+
+
+def tp_choices(model: ModelSpec) -> list[int]:
+    """Tensor-parallel sizes the model's heads allow (before the GPU count)."""
+    limit = model.num_attention_heads
+    return [t for t in divisors(limit) if _tp_error(model, t) is None]
+
+
+def _tp_error(model: ModelSpec, tp: int) -> str | None:
+    if model.num_attention_heads % tp:
+        return f"num_attention_heads ({model.num_attention_heads})"
+    if not model.is_mla and model.num_kv_heads % tp:
+        return f"num_kv_heads ({model.num_kv_heads}) (Megatron splits query groups over TP)"
+    if model.mamba_num_heads and model.mamba_num_heads % tp:
+        return f"mamba_num_heads ({model.mamba_num_heads})"
+    if model.mamba_num_heads and max(model.mamba_num_groups, 1) % tp:
+        return f"mamba_num_groups ({model.mamba_num_groups})"
+    return None
+
+
+def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
+    """vp divides the layers per pipeline stage (counting embedding/loss stages if needed)."""
+    if vp == 1:
+        return True
+    return pp > 1 and any((model.num_layers + k) % (pp * vp) == 0
+                          for k in _PIPELINE_EXTRA_LAYERS)
+
+
+def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -> list[str]:
+    """Things that are allowed but worth a warning."""
+    notes = []
+    if model.is_moe and config.etp > config.tp:
+        notes.append(f"etp {config.etp} > tp {config.tp}: unusual; Megatron recipes use etp 1")
+    if config.tp > platform.nvlink_domain_size:
+        notes.append(f"tp {config.tp} spans more than one NVLink domain "
+                     f"({platform.nvlink_domain_size} GPUs): TP traffic crosses the network")
+    if model.num_layers % (config.pp * config.vp):
+        if vp_allowed(model, config.pp, config.vp):
+            notes.append(f"{model.num_layers} layers split evenly over pp×vp = "
+                         f"{config.pp * config.vp} only when the embedding and loss count as "
+                         f"layers (--account-for-embedding/loss-in-pipeline-split)")
+        else:
+            notes.append(f"{model.num_layers} layers do not split evenly over pp×vp = "
+                         f"{config.pp * config.vp}: needs an explicit "
+                         f"--pipeline-model-parallel-layout")
+    return notes
+
+
+def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
+             num_gpus: int | None = None) -> list[str]:
+    """Raise `ConfigError` naming the broken rule; return warnings for allowed oddities."""
+    name = model.name
+    if num_gpus is not None and config.world_size != num_gpus:
+        raise ConfigError(f"tp × pp × cp × dp = {config.tp} × {config.pp} × {config.cp} × "
+                          f"{config.dp} = {config.world_size}, but the job has {num_gpus} GPUs; "
+                          f"set dp = {num_gpus // max(config.tp * config.pp * config.cp, 1)}"
+                          if num_gpus % (config.tp * config.pp * config.cp) == 0 else
+                          f"tp × pp × cp ({config.tp * config.pp * config.cp}) must divide the "
+                          f"job's {num_gpus} GPUs.")
+    what = _tp_error(model, config.tp)
+    if what:
+        raise ConfigError(f"tp ({config.tp}) must divide {what} of {name}; try tp in "
+                          f"{_fmt(tp_choices(model))}.")
+    if config.pp > model.num_layers:
+        raise ConfigError(f"pp ({config.pp}) exceeds the {model.num_layers} layers of {name}.")
+    if config.pp * config.vp > model.num_layers + 2:
+        ok = [v for v in divisors(model.num_layers + 2) if vp_allowed(model, config.pp, v)]
+        raise ConfigError(f"pp × vp ({config.pp} × {config.vp}) exceeds the {model.num_layers} "
+                          f"layers of {name} (plus embedding and loss stages): every virtual "
+                          f"stage needs a layer; try vp in {_fmt(ok)}.")
+    if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
+        raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
+                          f" must be divisible by tp ({config.tp}).")
+    if not model.is_moe and config.ep > 1:
+        raise ConfigError(f"ep ({config.ep}) applies to MoE models; {name} is dense: use ep 1.")
+    if model.is_moe:
+        if model.num_experts % config.ep:
+            raise ConfigError(f"ep ({config.ep}) must divide the {model.num_experts} experts of "
+                              f"{name}; try ep in {_fmt(divisors(model.num_experts))}.")
+        dense_group = config.tp * config.cp * config.dp
+        if dense_group % (config.ep * config.etp):
+            raise ConfigError(
+                f"ep × etp ({config.ep} × {config.etp}) must divide tp × cp × dp ({dense_group}): "
+                f"Megatron folds expert parallelism into the GPUs of one pipeline stage.")
+    if config.dp_sharding == "full" and config.pp > 1:
+        raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
+                          f"by Megatron-LM or TorchTitan's Megatron path; use dp_sharding "
+                          f"optimizer, or pp 1.")
+    if not platform.supports(config.precision_class):
+        raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
+                          f"{config.precision}.")
+    return config_notes(config, model, platform)
+
+
+def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.DataFrame:
+    """Every valid `ParallelConfig` for `job`, one row each (columns = `ParallelConfig` fields).
+
+    Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
+    recompute, dp_sharding, and overlap (all communication-overlap flags on, or all off).
+    Sequence parallelism is on whenever tp > 1 (what Megatron/NeMo recipes do). `pins` fixes
+    any field to one value.
+    """
+    pins = dict(pins or {})
+    unknown = set(pins) - set(PARALLEL_FIELDS)
+    if unknown:
+        raise ConfigError(f"cannot pin {', '.join(sorted(unknown))}; pinnable: "
+                          f"{', '.join(PARALLEL_FIELDS)}.")
+    model, n = job.model, job.num_gpus
+
+    def pick(name: str, values: list) -> list:
+        return [v for v in values if v == pins[name]] if name in pins else values
+
+    rows = []
+    for tp in pick("tp", [t for t in divisors(n) if _tp_error(model, t) is None]):
+        for cp in pick("cp", divisors(n // tp)):
+            if cp > 1 and job.seq_len % (2 * cp):
+                continue
+            if tp > 1 and (job.seq_len // cp) % tp:
+                continue
+            for pp in pick("pp", [p for p in divisors(n // (tp * cp)) if p <= model.num_layers]):
+                dp = n // (tp * cp * pp)
+                if job.gbs % dp or ("dp" in pins and pins["dp"] != dp):
+                    continue
+                vps = [v for v in divisors(model.num_layers + 2) if vp_allowed(model, pp, v)]
+                experts = _expert_layouts(model, tp=tp, dense_group=tp * cp * dp)
+                shardings = list(DP_SHARDING) if dp * cp > 1 else ["none"]
+                if pp > 1:
+                    shardings = [s for s in shardings if s != "full"]
+                for vp, (ep, etp), mbs, recompute, sharding, overlap in itertools.product(
+                        pick("vp", vps), experts, pick("mbs", divisors(job.gbs // dp)),
+                        pick("recompute", list(RECOMPUTE)), pick("dp_sharding", shardings),
+                        (True, False)):
+                    grad = overlap and dp * cp > 1
+                    param = overlap and dp * cp > 1 and sharding != "none"
+                    tpo = overlap and tp > 1
+                    if overlap and not (grad or param or tpo):
+                        continue  # nothing to overlap: same row as overlap off
+                    rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
+                                 job.precision, recompute, sharding, tp > 1, grad, param, tpo, False))
+    frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
+    for name, value in pins.items():
+        if name in ("ep", "etp", "sequence_parallel", "overlap_grad_reduce",
+                    "overlap_param_gather", "tp_comm_overlap"):
+            frame = frame[frame[name] == value]
+    return frame.reset_index(drop=True)
+
+
+def _expert_layouts(model: ModelSpec, *, tp: int, dense_group: int) -> list[tuple[int, int]]:
+    if not model.is_moe:
+        return [(1, 1)]
+    out = []
+    for etp in sorted({1, tp}):
+        for ep in divisors(model.num_experts):
+            if dense_group % (ep * etp) == 0:
+                out.append((ep, etp))
+    return out
+
+
+def config_from_row(row: pd.Series | dict) -> ParallelConfig:
+    """A validated `ParallelConfig` from one row of an `enumerate_space` table."""
+    values = {k: row[k] for k in PARALLEL_FIELDS}
+    for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"):
+        values[k] = int(values[k])
+    for k in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+              "tp_comm_overlap"):
+        values[k] = bool(values[k])
+    return ParallelConfig(**values)
