@@ -41,6 +41,7 @@ class ParamCounts:
     """Per layer: everything but the routed experts (attention, dense MLP, shared experts, norms, router)."""
     layers_expert: tuple[float, ...]
     """Per layer: the routed experts."""
+    final_norm: float
     mtp: float
     """Multi-token-prediction modules, trained alongside but not in `total`."""
 
@@ -286,7 +287,7 @@ class ModelSpec:
                                          + last_dense + last_expert)
         return ParamCounts(total=total, active=active, embedding=float(embedding),
                            output=float(output), layers_dense=tuple(dense),
-                           layers_expert=tuple(expert), mtp=mtp)
+                           layers_expert=tuple(expert), final_norm=float(final_norm), mtp=mtp)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

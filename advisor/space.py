@@ -48,12 +48,14 @@ def _tp_error(model: ModelSpec, tp: int) -> str | None:
     return None
 
 
+def splits_evenly(model: ModelSpec, num_chunks: int) -> bool:
+    """The layers (counting embedding/loss stages if needed) split into equal chunks."""
+    return any((model.num_layers + k) % num_chunks == 0 for k in _PIPELINE_EXTRA_LAYERS)
+
+
 def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
     """vp divides the layers per pipeline stage (counting embedding/loss stages if needed)."""
-    if vp == 1:
-        return True
-    return pp > 1 and any((model.num_layers + k) % (pp * vp) == 0
-                          for k in _PIPELINE_EXTRA_LAYERS)
+    return vp == 1 or (pp > 1 and splits_evenly(model, pp * vp))
 
 
 def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -> list[str]:
@@ -65,7 +67,7 @@ def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -
         notes.append(f"tp {config.tp} spans more than one NVLink domain "
                      f"({platform.nvlink_domain_size} GPUs): TP traffic crosses the network")
     if model.num_layers % (config.pp * config.vp):
-        if vp_allowed(model, config.pp, config.vp):
+        if splits_evenly(model, config.pp * config.vp):
             notes.append(f"{model.num_layers} layers split evenly over pp×vp = "
                          f"{config.pp * config.vp} only when the embedding and loss count as "
                          f"layers (--account-for-embedding/loss-in-pipeline-split)")

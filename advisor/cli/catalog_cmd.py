@@ -26,7 +26,8 @@ def platforms(json_out: JsonOpt = False) -> None:
     table = Table(title="Platforms (per device; MI250 device = one GCD)")
     for col in ("name", "memory GB", "BF16 TFLOP/s", "FP8 TFLOP/s", "TDP W", "GPUs/node",
                 "NVLink domain", "intra GB/s", "network GB/s", "cooling"):
-        table.add_column(col, justify="left" if col in ("name", "cooling") else "right")
+        table.add_column(col, justify="left" if col in ("name", "cooling") else "right",
+                         no_wrap=col == "name")
     for p in items:
         fp8 = p.peak_flops_per_s.get("fp8")
         table.add_row(p.name, gb(p.hbm_bytes), f"{p.peak_flops('bf16') / 1e12:,.0f}",
@@ -48,7 +49,8 @@ def models(json_out: JsonOpt = False) -> None:
     table = Table(title="Models")
     for col in ("name", "aliases", "layers", "hidden", "heads/kv", "experts (top-k)",
                 "params B", "active B"):
-        table.add_column(col, justify="left" if col in ("name", "aliases") else "right")
+        table.add_column(col, justify="left" if col in ("name", "aliases") else "right",
+                         no_wrap=col == "name", max_width=24 if col == "aliases" else None)
     for m in items:
         experts = f"{m.num_experts} ({m.moe_top_k})" if m.is_moe else "-"
         table.add_row(m.name, ", ".join(m.aliases[:3]), str(m.num_layers), str(m.hidden_size),

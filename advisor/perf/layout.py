@@ -58,7 +58,7 @@ def stage_layout(model: ModelSpec, pp: int, vp: int) -> StageLayout:
     output = np.zeros(pp)
     # With pp > 1 the last stage keeps its own copy of a tied embedding (Megatron).
     output[-1] = counts.output or (counts.embedding if pp > 1 else 0.0)
-    output[-1] += counts.mtp  # MTP modules sit on the last stage (Megatron-Core)
+    output[-1] += counts.final_norm + counts.mtp  # MTP modules sit on the last stage (MCore)
     sizes = {len(c) for c in chunks}
     return StageLayout(embedding_params=embedding, output_params=output,
                        max_layer_dense_params=float(dense.max()),

@@ -1,0 +1,18 @@
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_runs.csv"
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture
+def reference_csv() -> Path:
+    if not REFERENCE.exists():
+        pytest.skip(f"reference data not found at {REFERENCE}")
+    return REFERENCE

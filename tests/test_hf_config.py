@@ -1,0 +1,59 @@
+import json
+
+import pytest
+
+from advisor import catalog
+from advisor.errors import CatalogError
+from advisor.hf_config import model_from_hf_config
+
+
+@pytest.mark.parametrize("name", ["llama3.1-405b", "mixtral-8x7b", "qwen3-30b-a3b",
+                                  "nemotron-3-nano-30b-a3b"])
+def test_published_config_matches_catalog_counts(fixtures, name):
+    spec = model_from_hf_config(fixtures / "hf_configs" / f"{name}.json")
+    ref = catalog.load_model(name)
+    assert spec.params.total == pytest.approx(ref.params.total, rel=0.005)
+    assert spec.params.active == pytest.approx(ref.params.active, rel=0.005)
+    assert spec.num_layers == ref.num_layers
+
+
+def test_model_option_accepts_a_config_path(fixtures):
+    spec = catalog.load_model(str(fixtures / "hf_configs" / "mixtral-8x7b.json"))
+    assert spec.num_experts == 8 and spec.moe_top_k == 2
+
+
+def test_gpt2_field_names(tmp_path):
+    # GPT-2 small's shape (openai-community/gpt2): 124,439,808 parameters with tied embeddings.
+    cfg = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+           "vocab_size": 50257, "n_positions": 1024, "n_inner": None}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = model_from_hf_config(tmp_path)
+    assert spec.params.total == 124_439_808
+
+
+def test_gpt_neox_field_names(tmp_path):
+    # Pythia-160M's shape (EleutherAI/pythia-160m): 162,322,944 parameters, untied.
+    cfg = {"model_type": "gpt_neox", "num_hidden_layers": 12, "hidden_size": 768,
+           "intermediate_size": 3072, "num_attention_heads": 12, "vocab_size": 50304,
+           "max_position_embeddings": 2048, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert model_from_hf_config(tmp_path).params.total == 162_322_944
+
+
+def test_malformed_json_is_one_clear_error(tmp_path):
+    f = tmp_path / "config.json"
+    f.write_text("{not json")
+    with pytest.raises(CatalogError, match="not valid JSON"):
+        model_from_hf_config(f)
+
+
+def test_missing_field_is_named(tmp_path):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    with pytest.raises(CatalogError, match="missing field .num_attention_heads"):
+        model_from_hf_config(f)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CatalogError, match="no such file"):
+        model_from_hf_config(tmp_path / "nope.json")

@@ -1,0 +1,61 @@
+import pytest
+
+from advisor import catalog
+from advisor.errors import ConfigError
+from advisor.parallel import Job, ParallelConfig, default_gbs, default_seq_len, make_job
+
+
+def test_vp_requires_pp():
+    with pytest.raises(ConfigError, match="vp .* needs pp > 1"):
+        ParallelConfig(vp=2, pp=1)
+
+
+def test_sequence_parallel_requires_tp():
+    with pytest.raises(ConfigError, match="sequence_parallel needs tp > 1"):
+        ParallelConfig(sequence_parallel=True)
+
+
+def test_gbs_is_a_multiple_of_mbs_times_dp():
+    with pytest.raises(ConfigError, match=r"gbs \(10\) must be a multiple of mbs × dp"):
+        ParallelConfig(dp=4, mbs=1, gbs=10)
+
+
+def test_cp_divides_the_sequence_in_two_cp_chunks():
+    with pytest.raises(ConfigError, match="2 × cp"):
+        ParallelConfig(cp=3, seq_len=4096)
+
+
+def test_positive_sizes():
+    with pytest.raises(ConfigError, match="tp must be a positive whole number"):
+        ParallelConfig(tp=0)
+
+
+def test_unknown_precision_lists_valid_ones():
+    with pytest.raises(ConfigError, match="bf16.*mxfp8"):
+        ParallelConfig(precision="int3")
+
+
+def test_overlap_param_gather_needs_sharding():
+    with pytest.raises(ConfigError, match="overlap_param_gather"):
+        ParallelConfig(overlap_param_gather=True, dp_sharding="none")
+
+
+def test_job_refuses_precision_the_platform_lacks():
+    with pytest.raises(ConfigError, match="a100 cannot run fp8"):
+        Job(catalog.load_model("8b"), catalog.load_platform("a100"), 8, 4096, 64, "fp8")
+
+
+def test_derived_quantities():
+    c = ParallelConfig(tp=8, pp=4, dp=2, cp=2, mbs=2, gbs=64)
+    assert c.world_size == 128
+    assert c.num_microbatches == 16
+
+
+def test_defaults_are_documented_values():
+    m = catalog.load_model("70b")
+    assert default_seq_len(m) == 8192
+    assert default_seq_len(catalog.load_model("llama3.1-405b")) == 8192
+    assert default_gbs(m, num_gpus=64, seq_len=8192) == 256          # 2M tokens
+    assert default_gbs(m, num_gpus=16384, seq_len=8192) == 2048      # at least gpus/8
+    job = make_job(m, catalog.load_platform("h200"), num_gpus=64)
+    assert (job.seq_len, job.gbs) == (8192, 256)

@@ -1,0 +1,103 @@
+import dataclasses
+
+import pytest
+
+from advisor import catalog
+from advisor.errors import ConfigError
+from advisor.parallel import ParallelConfig, make_job
+from advisor.space import config_from_row, enumerate_space, validate
+
+H200 = catalog.load_platform("h200")
+LLAMA70 = catalog.load_model("70b")
+MIXTRAL = catalog.load_model("mixtral-8x7b")
+
+
+def cfg(**kw):
+    base = dict(tp=8, pp=2, dp=4, mbs=1, gbs=64, seq_len=8192, sequence_parallel=True)
+    return ParallelConfig(**{**base, **kw})
+
+
+def test_tp_divides_kv_heads_with_suggestions():
+    with pytest.raises(ConfigError, match=r"tp \(16\) must divide num_kv_heads.*try tp in \{1, 2, 4, 8\}"):
+        validate(cfg(tp=16, dp=2), LLAMA70, H200, num_gpus=64)
+
+
+def test_tp_divides_heads():
+    with pytest.raises(ConfigError, match=r"num_attention_heads \(96\)"):
+        validate(cfg(tp=64, pp=1, dp=1, sequence_parallel=True), catalog.load_model("175b"),
+                 H200)
+
+
+def test_world_size_equals_gpus():
+    with pytest.raises(ConfigError, match="job has 32 GPUs"):
+        validate(cfg(), LLAMA70, H200, num_gpus=32)
+
+
+def test_pp_at_most_layers():
+    with pytest.raises(ConfigError, match="exceeds the 80 layers"):
+        validate(cfg(tp=1, pp=128, dp=1, sequence_parallel=False, gbs=64), LLAMA70, H200)
+
+
+def test_vp_needs_a_layer_per_virtual_stage():
+    with pytest.raises(ConfigError, match="every virtual stage needs a layer"):
+        validate(cfg(pp=8, vp=12, dp=1), LLAMA70, H200)
+
+
+def test_uneven_split_is_allowed_but_flagged():
+    notes = validate(cfg(tp=8, pp=7, dp=1, gbs=7), LLAMA70, H200)
+    assert any("do not split evenly" in n for n in notes)
+
+
+def test_ep_divides_experts():
+    with pytest.raises(ConfigError, match=r"ep \(3\) must divide the 8 experts"):
+        validate(cfg(tp=1, pp=1, dp=24, ep=3, gbs=24, sequence_parallel=False), MIXTRAL, H200)
+
+
+def test_ep_fits_megatron_expert_folding():
+    with pytest.raises(ConfigError, match="ep × etp"):
+        validate(cfg(tp=2, pp=4, dp=1, ep=8, etp=1, gbs=8), MIXTRAL, H200)
+
+
+def test_ep_requires_moe():
+    with pytest.raises(ConfigError, match="dense"):
+        validate(cfg(ep=2), LLAMA70, H200)
+
+
+def test_fsdp_with_pipeline_is_refused():
+    with pytest.raises(ConfigError, match="FSDP"):
+        validate(cfg(dp_sharding="full"), LLAMA70, H200)
+
+
+def test_tp_beyond_nvlink_domain_is_flagged():
+    small_domain = dataclasses.replace(H200, nvlink_domain_size=4)
+    notes = validate(cfg(tp=8, pp=1, dp=8), LLAMA70, small_domain)
+    assert any("NVLink domain" in n for n in notes)
+
+
+@pytest.mark.parametrize("model,gpus", [("70b", 64), ("mixtral-8x7b", 32),
+                                        ("nemotron-3-nano-30b-a3b", 16), ("deepseek-v3", 64)])
+def test_every_enumerated_config_is_valid_and_unique(model, gpus):
+    m = catalog.load_model(model)
+    job = make_job(m, H200, num_gpus=gpus)
+    table = enumerate_space(job)
+    assert len(table) > 0
+    assert not table.duplicated().any()
+    for _, row in table.sample(min(len(table), 400), random_state=0).iterrows():
+        validate(config_from_row(row), m, H200, num_gpus=gpus)
+
+
+def test_space_covers_the_papers_llama_layouts():
+    # Go et al. MICRO'25 ran Llama3-70B on 32 H200 as TP8-PP2, TP4-PP4, TP2-PP8, TP1-PP16.
+    table = enumerate_space(make_job(LLAMA70, H200, num_gpus=32, gbs=128))
+    layouts = set(zip(table.tp, table.pp, strict=True))
+    assert {(8, 2), (4, 4), (2, 8), (1, 16)} <= layouts
+
+
+def test_pins_fix_a_knob():
+    table = enumerate_space(make_job(LLAMA70, H200, num_gpus=64), pins={"tp": 4, "mbs": 2})
+    assert set(table.tp) == {4} and set(table.mbs) == {2}
+
+
+def test_unknown_pin_is_refused():
+    with pytest.raises(ConfigError, match="cannot pin"):
+        enumerate_space(make_job(LLAMA70, H200, num_gpus=64), pins={"tpp": 4})
