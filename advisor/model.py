@@ -38,7 +38,7 @@ class ParamCounts:
     output: float
     """Output projection; 0 when tied to the embedding."""
     layers_dense: tuple[float, ...]
-    """Per layer: everything but the routed experts (attention, dense MLP, shared experts, norms, router)."""
+    """Per layer: all but the routed experts (attention, MLP, shared experts, norms, router)."""
     layers_expert: tuple[float, ...]
     """Per layer: the routed experts."""
     final_norm: float

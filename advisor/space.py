@@ -27,7 +27,8 @@ def divisors(n: int) -> list[int]:
 
 
 def _fmt(values: list[int], limit: int = 10) -> str:
-    return "{" + ", ".join(map(str, values[:limit])) + (", ..." if len(values) > limit else "") + "}"
+    more = ", ..." if len(values) > limit else ""
+    return "{" + ", ".join(map(str, values[:limit])) + more + "}"
 
 
 def tp_choices(model: ModelSpec) -> list[int]:
@@ -168,7 +169,8 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                     if overlap and not (grad or param or tpo):
                         continue  # nothing to overlap: same row as overlap off
                     rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
-                                 job.precision, recompute, sharding, tp > 1, grad, param, tpo, False))
+                                 job.precision, recompute, sharding, tp > 1, grad, param, tpo,
+                                 False))
     frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
     for name, value in pins.items():
         if name in ("ep", "etp", "sequence_parallel", "overlap_grad_reduce",

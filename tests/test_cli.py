@@ -4,8 +4,8 @@ import sys
 
 from typer.testing import CliRunner
 
-from advisor.cli import app
 from advisor import catalog
+from advisor.cli import app
 from advisor.parallel import make_job
 from advisor.space import enumerate_space
 

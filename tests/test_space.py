@@ -18,7 +18,8 @@ def cfg(**kw):
 
 
 def test_tp_divides_kv_heads_with_suggestions():
-    with pytest.raises(ConfigError, match=r"tp \(16\) must divide num_kv_heads.*try tp in \{1, 2, 4, 8\}"):
+    match = r"tp \(16\) must divide num_kv_heads.*try tp in \{1, 2, 4, 8\}"
+    with pytest.raises(ConfigError, match=match):
         validate(cfg(tp=16, dp=2), LLAMA70, H200, num_gpus=64)
 
 

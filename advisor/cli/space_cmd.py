@@ -10,8 +10,18 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.catalog import load_model, load_platform
-from advisor.cli.common import (GbsOpt, GpusOpt, JsonOpt, ModelOpt, PlatformOpt, PrecisionOpt,
-                                SeqLenOpt, emit_json, gb, guard)
+from advisor.cli.common import (
+    GbsOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    PlatformOpt,
+    PrecisionOpt,
+    SeqLenOpt,
+    emit_json,
+    gb,
+    guard,
+)
 from advisor.errors import ConfigError
 from advisor.parallel import ParallelConfig, make_job
 from advisor.perf.memory import estimate_memory, memory_table

@@ -4,9 +4,10 @@ Vectorised over a table of configurations (one row per `ParallelConfig`); the he
 stage decides whether a configuration fits. Conventions (Megatron-Core mixed precision):
 
 * 16-bit weights (2 B/param), gradients in BF16 (2 B/param) or FP32 (4 B/param) by
-  `grad_reduce_in_fp32`, FP32 master weights plus Adam moments (12 B/param). Megatron's distributed optimizer shards the 12 B over the data-parallel
-  group: 6 + 12/d bytes per parameter ("Distributed Optimizer", Megatron-LM docs,
-  docs/source/api-guide/dist_optimizer.md; its "6 + 12/d" assumes FP32 gradients). FSDP
+  `grad_reduce_in_fp32`, FP32 master weights plus Adam moments (12 B/param). Megatron's
+  distributed optimizer shards the 12 B over the data-parallel group: 6 + 12/d bytes per
+  parameter ("Distributed Optimizer", Megatron-LM docs, docs/source/api-guide/
+  dist_optimizer.md; its "6 + 12/d" assumes FP32 gradients). FSDP
   (ZeRO-3) shards everything and keeps two layers unsharded in flight (current + prefetch).
 * FP8/FP4 recipes: Transformer Engine caches a low-precision copy of each weight across
   micro-batches (`is_first_microbatch`): +1 B/param (FP8: one byte; NVFP4: two 4-bit copies,
@@ -19,8 +20,11 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
   context parallelism divides every token tensor by cp.
 * Pipeline in-flight micro-batches: stage s of 1F1B holds min(pp − s, m); interleaving adds a
   factor 1 + (pp − 1)/(pp·vp) (Korthikanti et al. 2022, §4.2.3).
-* The last stage holds the output logits of one micro-batch in FP32 for the loss (plus BF16
-  logits), times (1 + MTP modules).
+* The last stage holds the FP32 softmax of one micro-batch's logits for the loss, times
+  (1 + MTP modules).
+* Stored activations are 16-bit (FP8 recipes keep BF16 activations between layers), and every
+  MoE expert gets its even share of tokens (the force-balanced routing of NVIDIA's benchmarks);
+  real routing imbalance needs headroom this model does not add.
 """
 
 from __future__ import annotations
