@@ -131,7 +131,8 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
     Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
     recompute, dp_sharding, and overlap (all communication-overlap flags on, or all off).
     Sequence parallelism is on whenever tp > 1 (what Megatron/NeMo recipes do). `pins` fixes
-    any field to one value.
+    any field to one value. One extra column, `tp_beyond_nvlink`, flags tp larger than the
+    platform's NVLink domain.
     """
     pins = dict(pins or {})
     unknown = set(pins) - set(PARALLEL_FIELDS)
@@ -176,7 +177,10 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
         if name in ("ep", "etp", "sequence_parallel", "overlap_grad_reduce",
                     "overlap_param_gather", "tp_comm_overlap"):
             frame = frame[frame[name] == value]
-    return frame.reset_index(drop=True)
+    frame = frame.reset_index(drop=True)
+    # Allowed but flagged: TP collectives then cross the scale-out network every layer.
+    frame["tp_beyond_nvlink"] = frame["tp"] > job.platform.nvlink_domain_size
+    return frame
 
 
 def _expert_layouts(model: ModelSpec, *, tp: int, dense_group: int) -> list[tuple[int, int]]:

@@ -94,6 +94,13 @@ def test_space_covers_the_papers_llama_layouts():
     assert {(8, 2), (4, 4), (2, 8), (1, 16)} <= layouts
 
 
+def test_tp_beyond_nvlink_is_enumerated_and_flagged():
+    small = dataclasses.replace(H200, nvlink_domain_size=4)
+    table = enumerate_space(make_job(LLAMA70, small, num_gpus=64))
+    assert table[table.tp == 8]["tp_beyond_nvlink"].all()
+    assert not table[table.tp <= 4]["tp_beyond_nvlink"].any()
+
+
 def test_pins_fix_a_knob():
     table = enumerate_space(make_job(LLAMA70, H200, num_gpus=64), pins={"tp": 4, "mbs": 2})
     assert set(table.tp) == {4} and set(table.mbs) == {2}

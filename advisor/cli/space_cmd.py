@@ -73,8 +73,12 @@ def space(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLen
         overlap = "on" if (r.overlap_grad_reduce or r.overlap_param_gather
                            or r.tp_comm_overlap) else "off"
         out.add_row(*(str(r[c]) for c in SHOWN), overlap,
-                    f"{r.memory_gb:,.1f}" + ("" if r.fits else " ✗"))
+                    f"{r.memory_gb:,.1f}" + ("" if r.fits else " ✗"),
+                    style="yellow" if r.tp_beyond_nvlink else None)
     console.print(out)
+    if rows["tp_beyond_nvlink"].any():
+        console.print(f"yellow rows: tp spans more than one NVLink domain "
+                      f"({p.nvlink_domain_size} GPUs), so TP traffic crosses the network.")
 
 
 @guard
