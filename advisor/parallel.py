@@ -92,12 +92,10 @@ class ParallelConfig:
             raise ConfigError("sequence_parallel needs tp > 1: it shards activations over the "
                               "tensor-parallel group; turn it off or raise tp.")
         if self.gbs % (self.mbs * self.dp):
-            raise ConfigError(
-                f"gbs ({self.gbs}) must be a multiple of mbs × dp ({self.mbs} × {self.dp} = "
-                f"{self.mbs * self.dp}); try mbs in "
-                f"{_divisors_hint(self.gbs // self.dp) if self.gbs % self.dp == 0 else '{1}'}"
-                + ("" if self.gbs % self.dp == 0 else f" and a gbs that is a multiple of "
-                   f"dp ({self.dp})") + ".")
+            fix = (f"try mbs in {_divisors_hint(self.gbs // self.dp)}"
+                   if self.gbs % self.dp == 0 else f"make gbs a multiple of dp ({self.dp})")
+            raise ConfigError(f"gbs ({self.gbs}) must be a multiple of mbs × dp ({self.mbs} × "
+                              f"{self.dp} = {self.mbs * self.dp}); {fix}.")
         if self.cp > 1 and self.seq_len % (2 * self.cp):
             raise ConfigError(f"seq_len ({self.seq_len}) must be divisible by 2 × cp "
                               f"({2 * self.cp}): context parallelism splits each sequence "

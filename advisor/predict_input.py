@@ -65,7 +65,7 @@ def _int(row: pd.Series, key: str, default: int | None, assumed: list[str],
     return int(value)
 
 
-def config_from_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, list[str]]:
+def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, list[str]]:
     """The `ParallelConfig` a row describes, and the assumptions made for empty cells."""
     assumed: list[str] = []
     num_gpus = _int(row, "num_gpus", None, assumed)
@@ -91,8 +91,6 @@ def config_from_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, l
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
         sequence_parallel=tp > 1)
-    if model.is_moe is False and config.ep > 1:
-        raise ConfigError(f"ep {config.ep} given for dense model {model.name}.")
     return config, assumed
 
 
@@ -102,7 +100,7 @@ def predict_row(row: pd.Series) -> RowPrediction:
     try:
         model = load_model(str(row["model"]))
         platform = load_platform(str(row["gpu"]))
-        config, out.assumed = config_from_row(row, model)
+        config, out.assumed = parse_run_row(row, model)
         out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])))
         if str(row.get("recompute", "")).strip() == "":
             config, mem = _lightest_recompute_that_fits(model, config, platform)

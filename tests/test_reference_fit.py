@@ -5,7 +5,7 @@ import pandas as pd
 
 from advisor import catalog
 from advisor.perf.memory import WEIGHT_BYTES
-from advisor.predict_input import config_from_row, predict_frame, read_rows
+from advisor.predict_input import parse_run_row, predict_frame, read_rows
 
 
 def _cannot_hold_own_weights_and_grads(row: pd.Series) -> bool:
@@ -13,7 +13,7 @@ def _cannot_hold_own_weights_and_grads(row: pd.Series) -> bool:
     the stated layout puts on one GPU (no optimizer, no activations) exceed its memory."""
     model = catalog.find_model(row["model"])
     platform = catalog.load_platform(row["gpu"])
-    config, _ = config_from_row(row, model)
+    config, _ = parse_run_row(row, model)
     if config.dp_sharding == "full":
         return False
     params = model.params
