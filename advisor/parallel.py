@@ -28,6 +28,17 @@ def _divisors_hint(n: int, limit: int = 12) -> str:
     return "{" + ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "") + "}"
 
 
+def _check_common(obj: Any, counts: tuple[str, ...]) -> None:
+    """Positive whole sizes and a known precision: the rules `ParallelConfig` and `Job` share."""
+    for key in counts:
+        value = getattr(obj, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
+    if obj.precision not in PRECISIONS:
+        raise ConfigError(f"precision {obj.precision!r} is unknown; use one of "
+                          f"{', '.join(PRECISIONS)}.")
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     """One parallel layout and batch setting (Megatron-LM terms).
@@ -72,13 +83,7 @@ class ParallelConfig:
     (2 B/param; what NVIDIA's Megatron-Bridge/NeMo performance recipes set)."""
 
     def __post_init__(self) -> None:
-        for key in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision {self.precision!r} is unknown; use one of "
-                              f"{', '.join(PRECISIONS)}.")
+        _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"))
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
                               f"{', '.join(RECOMPUTE)}.")
@@ -139,13 +144,7 @@ class Job:
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
-        for key in ("num_gpus", "seq_len", "gbs"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision {self.precision!r} is unknown; use one of "
-                              f"{', '.join(PRECISIONS)}.")
+        _check_common(self, ("num_gpus", "seq_len", "gbs"))
         if not self.platform.supports(PRECISIONS[self.precision]):
             raise ConfigError(
                 f"{self.platform.name} cannot run {self.precision}: it has no "
