@@ -35,7 +35,10 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     cfg = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     model_type = str(raw.get("model_type", cfg.get("model_type", ""))).lower()
     name = path.parent.name.lower() if path.name == "config.json" else path.stem.lower()
-    fields = _read(cfg, model_type, path)
+    try:
+        fields = _read(cfg, model_type, path)
+    except (TypeError, ValueError) as e:  # e.g. "num_hidden_layers": "abc" or [32]
+        raise CatalogError(f"{path}: a size field is not a whole number ({e}).") from None
     fields.update(name=name or "hf-model", display_name=name, family=model_type or "hf",
                   path=str(path), sources={"architecture": str(path)})
     try:

@@ -42,8 +42,14 @@ class ParamCounts:
     layers_expert: tuple[float, ...]
     """Per layer: the routed experts."""
     final_norm: float
-    mtp: float
-    """Multi-token-prediction modules, trained alongside but not in `total`."""
+    mtp_dense: float
+    """Multi-token-prediction modules without their routed experts (not in `total`)."""
+    mtp_expert: float
+    """The routed experts of the multi-token-prediction modules (not in `total`)."""
+
+    @property
+    def mtp(self) -> float:
+        return self.mtp_dense + self.mtp_expert
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,10 @@ class ModelSpec:
                     "vocab_size", "max_seq_len"):
             if getattr(self, key) <= 0:
                 raise CatalogError(f"{where}: {key} must be positive, got {getattr(self, key)}.")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float") and value < 0:
+                raise CatalogError(f"{where}: {f.name} must not be negative, got {value}.")
         if not self.is_mla and self.num_attention_heads % self.num_kv_heads:
             raise CatalogError(f"{where}: num_kv_heads ({self.num_kv_heads}) must divide "
                                f"num_attention_heads ({self.num_attention_heads}).")
@@ -278,16 +288,14 @@ class ModelSpec:
         final_norm = self._norm_params(h)
         total = embedding + output + sum(dense) + sum(expert) + final_norm
         active = embedding + output + active_layers + final_norm
-        mtp = 0.0
-        if self.num_mtp_layers:
-            # DeepSeek-V3 MTP module: 2 norms, a 2h->h projection, one (MoE) transformer layer;
-            # embedding and output head are shared with the main model (DeepSeek-V3 report §2.2).
-            last_dense, last_expert = dense[-1], expert[-1]
-            mtp = self.num_mtp_layers * (2 * h * h + 3 * self._norm_params(h)
-                                         + last_dense + last_expert)
+        # DeepSeek-V3 MTP module: 2 norms, a 2h->h projection, one transformer layer like the
+        # last; embedding and output head are shared with the main model (DeepSeek-V3 §2.2).
+        mtp_dense = self.num_mtp_layers * (2 * h * h + 3 * self._norm_params(h) + dense[-1])
+        mtp_expert = self.num_mtp_layers * expert[-1]
         return ParamCounts(total=total, active=active, embedding=float(embedding),
                            output=float(output), layers_dense=tuple(dense),
-                           layers_expert=tuple(expert), final_norm=float(final_norm), mtp=mtp)
+                           layers_expert=tuple(expert), final_norm=float(final_norm),
+                           mtp_dense=float(mtp_dense), mtp_expert=float(mtp_expert))
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

@@ -7,6 +7,7 @@ or the platform live in `advisor.space.validate`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +24,14 @@ PRECISIONS = {
 }
 
 
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order (O(√n))."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
 def _divisors_hint(n: int, limit: int = 12) -> str:
-    ds = [d for d in range(1, n + 1) if n % d == 0]
+    ds = divisors(n)
     return "{" + ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "") + "}"
 
 

@@ -75,18 +75,19 @@ def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, lis
     if num_gpus % (tp * pp * cp):
         raise ConfigError(f"tp × pp × cp ({tp * pp * cp}) does not divide num_gpus ({num_gpus}).")
     dp = _int(row, "dp", num_gpus // (tp * pp * cp), assumed, "num_gpus / (tp·pp·cp)")
-    precision = str(row.get("precision", "")).strip() or "bf16"
+    precision = str(row.get("precision", "")).strip().lower() or "bf16"
     if not str(row.get("precision", "")).strip():
         assumed.append("precision=bf16")
-    recompute_raw = str(row.get("recompute", "")).strip()
+    recompute_raw = str(row.get("recompute", "")).strip().lower()
     if recompute_raw and recompute_raw not in RECOMPUTE_SPELLINGS:
         raise ConfigError(f"recompute = {recompute_raw!r}; use none, selective or full.")
-    sharding = str(row.get("dp_sharding", "")).strip()
+    sharding = str(row.get("dp_sharding", "")).strip().lower()
     if not sharding:
         sharding = "optimizer"
         assumed.append("dp_sharding=optimizer (Megatron distributed optimizer)")
     config = ParallelConfig(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=_int(row, "ep", 1, []), vp=_int(row, "vp", 1, []),
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=_int(row, "ep", 1, assumed if model.is_moe else []),
+        etp=_int(row, "etp", 1, assumed if model.is_moe else []), vp=_int(row, "vp", 1, assumed),
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,

@@ -13,17 +13,13 @@ import pandas as pd
 
 from advisor.errors import ConfigError
 from advisor.model import ModelSpec
-from advisor.parallel import DP_SHARDING, PARALLEL_FIELDS, RECOMPUTE, Job, ParallelConfig
+from advisor.parallel import DP_SHARDING, PARALLEL_FIELDS, RECOMPUTE, Job, ParallelConfig, divisors
 from advisor.platform import Platform
 
 #: Megatron can count the embedding and the loss as pipeline "layers"
 #: (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a
 #: split is valid when layers + 0, 1 or 2 divides evenly.
 _PIPELINE_EXTRA_LAYERS = (0, 1, 2)
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _fmt(values: list[int], limit: int = 10) -> str:
@@ -57,6 +53,11 @@ def splits_evenly(model: ModelSpec, num_chunks: int) -> bool:
 def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
     """vp divides the layers per pipeline stage (counting embedding/loss stages if needed)."""
     return vp == 1 or (pp > 1 and splits_evenly(model, pp * vp))
+
+
+def vp_choices(model: ModelSpec, pp: int) -> list[int]:
+    """Every vp that splits the layers per stage evenly (1 when there is no pipeline)."""
+    return [v for v in range(1, (model.num_layers + 2) // pp + 1) if vp_allowed(model, pp, v)]
 
 
 def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -> list[str]:
@@ -97,7 +98,7 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
     if config.pp > model.num_layers:
         raise ConfigError(f"pp ({config.pp}) exceeds the {model.num_layers} layers of {name}.")
     if config.pp * config.vp > model.num_layers + 2:
-        ok = [v for v in divisors(model.num_layers + 2) if vp_allowed(model, config.pp, v)]
+        ok = vp_choices(model, config.pp)
         raise ConfigError(f"pp × vp ({config.pp} × {config.vp}) exceeds the {model.num_layers} "
                           f"layers of {name} (plus embedding and loss stages): every virtual "
                           f"stage needs a layer; try vp in {_fmt(ok)}.")
@@ -134,11 +135,7 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
     any field to one value. One extra column, `tp_beyond_nvlink`, flags tp larger than the
     platform's NVLink domain.
     """
-    pins = dict(pins or {})
-    unknown = set(pins) - set(PARALLEL_FIELDS)
-    if unknown:
-        raise ConfigError(f"cannot pin {', '.join(sorted(unknown))}; pinnable: "
-                          f"{', '.join(PARALLEL_FIELDS)}.")
+    pins = _checked_pins(pins or {})
     model, n = job.model, job.num_gpus
 
     def pick(name: str, values: list) -> list:
@@ -155,7 +152,7 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                 dp = n // (tp * cp * pp)
                 if job.gbs % dp or ("dp" in pins and pins["dp"] != dp):
                     continue
-                vps = [v for v in divisors(model.num_layers + 2) if vp_allowed(model, pp, v)]
+                vps = vp_choices(model, pp)
                 experts = _expert_layouts(model, tp=tp, dense_group=tp * cp * dp)
                 shardings = list(DP_SHARDING) if dp * cp > 1 else ["none"]
                 if pp > 1:
@@ -173,14 +170,41 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                                  job.precision, recompute, sharding, tp > 1, grad, param, tpo,
                                  False))
     frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
+    if "grad_reduce_in_fp32" in pins:
+        frame["grad_reduce_in_fp32"] = pins["grad_reduce_in_fp32"]
     for name, value in pins.items():
-        if name in ("ep", "etp", "sequence_parallel", "overlap_grad_reduce",
-                    "overlap_param_gather", "tp_comm_overlap"):
-            frame = frame[frame[name] == value]
+        frame = frame[frame[name] == value]
     frame = frame.reset_index(drop=True)
     # Allowed but flagged: TP collectives then cross the scale-out network every layer.
     frame["tp_beyond_nvlink"] = frame["tp"] > job.platform.nvlink_domain_size
     return frame
+
+
+_JOB_FIELDS = ("gbs", "seq_len", "precision")
+_BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+                "tp_comm_overlap", "grad_reduce_in_fp32")
+
+
+def _checked_pins(pins: dict[str, object]) -> dict[str, object]:
+    """Pins with the field's type; job-level fields belong on the `Job`, not in pins."""
+    out: dict[str, object] = {}
+    for name, value in pins.items():
+        if name in _JOB_FIELDS:
+            raise ConfigError(f"{name} is part of the job, not a knob: set it on the Job "
+                              f"(--{name.replace('_', '-')}).")
+        if name not in PARALLEL_FIELDS:
+            raise ConfigError(f"cannot pin {name!r}; pinnable: "
+                              f"{', '.join(f for f in PARALLEL_FIELDS if f not in _JOB_FIELDS)}.")
+        if name in _BOOL_FIELDS:
+            out[name] = bool(value)
+        elif name in ("recompute", "dp_sharding"):
+            out[name] = str(value).lower()
+        else:
+            try:
+                out[name] = int(value)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} must be a whole number, got {value!r}.") from None
+    return out
 
 
 def _expert_layouts(model: ModelSpec, *, tp: int, dense_group: int) -> list[tuple[int, int]]:

@@ -57,3 +57,16 @@ def test_missing_field_is_named(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(CatalogError, match="no such file"):
         model_from_hf_config(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("field,value", [("num_hidden_layers", "abc"),
+                                         ("num_attention_heads", [32]),
+                                         ("intermediate_size", -5)])
+def test_odd_field_values_are_clear_errors(tmp_path, field, value):
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+           "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100}
+    cfg[field] = value
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    with pytest.raises(CatalogError):
+        model_from_hf_config(f)

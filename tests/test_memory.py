@@ -104,3 +104,19 @@ def test_405b_does_not_fit_on_one_node():
 
 def test_capacity_uses_driver_total_where_known():
     assert H100.memory_capacity_bytes > H100.hbm_bytes  # 80 "GB" is 81559 MiB in nvidia-smi
+
+
+def test_etp_one_stores_less_than_etp_equal_tp_for_moe():
+    ds = catalog.load_model("deepseek-v3")
+    per = {etp: mem_mod._activation_bytes_per_token(ds, tp=4, sp=4, etp=etp, cp=1)["moe"]
+           for etp in (1, 4)}
+    assert per[1] < per[4]
+
+
+def test_mtp_experts_are_split_by_expert_parallelism():
+    from advisor.perf.layout import stage_layout
+
+    ds = catalog.load_model("deepseek-v3")
+    layout = stage_layout(ds, 16, 1)
+    assert layout.expert_params[-1] > layout.expert_params[-2]   # MTP layer's experts
+    assert layout.output_params[-1] < 2 * ds.params.output       # not parked on the head

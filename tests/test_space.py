@@ -109,3 +109,20 @@ def test_pins_fix_a_knob():
 def test_unknown_pin_is_refused():
     with pytest.raises(ConfigError, match="cannot pin"):
         enumerate_space(make_job(LLAMA70, H200, num_gpus=64), pins={"tpp": 4})
+
+
+def test_every_even_vp_is_enumerated():
+    table = enumerate_space(make_job(catalog.load_model("8b"), H200, num_gpus=8),
+                            pins={"pp": 2})
+    assert {1, 2, 4, 8, 16} <= set(table.vp)
+
+
+def test_job_fields_cannot_be_pinned():
+    with pytest.raises(ConfigError, match="part of the job"):
+        enumerate_space(make_job(LLAMA70, H200, num_gpus=64), pins={"gbs": 1024})
+
+
+def test_boolean_pins_apply():
+    table = enumerate_space(make_job(LLAMA70, H200, num_gpus=64),
+                            pins={"grad_reduce_in_fp32": True, "tp": "8"})
+    assert table.grad_reduce_in_fp32.all() and set(table.tp) == {8}

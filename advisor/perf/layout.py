@@ -58,7 +58,16 @@ def stage_layout(model: ModelSpec, pp: int, vp: int) -> StageLayout:
     output = np.zeros(pp)
     # With pp > 1 the last stage keeps its own copy of a tied embedding (Megatron).
     output[-1] = counts.output or (counts.embedding if pp > 1 else 0.0)
-    output[-1] += counts.final_norm + counts.mtp  # MTP modules sit on the last stage (MCore)
+    output[-1] += counts.final_norm
+    # MTP modules sit on the last stage (Megatron-Core), each one more layer like the last.
+    if model.num_mtp_layers:
+        last = kinds[-1]
+        fields["dense_params"][-1] += counts.mtp_dense
+        fields["expert_params"][-1] += counts.mtp_expert
+        fields["num_layers"][-1] += model.num_mtp_layers
+        fields["num_attention"][-1] += model.num_mtp_layers * (last.mixer == "attention")
+        fields["num_mlp"][-1] += model.num_mtp_layers * (last.ffn == "mlp")
+        fields["num_moe"][-1] += model.num_mtp_layers * (last.ffn == "moe")
     sizes = {len(c) for c in chunks}
     return StageLayout(embedding_params=embedding, output_params=output,
                        max_layer_dense_params=float(dense.max()),

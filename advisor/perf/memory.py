@@ -18,8 +18,9 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
   stored, which is what every framework in the catalog runs. Dropout is off (LLM pre-training
   recipes set it to 0). Sequence parallelism divides the hidden-size-wide tensors by tp;
   context parallelism divides every token tensor by cp.
-* Pipeline in-flight micro-batches: stage s of 1F1B holds min(pp − s, m); interleaving adds a
-  factor 1 + (pp − 1)/(pp·vp) (Korthikanti et al. 2022, §4.2.3).
+* Pipeline in-flight micro-batches: stage s of 1F1B holds min(pp − s, m); interleaved stage s
+  holds (2(pp − s − 1) + (vp − 1)·pp + 1)/vp, which is pp·(1 + (pp − 1)/(pp·vp)) on the first
+  stage (Korthikanti et al. 2022, §4.2.3).
 * The last stage holds the FP32 softmax of one micro-batch's logits for the loss, times
   (1 + MTP modules).
 * Stored activations are 16-bit (FP8 recipes keep BF16 activations between layers), and every
@@ -187,9 +188,13 @@ def _stage_memory(model: ModelSpec, configs: pd.DataFrame, *, pp: int,
     per_mb = np.where(is_full, per_mb_full, per_mb_stage)
     m = gbs // (mbs * dp)                  # micro-batches per step
     stage = np.arange(pp)[None, :]
-    in_flight = np.minimum(pp - stage, m).astype(float)
     if vp > 1:
-        in_flight = in_flight * (1 + (pp - 1) / (pp * vp))
+        # Megatron's interleaved warm-up: stage s holds 2(pp−s−1) + (vp−1)·pp + 1 model-chunk
+        # micro-batches, i.e. that ÷ vp in whole-stage units (stage 0: pp + (pp−1)/vp, as in
+        # Korthikanti et al. §4.2.3).
+        in_flight = np.minimum(2 * (pp - stage - 1) + (vp - 1) * pp + 1, m * vp) / vp
+    else:
+        in_flight = np.minimum(pp - stage, m).astype(float)
     activations = per_mb * in_flight + np.where(is_full, working_layer, 0.0)
     activations = activations + (stage == 0) * ACT_BYTES * model.hidden_size / sp * tokens
     logits = LOGIT_BYTES * model.vocab_size / tp * tokens * (1 + model.num_mtp_layers)
@@ -232,7 +237,10 @@ def _activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndar
     if model.is_moe:
         width = model.moe_latent_size or h
         f = model.moe_ffn_hidden_size
-        routed = model.moe_top_k * (a * width + a * f * ((2 if model.gated_mlp else 1) + 1) / etp)
+        # With sequence parallelism a GPU dispatches tokens/tp tokens; after the all-gather over
+        # etp it holds etp·k copies of each, each with an f/etp-wide expert slice.
+        routed = model.moe_top_k * (etp * a * width
+                                    + a * f * ((2 if model.gated_mlp else 1) + 1)) / sp
         shared = model.num_shared_experts * a * model.shared_ffn_size * (
             (2 if model.gated_mlp else 1) + 1) / tp
         latent = 2 * a * model.moe_latent_size / sp if model.moe_latent_size else 0.0
