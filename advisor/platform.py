@@ -116,6 +116,8 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                 _need_source(sources, f"peak_flops_per_s.{prec}", where)
             values[key] = flops
         elif key == "aliases":
+            if not isinstance(value, (list, tuple)):
+                raise CatalogError(f"{where}: aliases must be a list of strings.")
             values[key] = tuple(str(a).lower() for a in value)
         elif key in ("name", "display_name", "vendor", "device_unit", "cooling"):
             if not isinstance(value, str):

@@ -105,8 +105,9 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
     if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
         raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
                           f" must be divisible by tp ({config.tp}).")
-    if not model.is_moe and config.ep > 1:
-        raise ConfigError(f"ep ({config.ep}) applies to MoE models; {name} is dense: use ep 1.")
+    if not model.is_moe and (config.ep > 1 or config.etp > 1):
+        raise ConfigError(f"ep ({config.ep}) and etp ({config.etp}) apply to MoE models; {name} "
+                          f"is dense: use ep 1 and etp 1.")
     if model.is_moe:
         if model.num_experts % config.ep:
             raise ConfigError(f"ep ({config.ep}) must divide the {model.num_experts} experts of "

@@ -60,7 +60,7 @@ def test_ep_fits_megatron_expert_folding():
 
 
 def test_ep_requires_moe():
-    with pytest.raises(ConfigError, match="dense"):
+    with pytest.raises(ConfigError, match="is dense"):
         validate(cfg(ep=2), LLAMA70, H200)
 
 

@@ -120,7 +120,11 @@ def model_from_dict(data: dict[str, Any], *, name: str, path: Path | str) -> Mod
     if unknown:
         raise CatalogError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; see "
                            f"advisor/catalog/SCHEMA.md for the model keys.")
+    if not isinstance(data, dict):
+        raise CatalogError(f"{where}: expected a table of model fields.")
     sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise CatalogError(f"{where}: [sources] must be a table of key = \"source\".")
     if not str(sources.get("architecture", "")).strip():
         raise CatalogError(f"{where}: [sources] needs an 'architecture' entry naming the "
                            f"config.json, recipe or paper the shape comes from.")
@@ -133,6 +137,8 @@ def model_from_dict(data: dict[str, Any], *, name: str, path: Path | str) -> Mod
             continue
         field_type = str(MODEL_FIELDS[key].type)
         if key == "aliases":
+            if not isinstance(value, list):
+                raise CatalogError(f"{where}: aliases must be a list of strings.")
             values[key] = tuple(str(a).lower() for a in value)
         elif field_type == "bool":
             if not isinstance(value, bool):
