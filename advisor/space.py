@@ -57,7 +57,7 @@ def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
 
 def vp_choices(model: ModelSpec, pp: int) -> list[int]:
     """Every vp that splits the layers per stage evenly (1 when there is no pipeline)."""
-    return [v for v in range(1, (model.num_layers + 2) // pp + 1) if vp_allowed(model, pp, v)]
+    return [v for v in range(1, (model.num_layers + max(_PIPELINE_EXTRA_LAYERS)) // pp + 1) if vp_allowed(model, pp, v)]
 
 
 def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -> list[str]:
@@ -97,7 +97,7 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
                           f"{_fmt(tp_choices(model))}.")
     if config.pp > model.num_layers:
         raise ConfigError(f"pp ({config.pp}) exceeds the {model.num_layers} layers of {name}.")
-    if config.pp * config.vp > model.num_layers + 2:
+    if config.pp * config.vp > model.num_layers + max(_PIPELINE_EXTRA_LAYERS):
         ok = vp_choices(model, config.pp)
         raise ConfigError(f"pp × vp ({config.pp} × {config.vp}) exceeds the {model.num_layers} "
                           f"layers of {name} (plus embedding and loss stages): every virtual "
