@@ -57,7 +57,8 @@ def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
 
 def vp_choices(model: ModelSpec, pp: int) -> list[int]:
     """Every vp that splits the layers per stage evenly (1 when there is no pipeline)."""
-    return [v for v in range(1, (model.num_layers + max(_PIPELINE_EXTRA_LAYERS)) // pp + 1) if vp_allowed(model, pp, v)]
+    most = (model.num_layers + max(_PIPELINE_EXTRA_LAYERS)) // pp
+    return [v for v in range(1, most + 1) if vp_allowed(model, pp, v)]
 
 
 def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -> list[str]:
