@@ -16,6 +16,7 @@ from advisor.model import ModelSpec
 from advisor.platform import Platform
 
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "unfused")
 DP_SHARDING = ("none", "optimizer", "full")
 #: Precision recipe -> the tensor-core class whose peak it runs at.
 PRECISIONS = {
@@ -88,12 +89,19 @@ class ParallelConfig:
     grad_reduce_in_fp32: bool = False
     """Keep and reduce gradients in FP32 (4 B/param; Megatron-LM's default) instead of BF16
     (2 B/param; what NVIDIA's Megatron-Bridge/NeMo performance recipes set)."""
+    attention: str = "flash"
+    """Attention kernels: `flash` (fused, FlashAttention/cuDNN: no s² tensors, causal blocks
+    skipped) or `unfused` (QKᵀ and PV as batched GEMMs with a fused softmax in between, storing
+    the s² softmax output: Megatron-LM before flash attention, Megatron-DeepSpeed)."""
 
     def __post_init__(self) -> None:
         _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"))
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
                               f"{', '.join(RECOMPUTE)}.")
+        if self.attention not in ATTENTION:
+            raise ConfigError(f"attention {self.attention!r} is unknown; use one of "
+                              f"{', '.join(ATTENTION)}.")
         if self.dp_sharding not in DP_SHARDING:
             raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
                               f"{', '.join(DP_SHARDING)}.")
@@ -184,3 +192,25 @@ def make_job(model: ModelSpec, platform: Platform, *, num_gpus: int, seq_len: in
     gbs = gbs or default_gbs(model, num_gpus=num_gpus, seq_len=seq_len)
     return Job(model=model, platform=platform, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs,
                precision=precision)
+
+
+def make_config(job: Job, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
+                etp: int = 1, vp: int = 1, mbs: int = 1, recompute: str = "none",
+                dp_sharding: str = "optimizer", overlap: bool = True) -> ParallelConfig:
+    """The `ParallelConfig` for `job` with these choices; dp is what the GPUs leave.
+
+    `overlap` turns on what NVIDIA's tuned Megatron recipes run with: sequence parallelism and
+    TP communication overlap when tp > 1, gradient-reduce overlap, and parameter-gather overlap
+    with a sharded optimizer.
+    """
+    if job.num_gpus % (tp * pp * cp):
+        raise ConfigError(f"tp × pp × cp = {tp * pp * cp} does not divide {job.num_gpus} GPUs; "
+                          f"pick sizes whose product divides it.")
+    dp = job.num_gpus // (tp * pp * cp)
+    return ParallelConfig(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, gbs=job.gbs,
+        seq_len=job.seq_len, precision=job.precision, recompute=recompute,
+        dp_sharding=dp_sharding, sequence_parallel=tp > 1,
+        overlap_grad_reduce=overlap,
+        overlap_param_gather=overlap and dp_sharding != "none",
+        tp_comm_overlap=overlap and tp > 1)

@@ -21,6 +21,9 @@ class Platform:
     name: str
     display_name: str
     vendor: str
+    family: str
+    """Architecture family (ampere, hopper, blackwell, cdna2, cdna3): platforms of one family share
+    the calibrated efficiencies of the performance model."""
     device_unit: str
     """`gpu`, or `gcd` where one package holds two devices (MI250)."""
     num_devices_per_package: int
@@ -119,13 +122,13 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
             if not isinstance(value, (list, tuple)):
                 raise CatalogError(f"{where}: aliases must be a list of strings.")
             values[key] = tuple(str(a).lower() for a in value)
-        elif key in ("name", "display_name", "vendor", "device_unit", "cooling"):
+        elif key in ("name", "display_name", "vendor", "family", "device_unit", "cooling"):
             if not isinstance(value, str):
                 raise CatalogError(f"{where}: {key} must be a string, got {value!r}.")
             if key in _ENUMS and value not in _ENUMS[key]:
                 raise CatalogError(f"{where}: {key} = {value!r}; use one of "
                                    f"{', '.join(sorted(_ENUMS[key]))}.")
-            values[key] = value.lower() if key == "name" else value
+            values[key] = value.lower() if key in ("name", "family") else value
         else:
             number = _positive(value, f"{where}: {key}")
             if "int" in str(_TYPES[key]):

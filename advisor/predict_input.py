@@ -16,7 +16,9 @@ from advisor.catalog import load_model, load_platform
 from advisor.errors import AdvisorError, ConfigError
 from advisor.model import ModelSpec
 from advisor.parallel import ParallelConfig
+from advisor.perf.analytical import SOURCE, Prediction, predict_config
 from advisor.perf.memory import MemoryBreakdown, estimate_memory
+from advisor.perf.step import DEFAULT_FRAMEWORK
 from advisor.platform import Platform
 from advisor.space import validate
 
@@ -28,6 +30,7 @@ RECOMPUTE_SPELLINGS = {"none": "none", "selective": "selective", "full": "full",
 @dataclass
 class RowPrediction:
     memory: MemoryBreakdown | None = None
+    analytical: Prediction | None = None
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     error: str = ""
@@ -85,18 +88,60 @@ def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, lis
     if not sharding:
         sharding = "optimizer"
         assumed.append("dp_sharding=optimizer (Megatron distributed optimizer)")
+    overlap = _framework_defaults(row, tp=tp, sharding=sharding, assumed=assumed)
     config = ParallelConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=_int(row, "ep", 1, assumed if model.is_moe else []),
         etp=_int(row, "etp", 1, assumed if model.is_moe else []), vp=_int(row, "vp", 1, assumed),
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
-        sequence_parallel=tp > 1)
+        sequence_parallel=tp > 1, **overlap)
     return config, assumed
 
 
+def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,
+                        assumed: list[str]) -> dict[str, bool | str]:
+    """Overlap, gradient and attention settings a row's framework runs with when the row does
+    not say.
+
+    Megatron-Bridge/NeMo performance recipes (rows with a container release in `software`) turn
+    on gradient-reduce and parameter-gather overlap, TP communication overlap when tp > 1, and
+    keep gradients in BF16. Megatron-LM as published in 2021-22 (no release) had none of these,
+    reduced FP32 gradients and ran unfused attention (FlashAttention arrived in Megatron-LM in
+    2023). Other frameworks (FSDP with flash attention) prefetch by themselves.
+    """
+    given = {k: str(row.get(k, "")).strip().lower() for k in
+             ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+              "grad_reduce_in_fp32")}
+    framework = str(row.get("framework", "")).strip().lower()
+    recipe = framework == "megatron" and bool(str(row.get("software", "")).strip())
+    defaults = {"overlap_grad_reduce": recipe, "overlap_param_gather": recipe
+                and sharding != "none", "tp_comm_overlap": recipe and tp > 1,
+                "grad_reduce_in_fp32": framework == "megatron" and not recipe}
+    out: dict[str, bool | str] = {}
+    for key, default in defaults.items():
+        if given[key] in ("true", "1", "yes"):
+            out[key] = True
+        elif given[key] in ("false", "0", "no"):
+            out[key] = False
+        else:
+            out[key] = default
+            if framework == "megatron" and default:
+                why = "NVIDIA performance recipe" if recipe else "Megatron-LM default"
+                assumed.append(f"{key}=true ({why})")
+    if out["overlap_param_gather"] and sharding == "none":
+        out["overlap_param_gather"] = False
+    attention = str(row.get("attention", "")).strip().lower()
+    if not attention:
+        attention = "unfused" if framework == "megatron" and not recipe else "flash"
+        if attention == "unfused":
+            assumed.append("attention=unfused (Megatron-LM before FlashAttention)")
+    return out | {"attention": attention}
+
+
 def predict_row(row: pd.Series) -> RowPrediction:
-    """Memory prediction for one row; errors are captured, never raised."""
+    """The analytical prediction (memory, time, power) for one row, with the row's framework's
+    kernels; errors are captured, never raised."""
     out = RowPrediction()
     try:
         model = load_model(str(row["model"]))
@@ -104,18 +149,18 @@ def predict_row(row: pd.Series) -> RowPrediction:
         config, out.assumed = parse_run_row(row, model)
         out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])))
         if str(row.get("recompute", "")).strip() == "":
-            config, mem = _lightest_recompute_that_fits(model, config, platform)
+            config, _ = lightest_recompute_that_fits(model, config, platform)
             out.assumed.append(f"recompute={config.recompute} (unknown: the least recompute "
                                f"that fits, as tuned recipes turn it on only when needed)")
-        else:
-            mem = estimate_memory(model, parallel=config, platform=platform)
-        out.memory = mem
+        framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
+        out.analytical = predict_config(model, platform, config, framework=framework)
+        out.memory = out.analytical.memory
     except AdvisorError as e:
         out.error = str(e)
     return out
 
 
-def _lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
+def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
                                   platform: Platform) -> tuple[ParallelConfig, MemoryBreakdown]:
     for mode in ("none", "selective", "full"):
         candidate = config.replace(recompute=mode)
@@ -125,8 +170,22 @@ def _lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
     return candidate, mem
 
 
+PREDICTION_COLUMNS = {
+    "pred_step_time_s": lambda p: round(p.step.step_time_s, 4),
+    "pred_tokens_per_sec_per_gpu": lambda p: round(p.step.tokens_per_sec_per_gpu, 1),
+    "pred_tflops_per_gpu": lambda p: round(p.step.tflops_per_gpu, 1),
+    "pred_mfu": lambda p: round(p.step.mfu, 4),
+    "pred_avg_power_w": lambda p: round(p.power.avg_power_w, 1),
+    "pred_peak_power_w": lambda p: round(p.power.peak_power_w, 1),
+    "pred_energy_j_per_token": lambda p: round(p.power.energy_j_per_token, 4),
+    "pred_throttle_risk": lambda p: round(p.power.throttle_risk, 3),
+}
+
+
 def predict_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add `pred_memory_gb`, `pred_fits`, `pred_assumed`, `pred_notes`, `pred_error` columns."""
+    """Add the prediction columns: memory (`pred_memory_gb`, `pred_capacity_gb`, `pred_fits`),
+    the analytical model's `PREDICTION_COLUMNS`, `pred_source`, `pred_calibrated`, and
+    `pred_assumed`, `pred_notes`, `pred_error`."""
     results = [predict_row(row) for _, row in frame.iterrows()]
     out = frame.copy()
     out["pred_memory_gb"] = [round(r.memory.total_bytes / 1e9, 2) if r.memory else None
@@ -134,6 +193,11 @@ def predict_frame(frame: pd.DataFrame) -> pd.DataFrame:
     out["pred_capacity_gb"] = [round(r.memory.capacity_bytes / 1e9, 2) if r.memory else None
                                for r in results]
     out["pred_fits"] = [r.memory.fits if r.memory else None for r in results]
+    for column, get in PREDICTION_COLUMNS.items():
+        out[column] = [get(r.analytical) if r.analytical else None for r in results]
+    out["pred_source"] = [SOURCE if r.analytical else "" for r in results]
+    out["pred_calibrated"] = [r.analytical.calibrated if r.analytical else None
+                              for r in results]
     out["pred_assumed"] = ["; ".join(r.assumed) for r in results]
     out["pred_notes"] = ["; ".join(r.notes) for r in results]
     out["pred_error"] = [r.error for r in results]

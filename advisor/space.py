@@ -170,10 +170,11 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                         continue  # nothing to overlap: same row as overlap off
                     rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
                                  job.precision, recompute, sharding, tp > 1, grad, param, tpo,
-                                 False))
+                                 False, "flash"))
     frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
-    if "grad_reduce_in_fp32" in pins:
-        frame["grad_reduce_in_fp32"] = pins["grad_reduce_in_fp32"]
+    for knob in ("grad_reduce_in_fp32", "attention"):  # not enumerated: pinning sets them
+        if knob in pins:
+            frame[knob] = pins[knob]
     for name, value in pins.items():
         frame = frame[frame[name] == value]
     frame = frame.reset_index(drop=True)
@@ -199,7 +200,7 @@ def _checked_pins(pins: dict[str, object]) -> dict[str, object]:
                               f"{', '.join(f for f in PARALLEL_FIELDS if f not in _JOB_FIELDS)}.")
         if name in _BOOL_FIELDS:
             out[name] = bool(value)
-        elif name in ("recompute", "dp_sharding"):
+        elif name in ("recompute", "dp_sharding", "attention"):
             out[name] = str(value).lower()
         else:
             try:
@@ -222,7 +223,7 @@ def _expert_layouts(model: ModelSpec, *, tp: int, dense_group: int) -> list[tupl
 
 def config_from_row(row: pd.Series | dict) -> ParallelConfig:
     """A validated `ParallelConfig` from one row of an `enumerate_space` table."""
-    values = {k: row[k] for k in PARALLEL_FIELDS}
+    values = {k: row[k] for k in PARALLEL_FIELDS if k in row}
     for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"):
         values[k] = int(values[k])
     for k in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",

@@ -169,21 +169,27 @@ def _stage_memory(model: ModelSpec, configs: pd.DataFrame, *, pp: int,
     tokens = mbs * seq / cp                # tokens of one micro-batch on one GPU
     per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp)
     stored = {k: v.copy() for k, v in per_token.items()}
+    # Unfused attention stores the BF16 softmax output, heads × seq values per token (the
+    # 5as/h term of Korthikanti et al. with dropout off).
+    unfused = _col(configs, "attention") == "unfused" if "attention" in configs else False
+    scores = np.where(unfused, ACT_BYTES * model.num_attention_heads * seq / tp, 0.0)
+    stored["attention"] = stored["attention"] + scores
     if np.any(recompute == "selective"):
-        # Megatron's default selective recompute (core attention): with fused attention only
-        # the softmax statistics are dropped.
+        # Megatron's selective recompute (core attention) drops what the attention core keeps:
+        # the softmax statistics (fused) or the softmax output (unfused).
         sel = recompute == "selective"
-        stored["attention"] = np.where(sel, stored["attention"] - per_token["attention_stats"],
-                                       stored["attention"])
+        stored["attention"] = np.where(
+            sel, stored["attention"] - per_token["attention_stats"] - scores,
+            stored["attention"])
     layer_input = ACT_BYTES * model.hidden_size / sp
     per_mb_stage = (layout.num_attention * stored["attention"] + layout.num_mamba
                     * stored["mamba"] + layout.num_mlp * stored["mlp"] + layout.num_moe
                     * stored["moe"]) * tokens
     per_mb_full = layout.num_layers * layer_input * tokens
     # Full recompute keeps each layer's input, plus one layer's activations while recomputing.
-    working_layer = np.maximum.reduce([per_token["attention"] + per_token["mlp"],
+    working_layer = np.maximum.reduce([per_token["attention"] + scores + per_token["mlp"],
                                        per_token["mamba"], per_token["moe"]
-                                       + per_token["attention"]]) * tokens
+                                       + per_token["attention"] + scores]) * tokens
     is_full = recompute == "full"
     per_mb = np.where(is_full, per_mb_full, per_mb_stage)
     m = gbs // (mbs * dp)                  # micro-batches per step

@@ -1,0 +1,97 @@
+"""Plain-words explanation of one prediction: where the time goes, what is exposed, what limits
+power, why it might throttle."""
+
+from __future__ import annotations
+
+from advisor.model import ModelSpec
+from advisor.perf.analytical import Prediction
+from advisor.platform import Platform
+
+LABELS = {
+    "compute_s": "compute (GEMMs, attention, elementwise)",
+    "recompute_s": "activation recompute",
+    "tp_comm_s": "exposed tensor-parallel communication",
+    "cp_comm_s": "exposed context-parallel ring exchange",
+    "ep_comm_s": "expert-parallel all-to-all",
+    "pp_comm_s": "pipeline send/recv",
+    "dp_comm_s": "exposed data-parallel gradient/parameter sync",
+    "bubble_s": "pipeline bubble",
+    "optimizer_s": "optimizer step",
+    "overhead_s": "per-layer launch overhead",
+}
+ADVICE = {
+    "tp_comm_s": "lower tp, keep TP inside the NVLink domain, or turn on TP communication "
+                 "overlap",
+    "cp_comm_s": "lower cp or keep the CP group inside the NVLink domain",
+    "ep_comm_s": "keep ep × etp inside the NVLink domain, or lower ep",
+    "pp_comm_s": "lower pp (TP+PP send/recv under-uses bandwidth) or raise mbs",
+    "dp_comm_s": "turn on gradient-reduce/parameter-gather overlap or raise the global batch",
+    "bubble_s": "more micro-batches per step (smaller mbs or larger gbs), interleaving (vp), "
+                "or lower pp",
+    "recompute_s": "use selective instead of full recompute if memory allows",
+    "overhead_s": "larger micro-batches or CUDA graphs amortise launch costs",
+}
+
+
+def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> list[str]:
+    """Sentences, most important first."""
+    c, s, p, m = prediction.config, prediction.step, prediction.power, prediction.memory
+    lines = [
+        f"{model.display_name or model.name} on {c.world_size} × {platform.display_name}: "
+        f"tp {c.tp}, pp {c.pp}{f' (vp {c.vp})' if c.vp > 1 else ''}, dp {c.dp}, cp {c.cp}"
+        f"{f', ep {c.ep}' if model.is_moe else ''}, mbs {c.mbs}, gbs {c.gbs}, "
+        f"{c.num_microbatches} micro-batches per step, {c.precision}, recompute {c.recompute}.",
+        f"Step {s.step_time_s:.2f} s → {s.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU, "
+        f"{s.tflops_per_gpu:,.0f} model TFLOP/s per GPU (MFU {s.mfu:.0%} of "
+        f"{c.precision_class.upper()} peak).",
+    ]
+    parts = sorted(s.components().items(), key=lambda kv: -kv[1])
+    shown = [f"{LABELS[k]} {v:.2f} s ({v / s.step_time_s:.0%})" for k, v in parts
+             if v / s.step_time_s >= 0.01]
+    lines.append("Where the time goes: " + "; ".join(shown) + ".")
+    waste = [(k, v) for k, v in parts if k not in ("compute_s", "optimizer_s")
+             and v / s.step_time_s >= 0.05]
+    if waste:
+        k, v = waste[0]
+        lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
+                     f"it: {ADVICE.get(k, 'see the breakdown')}.")
+    else:
+        lines.append("Compute-bound: communication, bubble and overheads together stay under "
+                     f"{sum(v for k, v in parts if k != 'compute_s') / s.step_time_s:.0%} "
+                     "of the step.")
+    lines.append(
+        f"Memory: {m.total_bytes / 1e9:.1f} of {m.capacity_bytes / 1e9:.1f} GB on the heaviest "
+        f"stage ({'fits' if m.fits else 'does NOT fit'}; weights {m.weights_bytes / 1e9:.1f}, "
+        f"gradients {m.gradients_bytes / 1e9:.1f}, optimizer {m.optimizer_bytes / 1e9:.1f}, "
+        f"activations {m.activations_bytes / 1e9:.1f} GB).")
+    busy = (s.compute_s + s.recompute_s) / s.step_time_s
+    limit = (f"the GEMM phases ask for {p.gemm_power_demand_w:.0f} W against a "
+             f"{platform.tdp_w:.0f} W limit, so the power cap binds"
+             if p.gemm_power_demand_w > platform.tdp_w else
+             f"the GEMM phases draw {p.gemm_power_demand_w:.0f} W, under the "
+             f"{platform.tdp_w:.0f} W limit")
+    lines.append(
+        f"Power: {p.avg_power_w:.0f} W average, {p.peak_power_w:.0f} W peak per GPU; the GPUs "
+        f"compute {busy:.0%} of the step and {limit}. {p.energy_j_per_token:.3f} J per token, "
+        f"{p.samples_per_mj:,.0f} samples per MJ.")
+    why = []
+    if p.throttle_risk_power >= 0.2:
+        why.append(f"power cap ({p.throttle_risk_power:.0%})")
+    if p.throttle_risk_thermal >= 0.2:
+        why.append(f"thermal slowdown at {platform.thermal_slowdown_c:.0f} °C "
+                   f"({p.throttle_risk_thermal:.0%})")
+    position = (f"front GPUs about {p.temp_front_c:.0f} °C, rear GPUs about "
+                f"{p.temp_rear_c:.0f} °C ({platform.cooling}-cooled)")
+    if why:
+        lines.append(f"Throttle risk {p.throttle_risk:.0%}: {', '.join(why)}; {position}. A "
+                     f"synchronous job runs at its slowest GPU, so expect about "
+                     f"{p.throttle_loss:.1%} lower throughput. Larger micro-batches raise peak "
+                     f"power; recompute and overlap change how long the GPUs stay busy.")
+    else:
+        lines.append(f"Throttle risk {p.throttle_risk:.0%}: {position}.")
+    lines.append(
+        "These are analytical predictions"
+        + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
+           "has no published runs)")
+        + "; power and thermal constants are placeholders until campaigns measure them.")
+    return lines

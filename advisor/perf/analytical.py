@@ -1,0 +1,122 @@
+"""The analytical model as one call: memory, step time with its breakdown, power and thermal.
+
+`analytical_table` is vectorised over a frame of configurations (what search and the surrogates
+use); `predict_config` wraps it for one configuration and returns typed results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pandas as pd
+
+from advisor.model import ModelSpec
+from advisor.parallel import ParallelConfig
+from advisor.perf.calibration import Calibration, load_calibration
+from advisor.perf.memory import MemoryBreakdown, memory_table
+from advisor.perf.power import power_table
+from advisor.perf.step import DEFAULT_FRAMEWORK, step_table
+from advisor.platform import Platform
+
+SOURCE = "analytical"
+
+
+@dataclass(frozen=True)
+class StepTimeBreakdown:
+    """One training step, seconds per component (they add up to `step_time_s`)."""
+
+    step_time_s: float
+    tokens_per_sec_per_gpu: float
+    tflops_per_gpu: float
+    """Model TFLOP/s per GPU, Megatron convention (no recompute FLOPs)."""
+    mfu: float
+    """Model FLOPs utilisation against the dense peak of the run's precision."""
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    """Exposed (not overlapped) communication, per parallelism."""
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    bubble_s: float
+    optimizer_s: float
+    overhead_s: float
+    num_microbatches: int
+
+    COMPONENTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+                  "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s")
+
+    def components(self) -> dict[str, float]:
+        return {c: getattr(self, c) for c in self.COMPONENTS}
+
+
+@dataclass(frozen=True)
+class PowerThermal:
+    avg_power_w: float
+    peak_power_w: float
+    gemm_power_demand_w: float
+    energy_j_per_token: float
+    samples_per_mj: float
+    """The paper's efficiency metric: sequences per megajoule over all GPUs."""
+    temp_front_c: float
+    temp_rear_c: float
+    throttle_risk: float
+    """Probability that clocks drop (power cap or thermal slowdown), 0..1."""
+    throttle_risk_power: float
+    throttle_risk_thermal: float
+    throttle_loss: float
+    """Expected fraction of throughput lost to throttling."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Everything the analytical model says about one configuration."""
+
+    config: ParallelConfig
+    step: StepTimeBreakdown
+    memory: MemoryBreakdown
+    power: PowerThermal
+    calibrated: bool
+    """False where the platform family had no published runs to calibrate on."""
+    source: str = SOURCE
+
+
+def analytical_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
+                     calibration: Calibration | None = None,
+                     framework: str = DEFAULT_FRAMEWORK) -> pd.DataFrame:
+    """Memory, step-time breakdown, power and thermal columns for every row of `configs`
+    (run by `framework`'s kernels: Megatron-Core unless said)."""
+    calibration = calibration or load_calibration()
+    step = step_table(model, platform, configs, calibration=calibration, framework=framework)
+    world = (configs["tp"] * configs["pp"] * configs["cp"] * configs["dp"]).to_numpy(float)
+    tokens = configs["gbs"].to_numpy(float) * configs["seq_len"].to_numpy(float)
+    power = power_table(platform, step, num_gpus=world, tokens_per_step=tokens,
+                        gemm_utilization=step["gemm_utilization"].to_numpy(),
+                        forward_burst_s=step["forward_burst_s"].to_numpy())
+    power["samples_per_mj"] = configs["gbs"].to_numpy(float) / (
+        power["avg_power_w"] * step["step_time_s"] * world / 1e6)
+    memory = memory_table(model, platform=platform, configs=configs)
+    return pd.concat([step, power, memory], axis=1)
+
+
+def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig, *,
+                   calibration: Calibration | None = None,
+                   framework: str = DEFAULT_FRAMEWORK) -> Prediction:
+    """The analytical prediction for one configuration."""
+    row = analytical_table(model, platform, pd.DataFrame([config.to_dict()]),
+                           calibration=calibration, framework=framework).iloc[0]
+
+    def pick(cls: type) -> dict:
+        out = {}
+        for f in fields(cls):
+            value = row[f.name]
+            out[f.name] = (int(value) if f.type in ("int",) else bool(value)
+                           if f.type == "bool" else float(value))
+        return out
+
+    return Prediction(config=config, step=StepTimeBreakdown(**pick(StepTimeBreakdown)),
+                      memory=MemoryBreakdown(**pick(MemoryBreakdown)),
+                      power=PowerThermal(**pick(PowerThermal)),
+                      calibrated=bool(np.asarray(row["calibrated"]).item()))

@@ -1,0 +1,121 @@
+"""α–β cost of NCCL/RCCL collectives, vectorised, inside or across the NVLink/xGMI domain.
+
+One collective over n GPUs moving a message of S bytes costs
+
+    t = α(n) + S · k / B(n)
+
+where k is the algorithm's traffic factor per GPU (ring all-reduce 2(n−1)/n, all-gather and
+reduce-scatter (n−1)/n, all-to-all (n−1)/n, send/recv 1) and B is the bus bandwidth the library
+reaches: inside the domain B(n) = η·(1 − c/n)·link bandwidth, across domains η_net·NIC
+bandwidth times the group's members per domain (capped by the domain's bandwidth).
+α grows with the number of ring hops: α(n) = α₀ + α₁·(n − 1).
+
+α₀, α₁, η and c are fitted to measured NCCL all-reduce tables (vTrain, A100 NVSwitch, 2–8 GPUs,
+1 MiB–1 GiB; `fit_collectives`) and stored in `calibration.toml`; the domain bandwidth itself
+comes from each platform's catalog entry. The message sizes a training step uses (MBs to GBs)
+are the range those tables cover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from advisor.platform import Platform
+
+RING_ALLREDUCE = "all_reduce"
+ALL_GATHER = "all_gather"
+REDUCE_SCATTER = "reduce_scatter"
+ALL_TO_ALL = "all_to_all"
+SEND_RECV = "send_recv"
+
+
+@dataclass(frozen=True)
+class CollectiveModel:
+    """Fitted α–β constants (see module docstring)."""
+
+    alpha0_s: float
+    alpha1_s: float
+    domain_efficiency: float
+    domain_group_penalty: float
+    network_efficiency: float
+    p2p_efficiency: float
+    """Fraction of link bandwidth a point-to-point send/recv reaches (one NCCL channel)."""
+
+    def time(self, kind: str, message_bytes: np.ndarray | float, n: np.ndarray | float,
+             in_domain: np.ndarray | bool, platform: Platform,
+             members_per_domain: np.ndarray | float = 1.0) -> np.ndarray:
+        """Seconds for one collective of `kind` over groups of `n` GPUs.
+
+        `message_bytes` is the full tensor (the all-reduce buffer, the gathered output, what one
+        GPU sends in all-to-all or send/recv). Groups of one GPU cost nothing. A group that
+        crosses domains with `members_per_domain` of its GPUs in each domain drives that many
+        NICs at once: NCCL's rings cross the network once per domain boundary, one channel per
+        NIC, so the bus bandwidth is min(members × NIC, domain bandwidth).
+        """
+        n = np.asarray(n, dtype=float)
+        size = np.asarray(message_bytes, dtype=float)
+        factor = traffic_factor(kind, n)
+        domain_bw = (platform.intra_domain_bandwidth_bytes_per_s * self.domain_efficiency
+                     * (1.0 - self.domain_group_penalty / np.maximum(n, 1.0)))
+        network_bw = np.minimum(
+            platform.inter_node_bandwidth_bytes_per_s * self.network_efficiency
+            * np.maximum(members_per_domain, 1.0), domain_bw)
+        if kind == SEND_RECV:
+            domain_bw = platform.intra_domain_bandwidth_bytes_per_s * self.p2p_efficiency
+            network_bw = platform.inter_node_bandwidth_bytes_per_s * self.p2p_efficiency
+        bandwidth = np.where(in_domain, domain_bw, network_bw)
+        hops = np.maximum(n - 1.0, 0.0) if kind != SEND_RECV else np.ones_like(n)
+        alpha = self.alpha0_s + self.alpha1_s * hops + np.where(
+            in_domain, platform.intra_domain_latency_s, platform.inter_node_latency_s)
+        return np.where(n > 1, alpha + size * factor / bandwidth, 0.0)
+
+
+def traffic_factor(kind: str, n: np.ndarray) -> np.ndarray:
+    """Bytes each GPU sends per byte of message, for the bandwidth-optimal (ring) algorithm."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    if kind == RING_ALLREDUCE:
+        return 2.0 * (n - 1.0) / n
+    if kind in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
+        return (n - 1.0) / n
+    if kind == SEND_RECV:
+        return np.ones_like(n)
+    raise ValueError(f"unknown collective {kind!r}")
+
+
+def read_nccl_tests_table(path: Path) -> tuple[int, np.ndarray, np.ndarray]:
+    """(GPUs, message bytes, seconds) from an nccl-tests style CSV named `AR_GPU<n>_...csv`;
+    the out-of-place time column is used."""
+    import pandas as pd
+
+    n = int(path.name.split("GPU")[1].split("_")[0])
+    frame = pd.read_csv(path)
+    return n, frame.iloc[:, 0].to_numpy(float), frame.iloc[:, 3].to_numpy(float) * 1e-9
+
+
+def fit_collectives(tables: list[tuple[int, np.ndarray, np.ndarray]],
+                    platform: Platform) -> dict[str, float]:
+    """Fit α₀, α₁, η, c of the in-domain all-reduce model to tables measured on `platform` by
+    least squares on relative error. Returns the constants and the fit's mean and median
+    absolute % error."""
+    from scipy.optimize import least_squares
+
+    n = np.concatenate([np.full(len(s), g, float) for g, s, _ in tables])
+    size = np.concatenate([s for _, s, _ in tables])
+    seconds = np.concatenate([t for _, _, t in tables])
+
+    def model(x: np.ndarray) -> np.ndarray:
+        a0, a1, eta, c = x
+        bw = platform.intra_domain_bandwidth_bytes_per_s * eta * (1.0 - c / n)
+        alpha = platform.intra_domain_latency_s + a0 + a1 * (n - 1)
+        return alpha + size * 2 * (n - 1) / n / bw
+
+    fit = least_squares(lambda x: model(x) / seconds - 1.0, x0=[3e-5, 5e-6, 0.8, 0.3],
+                        bounds=([0, 0, 0.1, 0], [1e-3, 1e-4, 1.0, 0.9]))
+    ape = np.abs(model(fit.x) / seconds - 1.0) * 100
+    a0, a1, eta, c = (float(v) for v in fit.x)
+    return {"alpha0_s": a0, "alpha1_s": a1, "domain_efficiency": eta,
+            "domain_group_penalty": c, "fit_mape_pct": float(ape.mean()),
+            "fit_median_ape_pct": float(np.median(ape)), "fit_points": int(len(size))}

@@ -1,0 +1,224 @@
+"""Calibrate the analytical model against published runs and measure its error honestly.
+
+`load_reference` turns rows shaped like `published_runs.csv` into (model, platform,
+configuration, measured tokens/s/GPU) cases, grouped so the vectorised model runs once per
+(model, platform). `fit_family` fits one platform family's `Efficiency` by least squares on
+log(predicted / measured). `leave_one_source_out` refits without each source in turn and
+predicts the source it left out; `error_table` and `kendall_by_group` summarise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from advisor.catalog import load_model, load_platform
+from advisor.errors import AdvisorError
+from advisor.perf.calibration import (
+    FIT_PARAMETERS,
+    FRAMEWORK_PARAMETERS,
+    Calibration,
+    FrameworkEfficiency,
+)
+from advisor.perf.memory import estimate_memory
+from advisor.perf.step import DEFAULT_FRAMEWORK, step_table
+from advisor.predict_input import lightest_recompute_that_fits, parse_run_row
+
+PRIOR_LOG_SD = 0.5
+"""A Gaussian prior on log(parameter) around the literature value (`[prior]` of
+calibration.toml), so a family with few runs stays near it: the fit is a MAP estimate."""
+DATA_LOG_SD = 0.15
+"""Typical log error of one run against the model (scale of the data term)."""
+FIT_FRAMEWORKS = True
+"""Fit kernel factors for non-Megatron frameworks (llm-foundry). Leave-one-source-out error is
+the same with or without them (19.4 %: a held-out framework is predicted at Megatron-Core's
+efficiency either way), but with them the families describe Megatron-Core alone (Megatron
+sources 16.1 % against 16.4 %) instead of a blend of frameworks."""
+LOG_FLOOR = 1e-6
+"""Parameters are fitted in log space; a zero lower bound becomes this."""
+FRAMEWORK_BOUNDS = (0.3, 1.5)
+BOUNDS = {"gemm": (0.2, 1.0), "gemm_half_dim": (1.0, 2048.0),
+          "gemm_memory_exposure": (0.05, 8.0), "attention": (0.1, 1.0), "scan": (0.005, 1.0),
+          "layer_overhead_s": (1e-5, 5e-3), "fp8_ratio": (0.4, 1.0), "fp4_ratio": (0.3, 1.0)}
+
+
+@dataclass
+class Reference:
+    """Published runs ready to predict: `rows` (one per usable run, with `family`, `source`,
+    `measured`) and the `ParallelConfig` columns per (model, platform) group."""
+
+    rows: pd.DataFrame
+    groups: dict[tuple[str, str], tuple[pd.Index, pd.DataFrame]]
+    skipped: pd.DataFrame
+    """Rows left out, with `why`."""
+
+    def subset(self, mask: np.ndarray) -> Reference:
+        keep = self.rows.index[mask]
+        groups = {}
+        for key, (idx, configs) in self.groups.items():
+            sel = idx.isin(keep)
+            if sel.any():
+                groups[key] = (idx[sel], configs[sel])
+        return Reference(rows=self.rows.loc[keep], groups=groups, skipped=self.skipped)
+
+
+def load_reference(path: Path) -> Reference:
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    usable, skipped, configs = [], [], {}
+    for i, row in frame.iterrows():
+        measured = row.get("tokens_per_sec_per_gpu", "").strip()
+        if not measured:
+            skipped.append((i, "no tokens_per_sec_per_gpu"))
+            continue
+        try:
+            model = load_model(row["model"])
+            platform = load_platform(row["gpu"])
+            config, _ = parse_run_row(row, model)
+            if not row.get("recompute", "").strip():
+                config = _assumed_recompute(row, model, config, platform)
+        except AdvisorError as e:
+            skipped.append((i, str(e)))
+            continue
+        usable.append({"index": i, "model": model.name, "platform": platform.name,
+                       "family": platform.family, "source": row["source_name"],
+                       "framework": row.get("framework", ""), "precision": row["precision"],
+                       "model_family": model.family or model.name, "moe": model.is_moe,
+                       "mamba": model.mamba_num_heads > 0,
+                       "num_gpus": int(float(row["num_gpus"])), "measured": float(measured)})
+        configs[i] = config.to_dict() | {"framework": row.get("framework", "") or "megatron"}
+    rows = pd.DataFrame(usable).set_index("index")
+    all_configs = pd.DataFrame.from_dict(configs, orient="index")
+    groups = {}
+    for key, part in rows.groupby(["model", "platform"]):
+        groups[key] = (part.index, all_configs.loc[part.index])
+    skipped_frame = pd.DataFrame(skipped, columns=["index", "why"]).set_index("index")
+    return Reference(rows=rows, groups=groups, skipped=skipped_frame)
+
+
+def _assumed_recompute(row: pd.Series, model, config, platform):
+    """Recompute for a row that does not say: NVIDIA's tuned recipes (Megatron rows with a
+    container release) run without full recompute, some with selective (published_runs README),
+    so: none if it fits, else selective. Other rows: the least recompute that fits."""
+    if row.get("framework", "") == "megatron" and row.get("software", "").strip():
+        fits = estimate_memory(model, parallel=config.replace(recompute="none"),
+                               platform=platform).fits
+        return config.replace(recompute="none" if fits else "selective")
+    return lightest_recompute_that_fits(model, config, platform)[0]
+
+
+def predict_reference(ref: Reference, calibration: Calibration) -> pd.Series:
+    """Predicted tokens/s/GPU for every reference row."""
+    out = pd.Series(np.nan, index=ref.rows.index)
+    for (model_name, platform_name), (idx, configs) in ref.groups.items():
+        table = step_table(load_model(model_name), load_platform(platform_name), configs,
+                           calibration=calibration)
+        out.loc[idx] = table["tokens_per_sec_per_gpu"].to_numpy()
+    return out
+
+
+def _constrained(rows: pd.DataFrame, parameter: str) -> bool:
+    """Whether any row informs `parameter` (no FP4 rows: fp4_ratio stays at the prior)."""
+    classes = rows["precision"].str.lower()
+    if parameter == "fp8_ratio":
+        return bool(classes.isin(["fp8", "fp8-cs", "fp8-block", "mxfp8"]).any())
+    if parameter == "fp4_ratio":
+        return bool((classes == "nvfp4").any())
+    if parameter == "scan":
+        return bool(rows["mamba"].any())
+    return len(rows) > 0
+
+
+def fit_all(ref: Reference, calibration: Calibration, *,
+            fit_frameworks: bool = FIT_FRAMEWORKS) -> Calibration:
+    """Fit every platform family's `Efficiency` (and, with `fit_frameworks`, every
+    non-reference framework's kernel factors) jointly: least squares on log(predicted /
+    measured) of all rows plus a log-normal prior on each parameter (MAP). Parameters no row
+    informs keep their prior value."""
+    from scipy.optimize import least_squares
+    from scipy.sparse import lil_matrix
+
+    rows = ref.rows
+    families = sorted(rows["family"].unique())
+    frameworks = (sorted(set(rows["framework"]) - {DEFAULT_FRAMEWORK, ""}) if fit_frameworks
+                  else [])
+    names: list[tuple[str, str, str]] = []
+    for family in families:
+        part = rows[rows["family"] == family]
+        names += [("family", family, p) for p in FIT_PARAMETERS if _constrained(part, p)]
+    names += [("framework", fw, k) for fw in frameworks for k in FRAMEWORK_PARAMETERS]
+    prior_values = np.array([getattr(calibration.prior, p) if kind == "family" else 1.0
+                             for kind, _, p in names])
+    z_prior = np.log(np.maximum(prior_values, LOG_FLOOR))
+    lo = np.log([max(BOUNDS[p][0], LOG_FLOOR) if kind == "family" else FRAMEWORK_BOUNDS[0]
+                 for kind, _, p in names])
+    hi = np.log([BOUNDS[p][1] if kind == "family" else FRAMEWORK_BOUNDS[1]
+                 for kind, _, p in names])
+    z0 = np.clip(z_prior, lo + 1e-9, hi - 1e-9)
+    measured = np.log(rows["measured"].to_numpy())
+
+    sparsity = lil_matrix((len(rows) + len(names), len(names)), dtype=int)
+    family_of = rows["family"].to_numpy()
+    framework_of = rows["framework"].to_numpy()
+    for j, (kind, key, _) in enumerate(names):
+        hit = np.flatnonzero((family_of if kind == "family" else framework_of) == key)
+        sparsity[hit, j] = 1
+        sparsity[len(rows) + j, j] = 1
+    pull = DATA_LOG_SD / PRIOR_LOG_SD
+
+    def build(z: np.ndarray) -> Calibration:
+        values = dict(zip(names, np.exp(z), strict=True))
+        fams = {f: dataclasses.replace(calibration.prior, calibrated=True, **{
+            p: float(v) for (kind, key, p), v in values.items() if kind == "family" and key == f})
+            for f in families}
+        fws = {fw: FrameworkEfficiency(**{p: float(v) for (kind, key, p), v in values.items()
+                                          if kind == "framework" and key == fw})
+               for fw in frameworks}
+        return calibration.with_families(fams).with_frameworks(fws)
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        pred = predict_reference(ref, build(z)).to_numpy()
+        return np.concatenate([np.log(pred) - measured, pull * (z - z_prior)])
+
+    fit = least_squares(residuals, z0, bounds=(lo, hi), jac_sparsity=sparsity,
+                        diff_step=1e-3, max_nfev=100)
+    return build(fit.x)
+
+
+def predict_held_out(ref: Reference, calibration: Calibration, source: str) -> pd.Series:
+    """Fit on every row not from `source`, predict the rows of `source`."""
+    held = (ref.rows["source"] == source).to_numpy()
+    fitted = fit_all(ref.subset(~held), calibration.with_families({}).with_frameworks({}))
+    return predict_reference(ref.subset(held), fitted)
+
+
+def leave_one_source_out(ref: Reference, calibration: Calibration) -> pd.Series:
+    """Prediction for each row from a calibration fitted without the row's source."""
+    parts = [predict_held_out(ref, calibration, source) for source in ref.rows["source"].unique()]
+    return pd.concat(parts).reindex(ref.rows.index)
+
+
+def error_table(rows: pd.DataFrame, predicted: pd.Series, by: str | None) -> pd.DataFrame:
+    """MAPE and median APE (%) of predicted vs measured tokens/s/GPU, overall or per `by`."""
+    ape = (predicted / rows["measured"] - 1.0).abs() * 100
+    frame = pd.DataFrame({"ape": ape, "key": rows[by] if by else "all"})
+    table = frame.groupby("key")["ape"].agg(rows="count", mape="mean", median_ape="median")
+    return table.round(1)
+
+
+def kendall_by_group(rows: pd.DataFrame, predicted: pd.Series,
+                     keys: tuple[str, ...] = ("model", "platform", "num_gpus")) -> pd.DataFrame:
+    """Kendall τ between predicted and measured throughput within groups of ≥ 3 rows sharing
+    `keys` (the ranking question: which layout of this job is fastest?)."""
+    from scipy.stats import kendalltau
+
+    out = []
+    for key, part in rows.groupby(list(keys)):
+        if len(part) < 3 or part["measured"].nunique() < 2:
+            continue
+        tau = kendalltau(predicted.loc[part.index], part["measured"]).statistic
+        out.append((*key, len(part), tau))
+    return pd.DataFrame(out, columns=[*keys, "rows", "tau"])

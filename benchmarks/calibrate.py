@@ -1,0 +1,185 @@
+"""Calibrate the analytical model and print its honest error.
+
+    python benchmarks/calibrate.py                # fit, leave-one-source-out table, vTrain
+    python benchmarks/calibrate.py --write        # ...and write advisor/catalog/calibration.toml
+    python benchmarks/calibrate.py --no-loso      # skip the (minutes-long) cross-validation
+
+Fits (1) the collective α–β constants to vTrain's NCCL all-reduce tables and (2) each platform
+family's efficiencies to `shared/reference/published_runs.csv` (MAP: least squares on
+log(predicted/measured) with a log-normal prior around the literature values). Reports error of
+tokens/s/GPU under leave-one-source-out cross-validation (refit without each source, predict it)
+overall and per source, platform, model family and precision, Kendall τ within groups sharing
+model, platform and GPU count, and the vTrain single-node score (MAPE, τ per job, top-1 regret).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from advisor.catalog import load_platform
+from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
+from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
+from advisor.perf.fit import (
+    error_table,
+    fit_all,
+    kendall_by_group,
+    leave_one_source_out,
+    load_reference,
+    predict_reference,
+)
+from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
+from advisor.perf.vtrain import (
+    cross_validated,
+    fit_host_overhead,
+    load_vtrain,
+    predict_vtrain,
+    score_vtrain,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "reference"
+TARGET = ROOT / "advisor" / "catalog" / "calibration.toml"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _print(title: str, table: pd.DataFrame) -> None:
+    print(f"\n## {title}\n")
+    print(table.to_string())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write calibration.toml")
+    parser.add_argument("--no-loso", action="store_true", help="skip cross-validation")
+    parser.add_argument("--reference", type=Path, default=SHARED / "published_runs.csv")
+    parser.add_argument("--vtrain", type=Path, default=SHARED / "vtrain")
+    args = parser.parse_args()
+
+    base = load_calibration()
+    tables = [read_nccl_tests_table(p)
+              for p in sorted((args.vtrain / "allreduce_a100").glob("AR_GPU*_LUT.csv"))]
+    coll = fit_collectives(tables, load_platform("a100"))
+    print(f"collectives: {coll['fit_points']} NCCL points, fit MAPE {coll['fit_mape_pct']:.2f} %"
+          f" (median {coll['fit_median_ape_pct']:.2f} %): alpha0 {coll['alpha0_s'] * 1e6:.1f} us,"
+          f" alpha1 {coll['alpha1_s'] * 1e6:.2f} us/hop, efficiency "
+          f"{coll['domain_efficiency']:.3f}, group penalty {coll['domain_group_penalty']:.3f}")
+    import dataclasses
+
+    base = dataclasses.replace(base, collectives=dataclasses.replace(
+        base.collectives, **{k: coll[k] for k in ("alpha0_s", "alpha1_s", "domain_efficiency",
+                                                   "domain_group_penalty")}))
+
+    ref = load_reference(args.reference)
+    print(f"reference: {len(ref.rows)} runs used, {len(ref.skipped)} skipped "
+          f"({ref.skipped['why'].str.split(';').str[0].value_counts().to_dict()})")
+    fitted = fit_all(ref, base.with_families({}))
+    for family, eff in fitted.families.items():
+        print(f"  {family}: " + ", ".join(f"{k} {getattr(eff, k):.4g}" for k in FIT_PARAMETERS))
+    rows = ref.rows
+    in_sample = predict_reference(ref, fitted)
+    _print("in-sample error (tokens/s/GPU, %)", error_table(rows, in_sample, None))
+
+    vtrain = load_vtrain(args.vtrain / "ground_truth_single.csv")
+    zero, _ = score_vtrain(vtrain, predict_vtrain(vtrain, fitted))
+    cv_pred, host = cross_validated(vtrain, fitted)
+    score, _ = score_vtrain(vtrain, cv_pred)
+    host_all = fit_host_overhead(vtrain, fitted)
+    print(f"\n## vTrain single-node A100 ({score.rows} runs, {score.jobs} jobs; ampere "
+          f"calibration from published runs)\n")
+    for label, s in (("zero-shot (nothing from vTrain)", zero),
+                     ("host overhead cross-validated by hidden size "
+                      f"({', '.join(f'{k}: {v * 1e3:.2f} ms' for k, v in host.items())})",
+                      score)):
+        print(f"{label}: MAPE {s.mape_pct:.1f} %, median APE {s.median_ape_pct:.1f} %, Kendall "
+              f"tau per job median {s.median_kendall_tau:.2f} (mean {s.mean_kendall_tau:.2f}), "
+              f"top-1 regret median {s.median_top1_regret_pct:.1f} % (mean "
+              f"{s.mean_top1_regret_pct:.1f} %)")
+    print("peer analytical model (Calculon): 38.9 % MAPE, tau 0.48")
+
+    metrics = {"in_sample_mape_pct": float(error_table(rows, in_sample, None)["mape"].iloc[0]),
+               "vtrain_zero_shot_mape_pct": zero.mape_pct,
+               "vtrain_zero_shot_median_tau": zero.median_kendall_tau,
+               "vtrain_cv_mape_pct": score.mape_pct,
+               "vtrain_cv_median_tau": score.median_kendall_tau,
+               "vtrain_cv_median_top1_regret_pct": score.median_top1_regret_pct}
+    fitted = fitted.with_frameworks(fitted.frameworks | {
+        VTRAIN_FRAMEWORK: FrameworkEfficiency(layer_overhead_s=host_all)})
+    if not args.no_loso:
+        loso = leave_one_source_out(ref, base.with_families({}))
+        _print("leave-one-source-out error (tokens/s/GPU, %)", error_table(rows, loso, None))
+        for by in ("source", "platform", "model_family", "precision", "framework"):
+            _print(f"... by {by}", error_table(rows, loso, by))
+        tau = kendall_by_group(rows, loso)
+        print(f"\nKendall tau (LOSO predictions) within {len(tau)} groups sharing model, platform "
+              f"and GPU count (>= 3 runs): median {tau['tau'].median():.2f}, mean "
+              f"{tau['tau'].mean():.2f}")
+        table = error_table(rows, loso, None)
+        metrics.update(loso_mape_pct=float(table["mape"].iloc[0]),
+                       loso_median_ape_pct=float(table["median_ape"].iloc[0]),
+                       loso_median_tau=float(tau["tau"].median()))
+
+    if args.write:
+        _write(fitted, base, coll, metrics, args.reference)
+        print(f"\nwrote {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+def _write(fitted, base, coll, metrics, reference: Path) -> None:
+    c = base.collectives
+    lines = [
+        "# calibration.toml — free parameters of the analytical performance model.",
+        "# Written by `python benchmarks/calibrate.py --write`; do not edit by hand.",
+        f"# {dt.date.today().isoformat()}: published_runs.csv sha256 {_sha(reference)[:16]}",
+        "",
+        "[collectives]",
+        f"alpha0_s = {c.alpha0_s:.6g}",
+        f"alpha1_s = {c.alpha1_s:.6g}",
+        f"domain_efficiency = {c.domain_efficiency:.6g}",
+        f"domain_group_penalty = {c.domain_group_penalty:.6g}",
+        f"network_efficiency = {c.network_efficiency:.6g}",
+        f"p2p_efficiency = {c.p2p_efficiency:.6g}",
+        "",
+        "[prior]",
+        *(f"{k} = {getattr(base.prior, k):.6g}" for k in FIT_PARAMETERS),
+        "",
+    ]
+    for family, eff in fitted.families.items():
+        lines += [f"[family.{family}]", *(f"{k} = {getattr(eff, k):.6g}"
+                                          for k in FIT_PARAMETERS), ""]
+    for name, fw in sorted(fitted.frameworks.items()):
+        lines += [f"[framework.{name}]", f"gemm = {fw.gemm:.6g}", f"attention = {fw.attention:.6g}"]
+        if fw.layer_overhead_s is not None:
+            lines.append(f"layer_overhead_s = {fw.layer_overhead_s:.6g}")
+        lines.append("")
+    lines += ["[metrics]", *(f"{k} = {v:.4g}" for k, v in metrics.items()), ""]
+    sources = dict(base.sources)
+    sources["collectives"] = (
+        f"alpha0_s, alpha1_s, domain_efficiency, domain_group_penalty fitted to vTrain's measured "
+        f"NCCL all-reduce tables (A100 NVSwitch, 2-8 GPUs, 1 MiB-1 GiB, {coll['fit_points']} "
+        f"points; fit MAPE {coll['fit_mape_pct']:.2f} %)")
+    sources["family"] = ("MAP fit to published_runs.csv (tokens/s/GPU; log-ratio least squares, "
+                         "log-normal prior around [prior]); see benchmarks/calibrate.py")
+    sources["framework"] = ("gemm and attention: fitted jointly with the families on the rows of "
+                            "each framework (Megatron-Core = 1); megatron-deepspeed "
+                            "layer_overhead_s: fitted to vTrain's 1,440 A100 runs")
+    lines += ["[sources]", *(f"{k} = {_quote(v)}" for k, v in sorted(sources.items())), ""]
+    TARGET.write_text("\n".join(lines))
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())

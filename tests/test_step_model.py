@@ -1,0 +1,182 @@
+"""Invariants of the analytical step-time, power and thermal model, each named after its rule,
+checked over whole enumerated configuration spaces (dense, MoE, hybrid; NVLink-8 and NVL72;
+NVIDIA and AMD)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.catalog import load_model, load_platform
+from advisor.parallel import ParallelConfig, make_config, make_job
+from advisor.perf.analytical import analytical_table, predict_config
+from advisor.perf.power import PEAK_EXCURSION
+from advisor.space import enumerate_space
+
+JOBS = [("llama3-70b", "h200", 64), ("mixtral-8x7b", "h100", 32),
+        ("qwen3-30b-a3b", "gb200", 64), ("nemotron-3-nano-30b-a3b", "b200", 16),
+        ("llama3-8b", "mi300x", 16), ("deepseek-v3", "h100", 256)]
+COMM = ["tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s"]
+
+
+@pytest.fixture(scope="module", params=JOBS, ids=[f"{m}-{p}-{g}" for m, p, g in JOBS])
+def space(request):
+    name, platform_name, gpus = request.param
+    model, platform = load_model(name), load_platform(platform_name)
+    job = make_job(model, platform, num_gpus=gpus)
+    configs = enumerate_space(job)
+    if len(configs) > 4000:
+        configs = configs.sample(4000, random_state=0)
+    table = analytical_table(model, platform, configs)
+    return model, platform, configs, table
+
+
+def test_tp1_means_no_tp_traffic(space):
+    _, _, configs, table = space
+    tp1 = (configs["tp"] == 1).to_numpy()
+    assert tp1.any()
+    assert (table.loc[tp1, "tp_comm_s"] == 0).all()
+
+
+def test_pp1_means_no_bubble_and_no_send_recv(space):
+    _, _, configs, table = space
+    pp1 = (configs["pp"] == 1).to_numpy()
+    assert pp1.any()
+    assert (table.loc[pp1, "bubble_s"] == 0).all()
+    assert (table.loc[pp1, "pp_comm_s"] == 0).all()
+
+
+def test_pipeline_bubble_follows_the_schedule(space):
+    _, _, configs, table = space
+    m = configs["gbs"] / (configs["mbs"] * configs["dp"])
+    expected = (configs["pp"] - 1) / configs["vp"] * table["microbatch_s"]
+    assert np.allclose(table["bubble_s"], expected)
+    assert np.allclose(table["num_microbatches"], m)
+
+
+def test_components_add_up_to_the_step(space):
+    _, _, _, table = space
+    total = table[["compute_s", "recompute_s", *COMM, "bubble_s", "optimizer_s",
+                   "overhead_s"]].sum(axis=1)
+    assert np.allclose(total, table["step_time_s"], rtol=1e-9)
+    assert (table[["compute_s", "recompute_s", *COMM, "bubble_s", "optimizer_s",
+                   "overhead_s"]] >= 0).all().all()
+
+
+def test_full_recompute_is_never_faster_than_none(space):
+    model, platform, configs, _ = space
+    none = configs.assign(recompute="none")
+    full = configs.assign(recompute="full")
+    t_none = analytical_table(model, platform, none)["step_time_s"]
+    t_full = analytical_table(model, platform, full)["step_time_s"]
+    assert (t_full >= t_none - 1e-12).all()
+
+
+def test_mfu_stays_below_one(space):
+    _, _, _, table = space
+    assert (table["mfu"] > 0).all() and (table["mfu"] < 1).all()
+
+
+def test_peak_power_is_at_least_average_and_at_most_limit_plus_excursion(space):
+    _, platform, _, table = space
+    assert (table["peak_power_w"] >= table["avg_power_w"]).all()
+    assert (table["peak_power_w"] <= platform.tdp_w * (1 + PEAK_EXCURSION) + 1e-9).all()
+    assert (table["avg_power_w"] >= platform.idle_power_w).all()
+    assert (table["avg_power_w"] <= platform.tdp_w).all()
+
+
+def test_larger_micro_batch_never_lowers_peak_power(space):
+    model, platform, configs, _ = space
+    base = configs.drop_duplicates(subset=[c for c in configs.columns if c != "mbs"])
+    previous = None
+    for mbs in (1, 2, 4, 8):
+        ok = (base["gbs"] % (mbs * base["dp"]) == 0).to_numpy()
+        base = base[ok]
+        if previous is not None:
+            previous = previous[ok]
+        peak = analytical_table(model, platform, base.assign(mbs=mbs))["peak_power_w"]
+        if previous is not None:
+            assert (peak.to_numpy() >= previous - 1e-9).all()
+        previous = peak.to_numpy()
+
+
+def test_throttle_risk_is_a_probability_and_energy_is_positive(space):
+    _, _, _, table = space
+    assert table["throttle_risk"].between(0, 1).all()
+    assert (table["throttle_loss"] >= 0).all() and (table["throttle_loss"] < 1).all()
+    assert (table["energy_j_per_token"] > 0).all()
+
+
+@pytest.mark.parametrize("name,platform_name,tp", [("llama3-70b", "h100", 8),
+                                                   ("llama3-8b", "a100", 2),
+                                                   ("mixtral-8x7b", "h200", 1)])
+def test_more_gpus_at_fixed_per_gpu_work_never_reduce_communication(name, platform_name, tp):
+    """Weak scaling: double data parallelism and the global batch together; each GPU computes
+    the same, so its communication (nothing overlapped) may only grow — more so once the group
+    leaves the NVLink domain."""
+    model, platform = load_model(name), load_platform(platform_name)
+    comm = []
+    for dp in (1, 2, 4, 8, 16, 32):
+        job = make_job(model, platform, num_gpus=tp * dp, gbs=8 * dp, seq_len=4096)
+        config = make_config(job, tp=tp, ep=min(dp * tp, 8) if model.is_moe else 1,
+                             overlap=False)
+        step = predict_config(model, platform, config).step
+        comm.append(sum(getattr(step, c) for c in COMM))
+    assert all(b >= a - 1e-12 for a, b in zip(comm, comm[1:], strict=False)), comm
+    assert comm[-1] > comm[1]
+
+
+def test_overlap_hides_communication():
+    model, platform = load_model("llama3-70b"), load_platform("h100")
+    job = make_job(model, platform, num_gpus=64, seq_len=8192, gbs=128)
+    on = predict_config(model, platform, make_config(job, tp=8, pp=2, overlap=True)).step
+    off = predict_config(model, platform, make_config(job, tp=8, pp=2, overlap=False)).step
+    assert on.tp_comm_s < off.tp_comm_s
+    assert on.dp_comm_s <= off.dp_comm_s
+    assert on.step_time_s < off.step_time_s
+
+
+@pytest.mark.parametrize("platform_name", ["h100", "a100"])
+def test_tp_across_the_nvlink_domain_costs_more(platform_name):
+    """Per layer, the same activations cost more to all-gather/reduce-scatter once the TP group
+    spans two nodes (NIC bandwidth and latency), however many NICs the rings use."""
+    model, platform = load_model("llama3-70b"), load_platform(platform_name)
+    job = make_job(model, platform, num_gpus=64, seq_len=4096, gbs=128)
+    inside = predict_config(model, platform, make_config(job, tp=8, overlap=False)).step
+    across = predict_config(model, platform, make_config(job, tp=16, overlap=False)).step
+    # Same layers and tokens per micro-batch; the message per collective is the same size.
+    per_mb_inside = inside.tp_comm_s / inside.num_microbatches
+    per_mb_across = across.tp_comm_s / across.num_microbatches
+    assert per_mb_across > per_mb_inside
+
+
+def test_fp8_gains_less_than_twice():
+    model, platform = load_model("llama3-70b"), load_platform("h100")
+    job = make_job(model, platform, num_gpus=64, seq_len=8192, gbs=128)
+    bf16 = predict_config(model, platform, make_config(job, tp=4, pp=2))
+    fp8 = predict_config(model, platform, make_config(
+        make_job(model, platform, num_gpus=64, seq_len=8192, gbs=128, precision="fp8"),
+        tp=4, pp=2))
+    speedup = bf16.step.step_time_s / fp8.step.step_time_s
+    assert 1.0 < speedup < 2.0
+
+
+def test_rear_gpus_run_hotter_when_air_cooled():
+    model = load_model("llama3-70b")
+    air, liquid = load_platform("h200"), load_platform("gb200")
+    for platform in (air, liquid):
+        job = make_job(model, platform, num_gpus=64, seq_len=8192, gbs=128)
+        power = predict_config(model, platform, make_config(job, tp=4, pp=2)).power
+        assert power.temp_rear_c >= power.temp_front_c
+        if platform.cooling == "air":
+            assert power.temp_rear_c > power.temp_front_c * 1.2
+
+
+def test_single_config_matches_the_table():
+    model, platform = load_model("mixtral-8x7b"), load_platform("h100")
+    config = ParallelConfig(tp=2, pp=2, dp=8, ep=8, mbs=1, gbs=256, seq_len=4096,
+                            sequence_parallel=True, overlap_grad_reduce=True)
+    one = predict_config(model, platform, config)
+    table = analytical_table(model, platform, pd.DataFrame([config.to_dict()])).iloc[0]
+    assert one.step.step_time_s == pytest.approx(table["step_time_s"])
+    assert one.memory.total_bytes == pytest.approx(table["total_bytes"])
+    assert one.source == "analytical"
