@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from advisor import catalog
@@ -68,6 +70,73 @@ def test_predict_writes_output(tmp_path):
     assert r.exit_code == 0
     text = dst.read_text()
     assert "pred_memory_gb" in text and "unknown model" in text
+    out = pd.read_csv(dst)
+    good = out.iloc[0]
+    for column in ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tflops_per_gpu",
+                   "pred_mfu", "pred_avg_power_w", "pred_peak_power_w",
+                   "pred_energy_j_per_token", "pred_throttle_risk"):
+        assert good[column] > 0, column
+    assert good["pred_source"] == "analytical"
+    # tokens/s/GPU is the step's tokens over its time and GPUs
+    assert good["pred_tokens_per_sec_per_gpu"] == pytest.approx(
+        64 * 8192 / good["pred_step_time_s"] / 8, rel=1e-3)
+    assert pd.isna(out.iloc[1]["pred_step_time_s"])
+
+
+def test_predict_one_config_from_flags_json():
+    r = run("predict", "-m", "70b", "-p", "h200", "-g", "64", "--tp", "4", "--pp", "2",
+            "--mbs", "1", "--gbs", "128", "--seq-len", "8192", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["source"] == "analytical"
+    assert d["config"]["dp"] == 8 and d["config"]["sequence_parallel"] is True
+    step = d["step"]
+    parts = sum(step[k] for k in ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s",
+                                  "ep_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
+                                  "optimizer_s", "overhead_s"))
+    assert parts == pytest.approx(step["step_time_s"])
+    assert d["power"]["peak_power_w"] >= d["power"]["avg_power_w"]
+    assert d["memory"]["fits"] is True
+
+
+def test_predict_matches_library():
+    from advisor.catalog import load_model, load_platform
+    from advisor.parallel import make_config, make_job
+    from advisor.perf.analytical import predict_config
+
+    r = run("predict", "-m", "mixtral-8x7b", "-p", "h100", "-g", "32", "--tp", "2",
+            "--ep", "8", "--recompute", "selective", "--json")
+    assert r.exit_code == 0, r.output
+    model, platform = load_model("mixtral-8x7b"), load_platform("h100")
+    job = make_job(model, platform, num_gpus=32)
+    pred = predict_config(model, platform, make_config(job, tp=2, ep=8, recompute="selective"))
+    assert json.loads(r.stdout)["step"]["step_time_s"] == pytest.approx(pred.step.step_time_s)
+
+
+def test_predict_needs_a_config_or_a_file():
+    _one_line_error(run("predict", "-m", "70b"))
+
+
+def test_predict_layout_that_does_not_divide_is_one_line_exit_2():
+    _one_line_error(run("predict", "-m", "70b", "-p", "h200", "-g", "64", "--tp", "3"))
+
+
+def test_explain_names_the_bottleneck_and_the_thermal_story():
+    r = run("explain", "-m", "gpt3-175b", "-p", "h200", "-g", "32", "--tp", "2", "--pp", "16",
+            "--mbs", "1", "--gbs", "128", "--seq-len", "2048")
+    assert r.exit_code == 0, r.output
+    text = r.output
+    assert "Where the time goes" in text and "pipeline bubble" in text
+    assert "Biggest loss" in text
+    assert "W average" in text and "W peak" in text and "Throttle risk" in text
+    assert "analytical" in text
+
+
+def test_explain_json_has_lines_and_prediction():
+    r = run("explain", "-m", "70b", "-p", "b200", "-g", "16", "--tp", "8", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert len(d["explanation"]) >= 5 and d["prediction"]["step"]["step_time_s"] > 0
 
 
 def _one_line_error(r):

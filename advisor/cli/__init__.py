@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from advisor.cli import catalog_cmd
-from advisor.cli.predict_cmd import predict
+from advisor.cli.predict_cmd import explain, predict
 from advisor.cli.space_cmd import memory, space
 
 app = typer.Typer(
@@ -13,12 +13,13 @@ app = typer.Typer(
     "(memory, FLOP/s, NVLink and network) and models (layers, heads, experts), enumerates "
     "parallel layouts — TP tensor, PP pipeline, DP data, CP context, EP expert parallelism, "
     "VP virtual pipeline stages, micro-batch, activation recompute, optimizer/FSDP sharding — "
-    "and predicts per-GPU memory for each.",
+    "and predicts per-GPU memory, step time, throughput, power and throttle risk for each.",
     no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False)
 app.add_typer(catalog_cmd.app, name="catalog")
 app.command()(space)
 app.command()(memory)
 app.command()(predict)
+app.command()(explain)
 
 
 def main() -> None:

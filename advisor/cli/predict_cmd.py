@@ -1,4 +1,4 @@
-"""`advisor predict`: predictions for every row of a CSV of runs."""
+"""`advisor predict` and `advisor explain`: one configuration from flags, or every row of a CSV."""
 
 from __future__ import annotations
 
@@ -9,23 +9,99 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from advisor.cli.common import JsonOpt, emit_json, guard
-from advisor.predict_input import predict_frame, read_rows
+from advisor.cli.common import (
+    GbsOpt,
+    JsonOpt,
+    PrecisionOpt,
+    SeqLenOpt,
+    emit_json,
+    guard,
+)
+from advisor.errors import AdvisorError
+
+ModelOptional = Annotated[str | None, typer.Option(
+    "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
+    "config.json path.")]
+PlatformOptional = Annotated[str | None, typer.Option(
+    "--platform", "-p", help="Catalog platform (h100, h200, b200, mi300x, ...) or a cluster "
+    ".toml file.")]
+GpusOptional = Annotated[int | None, typer.Option("--gpus", "-g", min=1,
+                                                  help="Number of GPUs (MI250: GCDs).")]
+TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor parallel size.")]
+PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline parallel stages.")]
+CpOpt = Annotated[int, typer.Option("--cp", min=1, help="Context parallel size.")]
+EpOpt = Annotated[int, typer.Option("--ep", min=1, help="Expert parallel size (MoE).")]
+EtpOpt = Annotated[int, typer.Option("--etp", min=1, help="Expert tensor parallel size (MoE).")]
+VpOpt = Annotated[int, typer.Option("--vp", min=1, help="Virtual pipeline stages per GPU "
+                                    "(interleaved 1F1B).")]
+MbsOpt = Annotated[int, typer.Option("--mbs", min=1, help="Micro-batch size in sequences.")]
+RecomputeOpt = Annotated[str, typer.Option("--recompute", help="none, selective or full.")]
+ShardingOpt = Annotated[str, typer.Option(
+    "--dp-sharding", help="none (DDP), optimizer (distributed optimizer / ZeRO-1) or full "
+    "(FSDP / ZeRO-3).")]
+NoOverlapOpt = Annotated[bool, typer.Option(
+    "--no-overlap", help="Turn off the overlap NVIDIA's recipes use (TP communication, gradient "
+    "reduce, parameter gather).")]
+
+
+def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
+                ep, etp, vp, mbs, recompute, dp_sharding, no_overlap):
+    from advisor.catalog import load_model, load_platform
+    from advisor.parallel import make_config, make_job
+    from advisor.perf.analytical import predict_config
+    from advisor.space import validate
+
+    m, p = load_model(model), load_platform(platform)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,
+                         recompute=recompute, dp_sharding=dp_sharding, overlap=not no_overlap)
+    notes = validate(config, m, p, num_gpus=gpus)
+    return m, p, predict_config(m, p, config), notes
+
+
+def _need(**given) -> None:
+    missing = [f"--{k}" for k, v in given.items() if v is None]
+    if missing:
+        raise AdvisorError(f"{', '.join(missing)} required: give --model, --platform and --gpus "
+                           f"(plus layout flags), or --input FILE.csv.")
 
 
 @guard
-def predict(input: Annotated[Path, typer.Option(
+def predict(input: Annotated[Path | None, typer.Option(
                 "--input", "-i", help="CSV with the columns of published_runs.csv (model, gpu, "
                 "num_gpus, seq_len, gbs, mbs, tp, pp, cp, ep, vp, dp, precision, recompute, "
-                "dp_sharding); empty cells take stated defaults.")],
+                "dp_sharding); empty cells take stated defaults.")] = None,
             output: Annotated[Path | None, typer.Option(
-                "--output", "-o", help="Write the rows with pred_* columns here.")] = None,
-            json_out: JsonOpt = False) -> None:
-    """Predict per-GPU memory (pred_memory_gb, pred_fits) for each row of a CSV.
+                "--output", "-o", help="With --input: write the rows with pred_* columns "
+                "here.")] = None,
+            model: ModelOptional = None, platform: PlatformOptional = None,
+            gpus: GpusOptional = None, tp: TpOpt = 1, pp: PpOpt = 1, cp: CpOpt = 1,
+            ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
+            seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
+            recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+            no_overlap: NoOverlapOpt = False, json_out: JsonOpt = False) -> None:
+    """Predict step time, throughput, memory, power and throttle risk.
 
-    Rows that cannot be predicted get a pred_error and the rest are still predicted; what was
-    assumed for empty cells is in pred_assumed.
+    One configuration from flags (dp = gpus / (tp·pp·cp)):
+
+        advisor predict --model 70b --platform h200 --gpus 64 --tp 4 --pp 2 --mbs 1
+
+    or every row of a CSV (--input), adding pred_step_time_s, pred_tokens_per_sec_per_gpu,
+    pred_tflops_per_gpu, pred_mfu, pred_avg_power_w, pred_peak_power_w,
+    pred_energy_j_per_token, pred_throttle_risk, pred_memory_gb, pred_fits and pred_source.
+    Rows that cannot be predicted get a pred_error; what was assumed for empty cells is in
+    pred_assumed. Predictions here come from the analytical model (pred_source = analytical).
     """
+    if input is None:
+        _need(model=model, platform=platform, gpus=gpus)
+        m, p, pred, notes = _prediction(
+            model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
+            cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
+            dp_sharding=dp_sharding, no_overlap=no_overlap)
+        _print_one(m, p, pred, notes, json_out)
+        return
+    from advisor.predict_input import predict_frame, read_rows
+
     frame = predict_frame(read_rows(input))
     if output:
         frame.to_csv(output, index=False)
@@ -45,3 +121,78 @@ def predict(input: Annotated[Path, typer.Option(
     console.print(f"{len(frame)} rows: {fits} fit, {len(frame) - fits - errors} do not, "
                   f"{errors} could not be predicted (see pred_error)."
                   + (f" Written to {output}." if output else ""))
+
+
+def _as_dict(pred, notes) -> dict:
+    from dataclasses import asdict
+
+    d = asdict(pred)
+    d["memory"]["headroom_bytes"] = pred.memory.headroom_bytes
+    d["notes"] = notes
+    return d
+
+
+def _print_one(m, p, pred, notes, json_out: bool) -> None:
+    if json_out:
+        emit_json(_as_dict(pred, notes))
+        return
+    from rich.table import Table
+
+    s, pw, mem = pred.step, pred.power, pred.memory
+    table = Table(title=f"{m.display_name or m.name} on {pred.config.world_size} × "
+                  f"{p.display_name} ({pred.source}"
+                  f"{'' if pred.calibrated else ', uncalibrated'})", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for label, value in [
+        ("step time", f"{s.step_time_s:.3f} s"),
+        ("tokens/s per GPU", f"{s.tokens_per_sec_per_gpu:,.0f}"),
+        ("model TFLOP/s per GPU", f"{s.tflops_per_gpu:,.0f}"),
+        ("MFU", f"{s.mfu:.1%}"),
+        ("memory per GPU", f"{mem.total_bytes / 1e9:.1f} / {mem.capacity_bytes / 1e9:.1f} GB"
+                           f" ({'fits' if mem.fits else 'does NOT fit'})"),
+        ("average power per GPU", f"{pw.avg_power_w:.0f} W"),
+        ("peak power per GPU", f"{pw.peak_power_w:.0f} W"),
+        ("energy per token", f"{pw.energy_j_per_token:.3f} J"),
+        ("samples per MJ", f"{pw.samples_per_mj:,.0f}"),
+        ("throttle risk", f"{pw.throttle_risk:.0%} (expected loss {pw.throttle_loss:.1%})"),
+    ]:
+        table.add_row(label, value)
+    console = Console()
+    console.print(table)
+    parts = Table(title="step breakdown", show_header=True)
+    parts.add_column("component")
+    parts.add_column("seconds", justify="right")
+    parts.add_column("share", justify="right")
+    for k, v in s.components().items():
+        parts.add_row(k.removesuffix("_s"), f"{v:.3f}", f"{v / s.step_time_s:.1%}")
+    console.print(parts)
+    for note in notes:
+        console.print(f"note: {note}")
+
+
+@guard
+def explain(model: ModelOptional = None, platform: PlatformOptional = None,
+            gpus: GpusOptional = None, tp: TpOpt = 1, pp: PpOpt = 1, cp: CpOpt = 1,
+            ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
+            seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
+            recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+            no_overlap: NoOverlapOpt = False, json_out: JsonOpt = False) -> None:
+    """Explain one configuration in words and numbers: where the time goes, what is exposed,
+    what limits power, why it might throttle.
+
+        advisor explain --model 70b --platform h200 --gpus 32 --tp 8 --pp 2 --mbs 4
+    """
+    from advisor.explain import explain as explain_lines
+
+    _need(model=model, platform=platform, gpus=gpus)
+    m, p, pred, notes = _prediction(
+        model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
+        cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
+        no_overlap=no_overlap)
+    lines = explain_lines(pred, m, p) + [f"Note: {n}" for n in notes]
+    if json_out:
+        emit_json({"explanation": lines, "prediction": _as_dict(pred, notes)})
+        return
+    for line in lines:
+        typer.echo(line)
