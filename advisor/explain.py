@@ -25,12 +25,25 @@ ADVICE = {
     "cp_comm_s": "lower cp or keep the CP group inside the NVLink domain",
     "ep_comm_s": "keep ep × etp inside the NVLink domain, or lower ep",
     "pp_comm_s": "lower pp (TP+PP send/recv under-uses bandwidth) or raise mbs",
-    "dp_comm_s": "turn on gradient-reduce/parameter-gather overlap or raise the global batch",
     "bubble_s": "more micro-batches per step (smaller mbs or larger gbs), interleaving (vp), "
                 "or lower pp",
-    "recompute_s": "use selective instead of full recompute if memory allows",
     "overhead_s": "larger micro-batches or CUDA graphs amortise launch costs",
 }
+
+
+def _advice(component: str, prediction: Prediction) -> str:
+    c = prediction.config
+    if component == "dp_comm_s":
+        if c.dp_sharding == "full":
+            return ("FSDP gathers every micro-batch: larger micro-batches, overlap, or the "
+                    "distributed optimizer (dp_sharding optimizer) if memory allows")
+        if not (c.overlap_grad_reduce and c.overlap_param_gather):
+            return "turn on gradient-reduce/parameter-gather overlap or raise the global batch"
+        return "raise the global batch (the sync is paid once per step) or lower dp"
+    if component == "recompute_s":
+        return ("use selective instead of full recompute if memory allows"
+                if c.recompute == "full" else "turn recompute off if memory allows")
+    return ADVICE.get(component, "see the breakdown")
 
 
 def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> list[str]:
@@ -54,7 +67,7 @@ def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> lis
     if waste:
         k, v = waste[0]
         lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
-                     f"it: {ADVICE.get(k, 'see the breakdown')}.")
+                     f"it: {_advice(k, prediction)}.")
     else:
         lines.append("Compute-bound: communication, bubble and overheads together stay under "
                      f"{sum(v for k, v in parts if k != 'compute_s') / s.step_time_s:.0%} "

@@ -102,6 +102,10 @@ class ParallelConfig:
         if self.attention not in ATTENTION:
             raise ConfigError(f"attention {self.attention!r} is unknown; use one of "
                               f"{', '.join(ATTENTION)}.")
+        if self.attention == "unfused" and self.cp > 1:
+            raise ConfigError("context parallelism needs fused (flash) attention: Megatron's "
+                              "ring attention runs inside Transformer Engine's fused kernels; "
+                              "use attention flash or cp 1.")
         if self.dp_sharding not in DP_SHARDING:
             raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
                               f"{', '.join(DP_SHARDING)}.")

@@ -42,6 +42,10 @@ def read_rows(path: Path) -> pd.DataFrame:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise AdvisorError(f"{path}: no such file.") from None
+    except IsADirectoryError:
+        raise AdvisorError(f"{path}: is a directory; give a CSV file.") from None
+    except OSError as e:
+        raise AdvisorError(f"{path}: cannot read ({e.strerror}).") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise AdvisorError(f"{path}: not a readable CSV ({str(e).splitlines()[0]}).") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
@@ -104,18 +108,23 @@ def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,
     """Overlap, gradient and attention settings a row's framework runs with when the row does
     not say.
 
-    Megatron-Bridge/NeMo performance recipes (rows with a container release in `software`) turn
+    Megatron-Bridge/NeMo performance recipes (rows with a container release in `software`, or
+    from NVIDIA's NeMo documentation) turn
     on gradient-reduce and parameter-gather overlap, TP communication overlap when tp > 1, and
     keep gradients in BF16. Megatron-LM as published in 2021-22 (no release) had none of these,
     reduced FP32 gradients and ran unfused attention (FlashAttention arrived in Megatron-LM in
-    2023). Other frameworks (FSDP with flash attention) prefetch by themselves.
+    2023). PyTorch FSDP (other frameworks) prefetches gathers and overlaps reduce-scatters by
+    itself.
     """
     given = {k: str(row.get(k, "")).strip().lower() for k in
              ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
               "grad_reduce_in_fp32")}
     framework = str(row.get("framework", "")).strip().lower()
-    recipe = framework == "megatron" and bool(str(row.get("software", "")).strip())
-    defaults = {"overlap_grad_reduce": recipe, "overlap_param_gather": recipe
+    nvidia_doc = "nemo" in str(row.get("source_name", "")).lower()
+    recipe = framework == "megatron" and (bool(str(row.get("software", "")).strip())
+                                          or nvidia_doc)
+    fsdp = framework not in ("", "megatron") and sharding == "full"  # FSDP prefetches itself
+    defaults = {"overlap_grad_reduce": recipe or fsdp, "overlap_param_gather": (recipe or fsdp)
                 and sharding != "none", "tp_comm_overlap": recipe and tp > 1,
                 "grad_reduce_in_fp32": framework == "megatron" and not recipe}
     out: dict[str, bool | str] = {}
@@ -126,8 +135,9 @@ def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,
             out[key] = False
         else:
             out[key] = default
-            if framework == "megatron" and default:
-                why = "NVIDIA performance recipe" if recipe else "Megatron-LM default"
+            if default:
+                why = ("NVIDIA performance recipe" if recipe else "PyTorch FSDP prefetch"
+                       if fsdp else "Megatron-LM default")
                 assumed.append(f"{key}=true ({why})")
     if out["overlap_param_gather"] and sharding == "none":
         out["overlap_param_gather"] = False

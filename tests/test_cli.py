@@ -113,6 +113,14 @@ def test_predict_matches_library():
     assert json.loads(r.stdout)["step"]["step_time_s"] == pytest.approx(pred.step.step_time_s)
 
 
+def test_predict_unreadable_input_or_unwritable_output_is_one_line_exit_2(tmp_path):
+    _one_line_error(run("predict", "--input", str(tmp_path)))
+    src = tmp_path / "in.csv"
+    src.write_text("model,gpu,num_gpus,seq_len,gbs\nLlama3-8B,h100,8,8192,64\n")
+    _one_line_error(run("predict", "--input", str(src), "--output",
+                        str(tmp_path / "missing" / "out.csv")))
+
+
 def test_predict_needs_a_config_or_a_file():
     _one_line_error(run("predict", "-m", "70b"))
 

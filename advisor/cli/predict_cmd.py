@@ -104,7 +104,10 @@ def predict(input: Annotated[Path | None, typer.Option(
 
     frame = predict_frame(read_rows(input))
     if output:
-        frame.to_csv(output, index=False)
+        try:
+            frame.to_csv(output, index=False)
+        except OSError as e:
+            raise AdvisorError(f"{output}: cannot write ({e.strerror}).") from None
     if json_out:
         records = frame.to_dict(orient="records")
         for rec in records:

@@ -102,13 +102,16 @@ def calibration_from_dict(data: dict[str, Any], where: str) -> Calibration:
         families = {name: _efficiency(t, f"{where} [family.{name}]", True)
                     for name, t in data.get("family", {}).items()}
         prior = _efficiency(data["prior"], f"{where} [prior]", False)
+        frameworks = {str(k): FrameworkEfficiency(
+            **{p: float(t[p]) for p in FRAMEWORK_PARAMETERS},
+            layer_overhead_s=float(t["layer_overhead_s"]) if "layer_overhead_s" in t else None)
+            for k, t in data.get("framework", {}).items()}
     except KeyError as e:
         raise CatalogError(f"{where}: missing {e}; regenerate it with "
                            f"`python benchmarks/calibrate.py --write`.") from None
-    frameworks = {str(k): FrameworkEfficiency(
-        **{p: float(t[p]) for p in FRAMEWORK_PARAMETERS},
-        layer_overhead_s=float(t["layer_overhead_s"]) if "layer_overhead_s" in t else None)
-        for k, t in data.get("framework", {}).items()}
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CatalogError(f"{where}: a value is not a number ({e}); regenerate it with "
+                           f"`python benchmarks/calibrate.py --write`.") from None
     return Calibration(families=families, prior=prior, collectives=collectives,
                        sources=dict(data.get("sources", {})), frameworks=frameworks)
 

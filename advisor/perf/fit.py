@@ -34,8 +34,8 @@ calibration.toml), so a family with few runs stays near it: the fit is a MAP est
 DATA_LOG_SD = 0.15
 """Typical log error of one run against the model (scale of the data term)."""
 FIT_FRAMEWORKS = True
-"""Fit kernel factors for non-Megatron frameworks (llm-foundry). Leave-one-source-out error is
-the same with or without them (19.4 %: a held-out framework is predicted at Megatron-Core's
+"""Fit kernel factors for non-Megatron frameworks (llm-foundry). Leave-one-source-out error was
+the same with or without them (about 19 %: a held-out framework is predicted at Megatron-Core's
 efficiency either way), but with them the families describe Megatron-Core alone (Megatron
 sources 16.1 % against 16.4 %) instead of a blend of frameworks."""
 LOG_FLOOR = 1e-6

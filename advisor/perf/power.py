@@ -15,7 +15,8 @@ campaign telemetry (issue 6) replaces.
 * GEMM demand above the limit means power-cap throttling: clocks fall until power fits.
 * Temperature is steady state (thermal time constants are far longer than a step): inlet plus
   thermal resistance × average power; an air-cooled chassis heats its rear GPUs up to 27 % more
-  (paper finding 4). A synchronous job runs at its slowest GPU's clock, so the rear GPU decides.
+  above inlet (paper finding 4). A synchronous job runs at its slowest GPU's clock, so the rear
+  GPU decides.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ notes, secondary)."""
 INLET_C = {"air": 25.0, "liquid": 35.0}
 """Inlet air (ASHRAE A1 recommended range tops at 27 °C) / warm-water coolant supply.
 placeholder."""
-THERMAL_RESISTANCE_C_PER_W = {"air": 0.065, "liquid": 0.035}
-"""GPU temperature rise per watt. placeholder: puts a front air-cooled 700 W GPU near 70 °C and
-its rear neighbour (+27 %) near the 89 °C slowdown threshold, as the paper's H200 testbed
-throttled on rear GPUs."""
+THERMAL_RESISTANCE_C_PER_W = {"air": 0.072, "liquid": 0.035}
+"""GPU temperature rise over inlet per watt. placeholder: puts a front air-cooled GPU drawing
+700 W near 75 °C and its rear neighbour (+27 % rise) near the 89 °C slowdown threshold, as the
+paper's H200 testbed throttled on rear GPUs."""
 REAR_FACTOR = {"air": 1.27, "liquid": 1.0}
-"""Rear GPUs of an air-cooled HGX chassis run up to 27 % hotter than front ones (paper finding 4);
-liquid cold plates see no position effect (placeholder)."""
+"""Rear GPUs of an air-cooled HGX chassis run up to 27 % hotter than front ones (paper finding 4),
+taken on the rise above inlet (the air reaching them was warmed by the front GPUs); liquid cold
+plates see no position effect (placeholder)."""
 POWER_RISK_SCALE = 0.05
 """Width, as a share of TDP, of the smooth step from "demand below the limit" to "throttling"."""
 THERMAL_RISK_SCALE_C = 3.0
@@ -116,8 +118,9 @@ def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
                             ** (1.0 / CLOCK_POWER_EXPONENT), 1.0)
     p_power = _sigmoid((gemm_demand - tdp) / (POWER_RISK_SCALE * tdp))
     inlet = INLET_C[platform.cooling]
-    front = inlet + THERMAL_RESISTANCE_C_PER_W[platform.cooling] * avg
-    rear = front * REAR_FACTOR[platform.cooling]
+    rise = THERMAL_RESISTANCE_C_PER_W[platform.cooling] * avg
+    front = inlet + rise
+    rear = inlet + rise * REAR_FACTOR[platform.cooling]
     p_thermal = _sigmoid((rear - platform.thermal_slowdown_c) / THERMAL_RISK_SCALE_C)
     risk = 1.0 - (1.0 - p_power) * (1.0 - p_thermal)
     compute_share = np.clip(busy / step_s, 0.0, 1.0)

@@ -235,16 +235,19 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
         # the softmax passes over the s² scores: write scores, read them and write
         # probabilities forward (6 B per score); backward scales with the forward like fused
         # attention's does (ATTENTION_BACKWARD_RATIO).
+        # The score GEMMs run in 16-bit whatever the weights' recipe (ParallelConfig refuses
+        # unfused attention with context parallelism, so every GPU holds whole sequences).
         unfused = configs["attention"].to_numpy()[:, None] == "unfused"
         heads = model.num_attention_heads / tp
         head_dim = float(model.attention_head_dim)
-        queries = seq / cp
-        gemm_core = np.zeros_like(queries)
-        for s_value in np.unique(queries):
-            one_head = clock.time((Gemm(head_dim, float(s_value), "none"),
-                                   Gemm(float(s_value), head_dim, "none")),
-                                  np.full_like(queries, s_value), np.ones_like(queries))
-            gemm_core = np.where(queries == s_value, one_head * heads * mbs, gemm_core)
+        score_peak = _per_value(attn_class, platform.peak_flops) * gemm_kernels
+        score_clock = _GemmClock(eff, score_peak, 2.0, hbm)
+        gemm_core = np.zeros_like(seq)
+        for s_value in np.unique(seq):
+            one_head = score_clock.time((Gemm(head_dim, float(s_value), "none"),
+                                         Gemm(float(s_value), head_dim, "none")),
+                                        np.full_like(seq, s_value), np.ones_like(seq))
+            gemm_core = np.where(seq == s_value, one_head * heads * mbs, gemm_core)
         softmax = rows * heads * seq * 6.0 / hbm
         t_core = np.where(unfused, gemm_core + softmax, t_core)
     scan_peak = attn_peak / eff.attention * eff.scan
@@ -307,11 +310,20 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
             + coll.time(REDUCE_SCATTER, act_bytes, tp, tp_in, platform, tp_local))
     pair = np.where(sp, pair, coll.time(RING_ALLREDUCE, act_bytes, tp, tp_in, platform,
                                         tp_local))
-    moe_tp_blocks = 1.0 if (model.num_shared_experts or model.moe_latent_size) else 0.0
-    moe_tp = np.where(etp > 1, 1.0, moe_tp_blocks)
-    blocks = na + nm + nl + nmoe * moe_tp + last * (1 + mtp) + (np.arange(pp) == 0)[None, :]
-    tp_raw = 2.0 * blocks * pair           # forward + backward
-    tp_re = np.where(is_full, (blocks - last * (1 + mtp)) * pair, 0.0)
+    # Per layer block: all-gather + reduce-scatter forward, again backward (and again in a full
+    # recompute). Shared experts and latent projections are TP-split like an MLP; routed
+    # experts with etp > 1 gather/scatter over the expert-TP group instead. The embedding
+    # (reduce-scatter forward, all-gather backward) and each output layer (all-gather forward,
+    # reduce-scatter backward) cost one pair, and are not recomputed.
+    moe_shared_tp = 1.0 if (model.num_shared_experts or model.moe_latent_size) else 0.0
+    etp_in = etp <= domain
+    etp_local = np.minimum(etp, domain)
+    etp_pair = (coll.time(ALL_GATHER, act_bytes, etp, etp_in, platform, etp_local)
+                + coll.time(REDUCE_SCATTER, act_bytes, etp, etp_in, platform, etp_local))
+    layer_comm = (na + nm + nl + nmoe * moe_shared_tp) * pair + nmoe * etp_pair
+    edge_comm = (last * (1 + mtp) + (np.arange(pp) == 0)[None, :]) * pair
+    tp_raw = 2.0 * layer_comm + edge_comm
+    tp_re = np.where(is_full, layer_comm, 0.0)
     tp_all = tp_raw + tp_re
     tp_gemm = gemm_mb - nmoe * 3.0 * t_experts + re_gemm    # the GEMMs TP overlap hides under
 
@@ -323,6 +335,17 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     cp_re = np.where(is_full | is_sel, (cp - 1) * step, 0.0)
     cp_raw = na * (cp_per_layer + np.where(cp > 1, cp_re, 0.0))
     cp_attention = attn_mb + re_attn     # ring attention hides under the attention kernels
+    if model.mamba_num_heads:
+        # Mamba-2 context parallelism (Megatron-Core) swaps sequence for heads with an
+        # all-to-all before the conv/scan (x, B, C, dt) and back after it (y), forward and
+        # backward (and in a full recompute); nothing runs beside it.
+        groups_state = 2 * max(model.mamba_num_groups, 1) * model.mamba_state_dim
+        swap_bytes = rows * (2 * model.mamba_inner_size + groups_state
+                             + model.mamba_num_heads) * ACT / tp
+        swap = coll.time(ALL_TO_ALL, swap_bytes, cp, cp_in, platform)
+        mamba_cp = nm * swap * (2.0 + np.where(is_full, 1.0, 0.0))
+    else:
+        mamba_cp = 0.0
 
     # ---- expert parallel (all-to-all) -------------------------------------------------------
     if model.is_moe:
@@ -337,8 +360,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
         domains = np.maximum(group / domain, 1.0)
         remote = np.where(inside, 0.0, (domains - 1) * (1 - (1 - 1 / domains) ** k))
         local = k * np.where(inside, 1.0, 1.0 / domains)
-        a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + remote), np.minimum(group, domain),
-                           True, platform)
+        a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + remote), ep, True, platform)
         a2a_net = np.where(inside, 0.0, coll.time(SEND_RECV, token_bytes * remote, 2.0, False,
                                                   platform))
         a2a = np.maximum(a2a_in, a2a_net)
@@ -348,11 +370,13 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
 
     # ---- pipeline send/recv -----------------------------------------------------------------
     if pp > 1:
-        boundary = act_bytes / tp          # each TP rank sends its shard (scatter/gather)
+        # Each TP rank sends its 1/tp shard: with sequence parallelism the activation is
+        # already sharded; without it Megatron scatters before the send and all-gathers after.
+        boundary = act_bytes / tp
         pp_in = tp * cp * dp * pp <= domain
         p2p = coll.time(SEND_RECV, boundary, np.full_like(tp, 2.0), pp_in, platform)
-        gather = np.where(tp > 1, coll.time(ALL_GATHER, act_bytes, tp, tp_in, platform,
-                                            tp_local), 0.0)
+        gather = np.where((tp > 1) & ~sp, coll.time(ALL_GATHER, act_bytes, tp, tp_in, platform,
+                                                    tp_local), 0.0)
         pp_raw = 2.0 * vp * (p2p + gather) * np.ones((1, pp))
     else:
         pp_raw = np.zeros((len(configs), pp))
@@ -396,17 +420,21 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     # compute, each kind only under the kernels it overlaps with: TP under its GEMMs (when
     # tp_comm_overlap is on), the CP ring under attention, interleaved send/recv (Megatron turns
     # on overlap_p2p_comm whenever vp > 1; plain 1F1B waits for each transfer) and FSDP
-    # prefetch under anything.
+    # prefetch (parameter all-gathers with overlap_param_gather, gradient reduce-scatters with
+    # overlap_grad_reduce) under anything. What is left of the budget in the last micro-batch
+    # is what the data-parallel gradient sync and parameter gather can hide under.
     budget = OVERLAP_EFFICIENCY * (compute_mb + recompute_mb)
+    fsdp_hideable = np.where(full, np.where(param_overlap, 2.0 * ag, 0.0)
+                             + np.where(grad_overlap, rs, 0.0), 0.0)
     hidden = {}
     for name, raw, under in (("tp", np.where(tp_overlap, tp_all, 0.0), tp_gemm),
                              ("cp", cp_raw, cp_attention),
                              ("pp", pp_raw if vp > 1 else 0.0 * pp_raw, compute_mb),
-                             ("fsdp", fsdp_mb, compute_mb + recompute_mb)):
+                             ("fsdp", fsdp_hideable, compute_mb + recompute_mb)):
         hidden[name] = np.minimum(np.minimum(raw, OVERLAP_EFFICIENCY * under), budget)
         budget = budget - hidden[name]
     tp_exposed = tp_all - hidden["tp"]
-    cp_exposed = cp_raw - hidden["cp"]
+    cp_exposed = cp_raw - hidden["cp"] + mamba_cp
     pp_mb = pp_raw - hidden["pp"]
     fsdp_exposed_mb = fsdp_mb - hidden["fsdp"]
     device_mb = (compute_mb + recompute_mb + tp_exposed + cp_exposed + ep_raw + pp_mb
@@ -414,12 +442,14 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     overhead_mb = np.maximum(host_mb - device_mb, 0.0)   # the GPU waiting for launches
     microbatch = device_mb + overhead_mb
     grad_sync = np.where(shard_opt, rs, ar)
-    grad_exposed = np.where(grad_overlap, np.maximum(grad_sync - OVERLAP_EFFICIENCY * bwd_mb, 0.0),
-                            grad_sync)
-    gather_exposed = np.where(shard_opt & ~full, np.where(
-        param_overlap, np.maximum(ag - OVERLAP_EFFICIENCY * fwd_mb, 0.0), ag), 0.0)
-    dp_exposed = np.where(full, 0.0, grad_exposed + gather_exposed)
-    dp_hidden = np.where(full, 0.0, grad_sync + np.where(shard_opt, ag, 0.0) - dp_exposed)
+    grad_hidden = np.where(grad_overlap, np.minimum(np.minimum(
+        grad_sync, OVERLAP_EFFICIENCY * bwd_mb), budget), 0.0)
+    budget = budget - grad_hidden
+    gather = np.where(shard_opt & ~full, ag, 0.0)
+    gather_hidden = np.where(param_overlap, np.minimum(np.minimum(
+        gather, OVERLAP_EFFICIENCY * fwd_mb), budget), 0.0)
+    dp_exposed = np.where(full, 0.0, grad_sync - grad_hidden + gather - gather_hidden)
+    dp_hidden = np.where(full, 0.0, grad_hidden + gather_hidden)
 
     local_params = dense_params + expert_params
     opt_params = np.where(shard_opt, dense_params / dp_group + expert_params / edp_group,
