@@ -26,17 +26,18 @@ import pandas as pd
 
 from advisor.platform import Platform
 
-ACTIVITY = {"gemm": 1.0, "attention": 0.85, "memory_bound": 0.6, "exposed_comm": 0.25,
-            "idle": 0.1}
-"""Share of (TDP − idle) drawn during each phase. placeholder: chosen so that a compute-bound
-dense step averages about 75-80 % of TDP, as measured for compute-heavy training (Newkirk et al.
-2025: about 76 % of node TDP; Latif et al. arXiv 2412.08602: 8 × H100 peaked at 8.4-8.5 kW of a
-10.2 kW rating); replace with campaign telemetry."""
+ACTIVITY = {"attention": 0.8, "memory_bound": 0.6, "exposed_comm": 0.25, "idle": 0.1}
+"""Share of (TDP − idle) drawn during each non-GEMM phase. placeholder: chosen with the GEMM
+shares below so that a compute-bound dense step averages about 80-90 % of TDP per GPU, in line
+with compute-heavy training measurements (Newkirk et al. 2025: about 76 % of node TDP, CPUs and
+fans included; Latif et al. arXiv 2412.08602: 8 × H100 peaked at 8.4-8.5 kW of a 10.2 kW
+rating); replace with campaign telemetry."""
+GEMM_BASE_ACTIVITY = 0.6
 GEMM_DEMAND_AT_FULL_EFFICIENCY = 1.1
-"""GEMM-phase demand, as a share of (TDP − idle), for GEMMs running at the family's best
-efficiency. Above 1 the power limit binds. placeholder: large BF16/FP8 GEMMs on 700 W H100/H200
-run at the power limit with clocks below boost (paper notes: about 1.98 GHz down to about 1.7 GHz
-under throttling, secondary)."""
+"""GEMM-phase demand as a share of (TDP − idle): GEMM_BASE_ACTIVITY for poorly fed tensor
+cores rising linearly to this for GEMMs at the family's best efficiency, where the power limit
+binds. placeholder: large BF16/FP8 GEMMs on 700 W H100/H200 run at the power limit with clocks
+below boost (paper notes: about 1.98 GHz down to about 1.7 GHz under throttling, secondary)."""
 HIDDEN_COMM_ACTIVITY = 0.1
 """Extra share of (TDP − idle) while communication runs under compute. placeholder."""
 BURST_ACTIVITY = 0.1
@@ -84,7 +85,8 @@ def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
     idle, tdp = platform.idle_power_w, platform.tdp_w
     span = tdp - idle
     step_s = step["step_time_s"].to_numpy()
-    gemm_demand = idle + span * GEMM_DEMAND_AT_FULL_EFFICIENCY * gemm_utilization
+    gemm_demand = idle + span * (GEMM_BASE_ACTIVITY + (GEMM_DEMAND_AT_FULL_EFFICIENCY
+                                                       - GEMM_BASE_ACTIVITY) * gemm_utilization)
     power_capped = np.minimum(gemm_demand, tdp)
     phases = {
         "gemm": (step["gemm_s"].to_numpy(), power_capped),
@@ -113,9 +115,9 @@ def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
     peak = np.minimum(busiest + span * BURST_ACTIVITY * burst, limit)
 
     # Power-cap throttling: clocks drop until GEMM power fits under the limit.
-    clock_at_cap = np.where(gemm_demand > tdp,
-                            (span / np.maximum(gemm_demand - idle, 1e-9))
-                            ** (1.0 / CLOCK_POWER_EXPONENT), 1.0)
+    # When the cap engages, demand sits at least one risk-width above the limit.
+    capped_demand = np.maximum(gemm_demand, tdp * (1.0 + POWER_RISK_SCALE))
+    clock_at_cap = (span / (capped_demand - idle)) ** (1.0 / CLOCK_POWER_EXPONENT)
     p_power = _sigmoid((gemm_demand - tdp) / (POWER_RISK_SCALE * tdp))
     inlet = INLET_C[platform.cooling]
     rise = THERMAL_RESISTANCE_C_PER_W[platform.cooling] * avg
