@@ -212,3 +212,25 @@ def test_platform_without_published_runs_says_uncalibrated():
     assert "uncalibrated" in r.output and "cdna3" in r.output
     r = run("predict", "-m", "8b", "-p", "h200", "-g", "8", "--tp", "2", "--json")
     assert json.loads(r.stdout)["calibrated"] is True  # H200 shares Hopper's calibration
+
+
+def test_dataset_import_validate_show(tmp_path, reference_csv):
+    out = tmp_path / "published.parquet"
+    r = run("dataset", "import-published", "--from", str(reference_csv), "-o", str(out),
+            "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["rows_in_file"] == 569
+    r = run("dataset", "import-published", "--from", str(reference_csv), "-o", str(out),
+            "--json")
+    assert json.loads(r.stdout)["rows_in_file"] == 569  # re-import replaces, never doubles
+    assert run("dataset", "validate", str(out)).exit_code == 0
+    shown = json.loads(run("dataset", "show", str(out), "--json").stdout)
+    assert shown["rows"] == 569 and shown["by"]["source"] == {"published": 569}
+    assert shown["measured"]["avg_power_w"] == 0
+
+
+def test_dataset_with_wrong_schema_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("run_id,source,status,model,gpu,num_gpus,precision,seq_len,gbs,colour\n"
+                   "a,campaign,ok,llama3-8b,h100,8,bf16,4096,64,blue\n")
+    _one_line_error(run("dataset", "validate", str(bad)))

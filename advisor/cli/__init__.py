@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from advisor.cli import catalog_cmd
+from advisor.cli import catalog_cmd, dataset_cmd
 from advisor.cli.predict_cmd import explain, predict
 from advisor.cli.space_cmd import memory, space
 
@@ -16,6 +16,7 @@ app = typer.Typer(
     "and predicts per-GPU memory, step time, throughput, power and throttle risk for each.",
     no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False)
 app.add_typer(catalog_cmd.app, name="catalog")
+app.add_typer(dataset_cmd.app, name="dataset")
 app.command()(space)
 app.command()(memory)
 app.command()(predict)

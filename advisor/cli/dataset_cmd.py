@@ -1,0 +1,79 @@
+"""`advisor dataset`: import, validate and summarise measurement datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from advisor.cli.common import JsonOpt, emit_json, guard
+
+app = typer.Typer(help="Import, validate and summarise measurement datasets (one row per run, "
+                  "Parquet; the schema is advisor.dataset.SCHEMA).", no_args_is_help=True)
+
+PathArg = Annotated[Path, typer.Argument(help="A dataset file: .parquet, or .csv on input.")]
+
+
+@app.command("import-published")
+@guard
+def import_published_cmd(
+        source: Annotated[Path, typer.Option(
+            "--from", help="published_runs.csv (default: ../shared/reference/ beside the "
+            "checkout).")] = Path("../shared/reference/published_runs.csv"),
+        output: Annotated[Path, typer.Option(
+            "--output", "-o", help="Parquet file to append to.")] = Path(
+                "datasets/published.parquet"),
+        json_out: JsonOpt = False) -> None:
+    """Turn published_runs.csv into canonical rows with provenance and append them to a
+    Parquet dataset (rows already there, by run_id, are replaced, not doubled)."""
+    from advisor.dataset import append, import_published
+
+    rows = import_published(source)
+    total = append(output, rows)
+    if json_out:
+        emit_json({"imported": len(rows), "rows_in_file": total, "path": str(output)})
+        return
+    Console().print(f"{len(rows)} published runs imported; {output} now holds {total} rows.")
+
+
+@app.command("validate")
+@guard
+def validate_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
+    """Check a dataset file against the schema; the first problems name row and column."""
+    from advisor.dataset import load
+
+    frame = load(path)
+    if json_out:
+        emit_json({"path": str(path), "rows": len(frame), "valid": True})
+        return
+    Console().print(f"{path}: {len(frame)} rows, valid.")
+
+
+@app.command("show")
+@guard
+def show_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
+    """Summarise a dataset: rows by source, status, platform, and which measurements exist."""
+    from advisor.dataset import load
+
+    frame = load(path)
+    measured = {c: int(frame[c].notna().sum()) for c in (
+        "tokens_per_sec_per_gpu", "step_time_s", "avg_power_w", "peak_power_w", "energy_j",
+        "max_temp_c", "throttle_frac_power", "throttle_frac_thermal")}
+    by = {k: frame[k].value_counts(dropna=False).to_dict() for k in ("source", "status", "gpu")}
+    if json_out:
+        emit_json({"rows": len(frame), "by": {k: {str(a): int(b) for a, b in v.items()}
+                                               for k, v in by.items()}, "measured": measured})
+        return
+    console = Console()
+    console.print(f"{path}: {len(frame)} rows")
+    for key, counts in by.items():
+        console.print(f"  by {key}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    table = Table(title="rows with each measurement")
+    table.add_column("column")
+    table.add_column("rows", justify="right")
+    for column, n in measured.items():
+        table.add_row(column, str(n))
+    console.print(table)
