@@ -31,6 +31,9 @@ RECOMPUTE_SPELLINGS = {"none": "none", "selective": "selective", "full": "full",
 class RowPrediction:
     memory: MemoryBreakdown | None = None
     analytical: Prediction | None = None
+    learned: dict | None = None
+    """The `Predictor`'s columns for this row (surrogate where it has support)."""
+    job: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     error: str = ""
@@ -165,6 +168,9 @@ def predict_row(row: pd.Series) -> RowPrediction:
         framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
         out.analytical = predict_config(model, platform, config, framework=framework)
         out.memory = out.analytical.memory
+        out.job = config.to_dict() | {"model": model.name, "gpu": platform.name,
+                                      "framework": framework,
+                                      "software": str(row.get("software", "")).strip()}
     except AdvisorError as e:
         out.error = str(e)
     return out
@@ -192,11 +198,36 @@ PREDICTION_COLUMNS = {
 }
 
 
-def predict_frame(frame: pd.DataFrame) -> pd.DataFrame:
+LEARNED_EXTRA = ("pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu_p90",
+                 "pred_extrapolation")
+LEARNED_OVERRIDES = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tflops_per_gpu",
+                     "pred_mfu", "pred_energy_j_per_token")
+
+
+def _add_learned(results: list[RowPrediction], predictor) -> None:
+    """Run the `Predictor` over every row that parsed, in one vectorised call."""
+    if predictor is None:
+        return
+    ok = [r for r in results if r.analytical]
+    if not ok:
+        return
+    learned = predictor.predict(pd.DataFrame([r.job for r in ok]))
+    for r, (_, row) in zip(ok, learned.iterrows(), strict=True):
+        if row["pred_error"]:
+            continue
+        r.learned = {k: (round(float(row[k]), 4) if k != "pred_extrapolation"
+                         else bool(row[k])) for k in (*LEARNED_OVERRIDES, *LEARNED_EXTRA[:2],
+                                                      "pred_extrapolation")}
+        r.learned["pred_source"] = row["pred_source"]
+
+
+def predict_frame(frame: pd.DataFrame, predictor=None) -> pd.DataFrame:
     """Add the prediction columns: memory (`pred_memory_gb`, `pred_capacity_gb`, `pred_fits`),
-    the analytical model's `PREDICTION_COLUMNS`, `pred_source`, `pred_calibrated`, and
-    `pred_assumed`, `pred_notes`, `pred_error`."""
+    `PREDICTION_COLUMNS` (from `predictor` where given and supported, else analytical), the
+    throughput band `pred_tokens_per_sec_per_gpu_p10/_p90`, `pred_extrapolation`,
+    `pred_source`, `pred_calibrated`, and `pred_assumed`, `pred_notes`, `pred_error`."""
     results = [predict_row(row) for _, row in frame.iterrows()]
+    _add_learned(results, predictor)
     out = frame.copy()
     out["pred_memory_gb"] = [round(r.memory.total_bytes / 1e9, 2) if r.memory else None
                              for r in results]
@@ -204,8 +235,12 @@ def predict_frame(frame: pd.DataFrame) -> pd.DataFrame:
                                for r in results]
     out["pred_fits"] = [r.memory.fits if r.memory else None for r in results]
     for column, get in PREDICTION_COLUMNS.items():
-        out[column] = [get(r.analytical) if r.analytical else None for r in results]
-    out["pred_source"] = [SOURCE if r.analytical else "" for r in results]
+        out[column] = [r.learned.get(column, get(r.analytical)) if r.learned
+                       else get(r.analytical) if r.analytical else None for r in results]
+    for column in LEARNED_EXTRA:
+        out[column] = [r.learned[column] if r.learned else None for r in results]
+    out["pred_source"] = [r.learned["pred_source"] if r.learned else SOURCE if r.analytical
+                          else "" for r in results]
     out["pred_calibrated"] = [r.analytical.calibrated if r.analytical else None
                               for r in results]
     out["pred_assumed"] = ["; ".join(r.assumed) for r in results]

@@ -76,7 +76,9 @@ def test_predict_writes_output(tmp_path):
                    "pred_mfu", "pred_avg_power_w", "pred_peak_power_w",
                    "pred_energy_j_per_token", "pred_throttle_risk"):
         assert good[column] > 0, column
-    assert good["pred_source"] == "analytical"
+    assert good["pred_source"] == "surrogate"  # Llama 3 on H100: the data supports it
+    assert good["pred_tokens_per_sec_per_gpu_p10"] <= good["pred_tokens_per_sec_per_gpu"] <= \
+        good["pred_tokens_per_sec_per_gpu_p90"]
     # tokens/s/GPU is the step's tokens over its time and GPUs
     assert good["pred_tokens_per_sec_per_gpu"] == pytest.approx(
         64 * 8192 / good["pred_step_time_s"] / 8, rel=1e-3)

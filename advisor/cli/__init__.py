@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from advisor.cli import catalog_cmd, dataset_cmd
+from advisor.cli.learn_cmd import evaluate, train
 from advisor.cli.predict_cmd import explain, predict
 from advisor.cli.space_cmd import memory, space
 
@@ -21,6 +22,8 @@ app.command()(space)
 app.command()(memory)
 app.command()(predict)
 app.command()(explain)
+app.command()(train)
+app.command()(evaluate)
 
 
 def main() -> None:

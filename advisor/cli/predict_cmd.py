@@ -39,6 +39,11 @@ RecomputeOpt = Annotated[str, typer.Option("--recompute", help="none, selective 
 ShardingOpt = Annotated[str, typer.Option(
     "--dp-sharding", help="none (DDP), optimizer (distributed optimizer / ZeRO-1) or full "
     "(FSDP / ZeRO-3).")]
+ModelsOpt = Annotated[Path | None, typer.Option(
+    "--models", help="Directory of surrogate artifacts written by `advisor train` (default: the "
+    "bundled ones).")]
+AnalyticalOpt = Annotated[bool, typer.Option(
+    "--analytical", help="Analytical model only: skip the learned surrogate.")]
 NoOverlapOpt = Annotated[bool, typer.Option(
     "--no-overlap", help="Turn off the overlap NVIDIA's recipes use (TP communication, gradient "
     "reduce, parameter gather).")]
@@ -56,7 +61,7 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                          recompute=recompute, dp_sharding=dp_sharding, overlap=not no_overlap)
     notes = validate(config, m, p, num_gpus=gpus)
-    return m, p, predict_config(m, p, config), notes
+    return m, p, predict_config(m, p, config), notes, (config, job)
 
 
 def _need(**given) -> None:
@@ -79,7 +84,8 @@ def predict(input: Annotated[Path | None, typer.Option(
             ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
-            no_overlap: NoOverlapOpt = False, json_out: JsonOpt = False) -> None:
+            no_overlap: NoOverlapOpt = False, models: ModelsOpt = None,
+            analytical: AnalyticalOpt = False, json_out: JsonOpt = False) -> None:
     """Predict step time, throughput, memory, power and throttle risk.
 
     One configuration from flags (dp = gpus / (tp·pp·cp)):
@@ -88,21 +94,28 @@ def predict(input: Annotated[Path | None, typer.Option(
 
     or every row of a CSV (--input), adding pred_step_time_s, pred_tokens_per_sec_per_gpu,
     pred_tflops_per_gpu, pred_mfu, pred_avg_power_w, pred_peak_power_w,
-    pred_energy_j_per_token, pred_throttle_risk, pred_memory_gb, pred_fits and pred_source.
-    Rows that cannot be predicted get a pred_error; what was assumed for empty cells is in
-    pred_assumed. Predictions here come from the analytical model (pred_source = analytical).
+    pred_energy_j_per_token, pred_throttle_risk, pred_memory_gb, pred_fits, the throughput
+    band pred_tokens_per_sec_per_gpu_p10/_p90, pred_extrapolation and pred_source. Throughput
+    comes from the learned surrogate where its data supports the row (pred_source = surrogate)
+    and from the analytical model elsewhere (pred_source = analytical); power and thermal are
+    analytical until campaigns measure them. Rows that cannot be predicted get a pred_error;
+    what was assumed for empty cells is in pred_assumed.
     """
+    from advisor.predictor import Predictor
+
+    predictor = None if analytical else Predictor.load(models)
     if input is None:
         _need(model=model, platform=platform, gpus=gpus)
-        m, p, pred, notes = _prediction(
+        m, p, pred, notes, pair = _prediction(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap)
-        _print_one(m, p, pred, notes, json_out)
+        learned = predictor.predict([pair]).iloc[0].to_dict() if predictor else None
+        _print_one(m, p, pred, notes, json_out, learned)
         return
     from advisor.predict_input import predict_frame, read_rows
 
-    frame = predict_frame(read_rows(input))
+    frame = predict_frame(read_rows(input), predictor)
     if output:
         try:
             frame.to_csv(output, index=False)
@@ -135,23 +148,35 @@ def _as_dict(pred, notes) -> dict:
     return d
 
 
-def _print_one(m, p, pred, notes, json_out: bool) -> None:
+def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None) -> None:
     if json_out:
-        emit_json(_as_dict(pred, notes))
+        d = _as_dict(pred, notes)
+        if learned:
+            d["learned"] = {k: v for k, v in learned.items() if k != "pred_error"}
+        emit_json(d)
         return
     from rich.table import Table
 
     s, pw, mem = pred.step, pred.power, pred.memory
+    source = learned["pred_source"] if learned else pred.source
+    step_s = learned["pred_step_time_s"] if learned else s.step_time_s
+    tflops = learned["pred_tflops_per_gpu"] if learned else s.tflops_per_gpu
+    mfu = learned["pred_mfu"] if learned else s.mfu
     table = Table(title=f"{m.display_name or m.name} on {pred.config.world_size} × "
-                  f"{p.display_name} ({pred.source}"
+                  f"{p.display_name} ({source}"
                   f"{'' if pred.calibrated else ', uncalibrated'})", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
     for label, value in [
-        ("step time", f"{s.step_time_s:.3f} s"),
-        ("tokens/s per GPU", f"{s.tokens_per_sec_per_gpu:,.0f}"),
-        ("model TFLOP/s per GPU", f"{s.tflops_per_gpu:,.0f}"),
-        ("MFU", f"{s.mfu:.1%}"),
+        ("step time", f"{step_s:.3f} s"),
+        ("tokens/s per GPU", f"{s.tokens_per_sec_per_gpu:,.0f}" if not learned else
+         f"{learned['pred_tokens_per_sec_per_gpu']:,.0f} (p10-p90 "
+         f"{learned['pred_tokens_per_sec_per_gpu_p10']:,.0f}-"
+         f"{learned['pred_tokens_per_sec_per_gpu_p90']:,.0f}; {learned['pred_source']}"
+         f"{', extrapolating' if learned['pred_extrapolation'] else ''}; analytical "
+         f"{s.tokens_per_sec_per_gpu:,.0f})"),
+        ("model TFLOP/s per GPU", f"{tflops:,.0f}"),
+        ("MFU", f"{mfu:.1%}"),
         ("memory per GPU", f"{mem.total_bytes / 1e9:.1f} / {mem.capacity_bytes / 1e9:.1f} GB"
                            f" ({'fits' if mem.fits else 'does NOT fit'})"),
         ("average power per GPU", f"{pw.avg_power_w:.0f} W"),
@@ -163,7 +188,7 @@ def _print_one(m, p, pred, notes, json_out: bool) -> None:
         table.add_row(label, value)
     console = Console()
     console.print(table)
-    parts = Table(title="step breakdown", show_header=True)
+    parts = Table(title="step breakdown (analytical)", show_header=True)
     parts.add_column("component")
     parts.add_column("seconds", justify="right")
     parts.add_column("share", justify="right")
@@ -189,7 +214,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     from advisor.explain import explain as explain_lines
 
     _need(model=model, platform=platform, gpus=gpus)
-    m, p, pred, notes = _prediction(
+    m, p, pred, notes, _ = _prediction(
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap)

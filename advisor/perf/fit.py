@@ -67,7 +67,20 @@ class Reference:
 
 
 def load_reference(path: Path) -> Reference:
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    """Usable runs of a CSV shaped like published_runs.csv, or of a dataset Parquet file."""
+    if Path(path).suffix.lower() == ".parquet":
+        from advisor.dataset import load
+
+        return reference_from_frame(load(Path(path)))
+    return reference_from_frame(pd.read_csv(path, dtype=str, keep_default_na=False))
+
+
+def reference_from_frame(frame: pd.DataFrame) -> Reference:
+    """Usable runs (catalog model and platform, a valid configuration, measured tokens/s) of a
+    frame of runs; the others are in `skipped` with the reason."""
+    frame = frame.astype("string").fillna("").astype(object)
+    if "status" in frame:
+        frame = frame[frame["status"].isin(["", "ok"])]
     usable, skipped, configs = [], [], {}
     for i, row in frame.iterrows():
         measured = row.get("tokens_per_sec_per_gpu", "").strip()
@@ -85,7 +98,8 @@ def load_reference(path: Path) -> Reference:
             continue
         usable.append({"index": i, "model": model.name, "platform": platform.name,
                        "family": platform.family, "source": row["source_name"],
-                       "framework": row.get("framework", ""), "precision": row["precision"],
+                       "framework": row.get("framework", "") or "megatron",
+                       "software": row.get("software", ""), "precision": row["precision"],
                        "model_family": model.family or model.name, "moe": model.is_moe,
                        "mamba": model.mamba_num_heads > 0,
                        "num_gpus": int(float(row["num_gpus"])), "measured": float(measured)})

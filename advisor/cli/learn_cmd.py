@@ -1,0 +1,135 @@
+"""`advisor train` and `advisor evaluate`: build the surrogates, and validate them honestly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from advisor.cli.common import JsonOpt, emit_json, guard
+from advisor.errors import AdvisorError
+
+DataOpt = Annotated[list[Path] | None, typer.Option(
+    "--data", "-d", help="Dataset file(s) (.parquet or .csv, the canonical schema). Default: "
+    "datasets/published.parquet.")]
+
+
+def _data(paths: list[Path] | None) -> list[Path]:
+    return paths or [Path("datasets/published.parquet")]
+
+
+@guard
+def train(data: DataOpt = None,
+          output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the "
+                                               "artifacts (XGBoost UBJSON + JSON metadata).")]
+          = Path("models"),
+          seed: Annotated[int, typer.Option(help="Random seed (training is reproducible).")] = 0,
+          json_out: JsonOpt = False) -> None:
+    """Train the surrogates on measured runs and write them to models/ (what ships).
+
+    The throughput surrogate learns log(measured / analytical) tokens/s per GPU from the
+    configuration, model, platform, software release and the analytical breakdown. Power and
+    throttling surrogates need campaign rows that measured them; without those they report
+    "no data" and predictions stay analytical.
+    """
+    from advisor.learn.train import train as run_train
+
+    report = run_train(_data(data), output, seed=seed)
+    if json_out:
+        emit_json({"rows_used": report.rows_used, "rows_skipped": report.rows_skipped,
+                   "skipped_reasons": report.skipped_reasons, "targets": report.targets,
+                   "data_sha256": report.data_sha256, "output": str(report.output)})
+        return
+    console = Console()
+    console.print(f"{report.rows_used} runs used, {report.rows_skipped} skipped "
+                  f"({report.skipped_reasons}); data sha256 {report.data_sha256[:16]}")
+    for target, what in report.targets.items():
+        console.print(f"  {target}: {what}")
+    console.print(f"wrote {report.output}/throughput.ubj and throughput.json")
+
+
+@guard
+def evaluate(data: DataOpt = None,
+             by: Annotated[list[str] | None, typer.Option(
+                 "--by", help="Grouped cross-validation split(s): source, model_family, "
+                 "platform. Default: all three.")] = None,
+             fast: Annotated[bool, typer.Option(
+                 "--fast", help="Keep the bundled analytical calibration instead of refitting "
+                 "it per fold (minutes faster; the held-out rows then informed the prior).")]
+             = False,
+             plot: Annotated[Path | None, typer.Option(
+                 "--plot", help="Write a PNG of predicted against measured (needs "
+                 "matplotlib).")] = None,
+             json_out: JsonOpt = False) -> None:
+    """Grouped cross-validation of the surrogate against the analytical model alone.
+
+    Each held-out group (a source, a model family, a platform) is predicted by models that
+    never saw it: the analytical model is recalibrated and the surrogate retrained per fold.
+    Reports MAPE, median APE, Kendall tau within (model, platform, GPU count) groups and
+    p10-p90 coverage, side by side.
+    """
+    import pandas as pd
+
+    from advisor.dataset import load
+    from advisor.learn.evaluate import SPLITS, cross_validate, summarise
+    from advisor.perf.calibration import load_calibration
+    from advisor.perf.fit import reference_from_frame
+
+    splits = by or list(SPLITS)
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise AdvisorError(f"unknown split(s) {', '.join(unknown)}; use "
+                           f"{', '.join(SPLITS)}.")
+    ref = reference_from_frame(pd.concat([load(p) for p in _data(data)], ignore_index=True))
+    console = Console(stderr=True)
+    results, summaries = {}, {}
+    for split in splits:
+        results[split] = cross_validate(ref, load_calibration(), SPLITS[split],
+                                        refit_analytical=not fast,
+                                        progress=lambda m: console.print(f"[dim]{m}[/dim]"))
+        summaries[split] = summarise(ref, results[split])
+    if plot:
+        _plot(results, plot)
+    if json_out:
+        emit_json(summaries)
+        return
+    table = Table(title=f"Grouped cross-validation, tokens/s per GPU ({len(ref.rows)} runs)")
+    for col in ("split", "model", "MAPE %", "median APE %", "Kendall τ", "p10-p90 coverage",
+                "surrogate used"):
+        table.add_column(col, justify="left" if col in ("split", "model") else "right")
+    for split, s in summaries.items():
+        for name in ("surrogate", "analytical"):
+            m = s[name]
+            cov = m.get("p10_p90_coverage")
+            table.add_row(split if name == "surrogate" else "", name, f"{m['mape_pct']:.1f}",
+                          f"{m['median_ape_pct']:.1f}",
+                          "" if m["median_kendall_tau"] is None
+                          else f"{m['median_kendall_tau']:.2f}",
+                          "" if cov is None else f"{cov:.0%}",
+                          f"{s['supported_share']:.0%}" if name == "surrogate" else "")
+    Console().print(table)
+
+
+def _plot(results: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AdvisorError("--plot needs matplotlib: pip install 'advisor[plot]'.") from None
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 5), squeeze=False)
+    for ax, (split, r) in zip(axes[0], results.items(), strict=True):
+        ax.loglog(r["measured"], r["analytical"], ".", alpha=0.4, label="analytical")
+        ax.loglog(r["measured"], r["surrogate"], ".", alpha=0.6, label="surrogate")
+        lo, hi = r["measured"].min() * 0.8, r["measured"].max() * 1.25
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set_title(f"held out by {split}")
+        ax.set_xlabel("measured tokens/s/GPU")
+        ax.set_ylabel("predicted")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,1 @@
+"""Learned surrogates on top of the analytical model."""

@@ -1,0 +1,125 @@
+"""Features the surrogates learn from: the configuration, the model, the platform, the software,
+and the analytical model's own breakdown (what it thinks limits the step)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.model import ModelSpec
+from advisor.parallel import PRECISIONS
+from advisor.perf.analytical import analytical_table
+from advisor.perf.calibration import Calibration
+from advisor.perf.fit import Reference
+from advisor.platform import Platform
+
+FAMILIES = ("ampere", "hopper", "blackwell", "cdna2", "cdna3")
+FRAMEWORKS = ("megatron", "llm-foundry", "torchtitan", "megatron-deepspeed")
+PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp4": 2}
+
+FEATURES = (
+    # configuration
+    "log2_tp", "log2_pp", "log2_dp", "log2_cp", "log2_ep", "log2_etp", "log2_vp", "log2_mbs",
+    "log2_gbs", "log2_seq_len", "log2_gpus", "recompute", "dp_sharding", "precision",
+    "overlap", "tp_beyond_domain", "microbatches_log2",
+    # model
+    "log10_params", "log10_active", "hidden", "layers", "moe", "experts", "top_k",
+    "mamba_share", "mla",
+    # platform
+    "family", "log10_peak_flops", "hbm_tb_s", "nvlink_domain", "nvlink_gb_s", "network_gb_s",
+    # software
+    "framework", "release",
+    # the analytical model's view
+    "log_analytical_tokens_s", "analytical_mfu", "bubble_share", "tp_share", "cp_share",
+    "ep_share", "pp_share", "dp_share", "recompute_share", "overhead_share", "memory_headroom",
+    "gemm_utilization", "log2_tokens_per_microbatch",
+)
+
+
+def release_number(text: str) -> float:
+    """`25.09` → 25.09, `26.04.01` → 26.0401; NaN where unknown (the trees treat it as missing)."""
+    parts = str(text).strip().split(".")
+    try:
+        major = float(parts[0]) + float(parts[1]) / 100.0
+    except (ValueError, IndexError):
+        return float("nan")
+    return major + (float(parts[2]) / 10_000.0 if len(parts) > 2 and parts[2].isdigit() else 0.0)
+
+
+def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
+                   table: pd.DataFrame, *, framework: np.ndarray | str = "megatron",
+                   software: np.ndarray | str = "") -> pd.DataFrame:
+    """Features for configurations of one model on one platform; `table` is their
+    `analytical_table` (aligned)."""
+    n = len(configs)
+    c = {k: configs[k].to_numpy() for k in configs.columns}
+    gpus = c["tp"] * c["pp"] * c["cp"] * c["dp"]
+    step = table["step_time_s"].to_numpy()
+    params = model.params
+    kinds = model.sublayers
+    framework = np.broadcast_to(np.asarray(framework, dtype=object), (n,))
+    software = np.broadcast_to(np.asarray(software, dtype=object), (n,))
+    out = {
+        "log2_tp": np.log2(c["tp"]), "log2_pp": np.log2(c["pp"]), "log2_dp": np.log2(c["dp"]),
+        "log2_cp": np.log2(c["cp"]), "log2_ep": np.log2(c["ep"]), "log2_etp": np.log2(c["etp"]),
+        "log2_vp": np.log2(c["vp"]), "log2_mbs": np.log2(c["mbs"]),
+        "log2_gbs": np.log2(c["gbs"]), "log2_seq_len": np.log2(c["seq_len"]),
+        "log2_gpus": np.log2(gpus.astype(float)),
+        "recompute": pd.Series(c["recompute"]).map({"none": 0, "selective": 1, "full": 2}),
+        "dp_sharding": pd.Series(c["dp_sharding"]).map({"none": 0, "optimizer": 1, "full": 2}),
+        "precision": pd.Series(c["precision"]).map(lambda p: PRECISION_CODES[PRECISIONS[p]]),
+        "overlap": (c["overlap_grad_reduce"].astype(int) + c["overlap_param_gather"].astype(int)
+                    + c["tp_comm_overlap"].astype(int)),
+        "tp_beyond_domain": (c["tp"] > platform.nvlink_domain_size).astype(int),
+        "microbatches_log2": np.log2(table["num_microbatches"].to_numpy()),
+        "log10_params": np.log10(params.total), "log10_active": np.log10(params.active),
+        "hidden": model.hidden_size, "layers": model.num_layers, "moe": int(model.is_moe),
+        "experts": model.num_experts, "top_k": model.moe_top_k,
+        "mamba_share": sum(s.mixer == "mamba" for s in kinds) / len(kinds),
+        "mla": int(model.is_mla),
+        "family": FAMILIES.index(platform.family) if platform.family in FAMILIES else -1,
+        "log10_peak_flops": np.log10(platform.peak_flops("bf16")),
+        "hbm_tb_s": platform.hbm_bandwidth_bytes_per_s / 1e12,
+        "nvlink_domain": platform.nvlink_domain_size,
+        "nvlink_gb_s": platform.intra_domain_bandwidth_bytes_per_s / 1e9,
+        "network_gb_s": platform.inter_node_bandwidth_bytes_per_s / 1e9,
+        "framework": [FRAMEWORKS.index(f) if f in FRAMEWORKS else -1 for f in framework],
+        "release": [release_number(s) for s in software],
+        "log_analytical_tokens_s": np.log(table["tokens_per_sec_per_gpu"].to_numpy()),
+        "analytical_mfu": table["mfu"].to_numpy(),
+        "bubble_share": table["bubble_s"].to_numpy() / step,
+        "tp_share": table["tp_comm_s"].to_numpy() / step,
+        "cp_share": table["cp_comm_s"].to_numpy() / step,
+        "ep_share": table["ep_comm_s"].to_numpy() / step,
+        "pp_share": table["pp_comm_s"].to_numpy() / step,
+        "dp_share": table["dp_comm_s"].to_numpy() / step,
+        "recompute_share": table["recompute_s"].to_numpy() / step,
+        "overhead_share": table["overhead_s"].to_numpy() / step,
+        "memory_headroom": 1.0 - table["total_bytes"].to_numpy() / table["capacity_bytes"]
+        .to_numpy(),
+        "gemm_utilization": table["gemm_utilization"].to_numpy(),
+        "log2_tokens_per_microbatch": np.log2(c["mbs"] * c["seq_len"] / c["cp"]),
+    }
+    frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v, dtype=float), (n,))
+                          for k, v in out.items()}, index=configs.index)
+    return frame[list(FEATURES)]
+
+
+def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
+    """Features, the analytical prediction and the measured value for every reference row."""
+    from advisor.catalog import load_model, load_platform
+
+    parts = []
+    for (model_name, platform_name), (idx, configs) in ref.groups.items():
+        model, platform = load_model(model_name), load_platform(platform_name)
+        for framework, rows in ref.rows.loc[idx].groupby("framework"):
+            part = configs.loc[rows.index].drop(columns="framework")
+            table = analytical_table(model, platform, part, calibration=calibration,
+                                     framework=framework)
+            feats = group_features(model, platform, part, table, framework=framework,
+                                   software=rows["software"].to_numpy())
+            feats["analytical"] = table["tokens_per_sec_per_gpu"].to_numpy()
+            parts.append(feats)
+    out = pd.concat(parts).loc[ref.rows.index]
+    out["measured"] = ref.rows["measured"]
+    return out

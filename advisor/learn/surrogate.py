@@ -1,0 +1,145 @@
+"""The throughput surrogate: XGBoost quantile trees that learn log(measured / analytical)
+tokens/s/GPU from `FEATURES`, with the support they were trained on.
+
+Outside that support — a platform family or model family never measured — the prediction stays
+analytical and says so; inside it but beyond the range of a key feature the band widens and the
+row is flagged as extrapolation. Artifacts are XGBoost UBJSON plus a JSON metadata file (never a
+pickle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from advisor.errors import AdvisorError
+from advisor.learn.features import FEATURES
+
+QUANTILES = (0.1, 0.5, 0.9)
+PARAMS = {"objective": "reg:quantileerror", "quantile_alpha": list(QUANTILES),
+          "tree_method": "hist", "max_depth": 3, "eta": 0.05, "subsample": 0.8,
+          "colsample_bytree": 0.8, "min_child_weight": 2.0, "lambda": 1.0, "nthread": 2}
+ROUNDS = 400
+RANGE_FEATURES = ("log2_gpus", "log10_params", "log2_seq_len", "log2_tp", "log2_pp", "log2_ep",
+                  "log2_cp")
+"""Beyond the trained range of these the band widens and the row is flagged."""
+EXTRAPOLATION_WIDENING = 2.0
+FORMAT_VERSION = 1
+
+
+class ArtifactError(AdvisorError):
+    """A surrogate artifact that is missing, corrupted or from another version."""
+
+
+@dataclass
+class Support:
+    families: list[str]
+    model_families: list[str]
+    ranges: dict[str, tuple[float, float]]
+
+    def check(self, families: np.ndarray, model_families: np.ndarray,
+              features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(supported, extrapolating) per row."""
+        supported = np.isin(families, self.families) & np.isin(model_families,
+                                                               self.model_families)
+        outside = np.zeros(len(features), dtype=bool)
+        for name, (low, high) in self.ranges.items():
+            values = features[name].to_numpy()
+            outside |= (values < low - 1e-9) | (values > high + 1e-9)
+        return supported, outside
+
+
+@dataclass
+class ThroughputSurrogate:
+    booster: object
+    support: Support
+    metadata: dict = field(default_factory=dict)
+
+    def predict_ratio(self, features: pd.DataFrame, families: np.ndarray,
+                      model_families: np.ndarray) -> pd.DataFrame:
+        """Columns p10, p50, p90 of measured/analytical, `supported`, `extrapolation`."""
+        x = features[list(FEATURES)].to_numpy(dtype=float)
+        raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
+        raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
+        supported, outside = self.support.check(families, model_families, features)
+        mid = raw[:, 1]
+        widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0)
+        low = mid - (mid - raw[:, 0]) * widen
+        high = mid + (raw[:, 2] - mid) * widen
+        return pd.DataFrame({"p10": np.exp(low), "p50": np.exp(mid), "p90": np.exp(high),
+                             "supported": supported, "extrapolation": outside & supported},
+                            index=features.index)
+
+    def save(self, directory: Path, name: str = "throughput") -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        model_path = directory / f"{name}.ubj"
+        self.booster.save_model(str(model_path))  # type: ignore[attr-defined]
+        meta = dict(self.metadata)
+        meta.update(format_version=FORMAT_VERSION, features=list(FEATURES),
+                    quantiles=list(QUANTILES), model_sha256=_sha(model_path),
+                    support={"families": self.support.families,
+                             "model_families": self.support.model_families,
+                             "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
+        (directory / f"{name}.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train_throughput(features: pd.DataFrame, families: np.ndarray, model_families: np.ndarray,
+                     *, seed: int = 0, metadata: dict | None = None) -> ThroughputSurrogate:
+    """Fit the quantile trees on rows with `features`, `analytical` and `measured` columns."""
+    import xgboost as xgb
+
+    y = np.log(features["measured"].to_numpy() / features["analytical"].to_numpy())
+    x = features[list(FEATURES)].to_numpy(dtype=float)
+    data = xgb.DMatrix(x, label=y, feature_names=list(FEATURES))
+    booster = xgb.train({**PARAMS, "seed": seed}, data, num_boost_round=ROUNDS)
+    ranges = {k: (float(features[k].min()), float(features[k].max())) for k in RANGE_FEATURES}
+    support = Support(families=sorted(set(families)), model_families=sorted(set(model_families)),
+                      ranges=ranges)
+    import numpy
+    import pandas
+
+    meta = {"rows": int(len(features)), "seed": seed, "params": PARAMS, "rounds": ROUNDS,
+            "versions": {"xgboost": xgb.__version__, "numpy": numpy.__version__,
+                         "pandas": pandas.__version__}, **(metadata or {})}
+    return ThroughputSurrogate(booster=booster, support=support, metadata=meta)
+
+
+def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurrogate:
+    """Load an artifact written by `save`; refuses anything missing, altered or mismatched."""
+    import xgboost as xgb
+
+    meta_path, model_path = directory / f"{name}.json", directory / f"{name}.ubj"
+    for p in (meta_path, model_path):
+        if not p.is_file():
+            raise ArtifactError(f"{p}: missing; rebuild the surrogates with `advisor train`.")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{meta_path}: not valid JSON ({e}); rebuild with "
+                            f"`advisor train`.") from None
+    if meta.get("format_version") != FORMAT_VERSION or meta.get("features") != list(FEATURES):
+        raise ArtifactError(f"{meta_path}: written for another advisor version (format "
+                            f"{meta.get('format_version')}, {len(meta.get('features', []))} "
+                            f"features); rebuild with `advisor train`.")
+    if meta.get("model_sha256") != _sha(model_path):
+        raise ArtifactError(f"{model_path}: does not match its metadata (altered or "
+                            f"corrupted); rebuild with `advisor train`.")
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(model_path))
+    except xgb.core.XGBoostError as e:
+        raise ArtifactError(f"{model_path}: not a readable XGBoost model ({str(e)[:80]}).") \
+            from None
+    support = Support(families=meta["support"]["families"],
+                      model_families=meta["support"]["model_families"],
+                      ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
+    return ThroughputSurrogate(booster=booster, support=support, metadata=meta)

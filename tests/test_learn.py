@@ -1,0 +1,144 @@
+"""Surrogates trained for real (XGBoost on the published runs), their artifacts, the Predictor
+and grouped cross-validation."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor import catalog
+from advisor.learn.evaluate import cross_validate, summarise
+from advisor.learn.features import FEATURES, reference_features, release_number
+from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
+from advisor.learn.train import train
+from advisor.parallel import make_config, make_job
+from advisor.perf.calibration import load_calibration
+from advisor.perf.fit import reference_from_frame
+from advisor.predictor import Predictor, bundled_models_dir
+
+
+@pytest.fixture(scope="module")
+def ref(reference_csv):
+    return reference_from_frame(pd.read_csv(reference_csv, dtype=str, keep_default_na=False))
+
+
+@pytest.fixture(scope="module")
+def feats(ref):
+    return reference_features(ref, load_calibration())
+
+
+def test_features_are_finite_where_known(feats):
+    assert list(feats.columns[:len(FEATURES)]) == list(FEATURES)
+    known = feats[list(FEATURES)].drop(columns="release")
+    assert np.isfinite(known.to_numpy()).all()
+    assert release_number("26.04.01") == pytest.approx(26.0401)
+    assert np.isnan(release_number(""))
+
+
+def test_surrogate_learns_the_residual_and_is_reproducible(ref, feats):
+    fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
+    one = train_throughput(feats, fam, mfam, seed=0)
+    two = train_throughput(feats, fam, mfam, seed=0)
+    r1, r2 = one.predict_ratio(feats, fam, mfam), two.predict_ratio(feats, fam, mfam)
+    assert np.allclose(r1["p50"], r2["p50"])
+    surrogate_ape = (feats["analytical"] * r1["p50"] / feats["measured"] - 1).abs()
+    analytical_ape = (feats["analytical"] / feats["measured"] - 1).abs()
+    assert surrogate_ape.mean() < 0.6 * analytical_ape.mean()
+    assert (r1["p10"] <= r1["p50"]).all() and (r1["p50"] <= r1["p90"]).all()
+
+
+def test_band_widens_and_flags_outside_the_data(ref, feats):
+    fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
+    s = train_throughput(feats, fam, mfam)
+    far = feats.iloc[:20].copy()
+    far["log2_gpus"] = feats["log2_gpus"].max() + 3  # far beyond the largest measured job
+    inside = s.predict_ratio(feats.iloc[:20], fam[:20], mfam[:20])
+    outside = s.predict_ratio(far, fam[:20], mfam[:20])
+    assert outside["extrapolation"].all() and not inside["extrapolation"].any()
+    width_in = np.log(inside["p90"] / inside["p10"])
+    width_out = np.log(outside["p90"] / outside["p10"])
+    assert (width_out > width_in).mean() > 0.5
+    unseen = s.predict_ratio(feats.iloc[:5], np.array(["cdna3"] * 5), mfam[:5])
+    assert not unseen["supported"].any()
+
+
+def test_artifacts_round_trip_and_refuse_damage(ref, feats, tmp_path):
+    fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
+    s = train_throughput(feats, fam, mfam)
+    s.save(tmp_path)
+    back = load_throughput(tmp_path)
+    assert np.allclose(back.predict_ratio(feats, fam, mfam)["p50"],
+                       s.predict_ratio(feats, fam, mfam)["p50"])
+    meta = json.loads((tmp_path / "throughput.json").read_text())
+    assert meta["features"] == list(FEATURES) and "xgboost" in meta["versions"]
+    # altered model bytes
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path, damaged, ignore=shutil.ignore_patterns("damaged"))
+    blob = bytearray((damaged / "throughput.ubj").read_bytes())
+    blob[100] ^= 0xFF
+    (damaged / "throughput.ubj").write_bytes(bytes(blob))
+    with pytest.raises(ArtifactError, match="does not match its metadata"):
+        load_throughput(damaged)
+    # metadata from another version
+    meta["format_version"] = 999
+    (damaged / "throughput.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="another advisor version"):
+        load_throughput(damaged)
+    (damaged / "throughput.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        load_throughput(damaged)
+    with pytest.raises(ArtifactError, match="missing"):
+        load_throughput(tmp_path / "nowhere")
+
+
+def test_train_writes_what_ships(tmp_path, reference_csv):
+    from advisor.dataset import append, import_published
+
+    data = tmp_path / "published.parquet"
+    append(data, import_published(reference_csv))
+    report = train([data], tmp_path / "models", seed=0)
+    assert report.rows_used > 500
+    assert report.targets["avg_power_w"].startswith("no data")
+    fresh = load_throughput(tmp_path / "models")
+    assert fresh.metadata["data_sha256"] == report.data_sha256
+    bundled = json.loads((bundled_models_dir() / "throughput.json").read_text())
+    assert bundled["data_sha256"] == report.data_sha256  # models/ was built from this data
+    assert bundled["model_sha256"] == fresh.metadata["model_sha256"]  # ... reproducibly
+
+
+def test_predictor_predicts_frames_and_pairs():
+    p = Predictor.load()
+    model, h100, mi300x = (catalog.load_model("llama3-70b"), catalog.load_platform("h100"),
+                           catalog.load_platform("mi300x"))
+    job = make_job(model, h100, num_gpus=64, seq_len=8192, gbs=128)
+    pairs = [(make_config(job, tp=4, pp=2), job), (make_config(job, tp=8), job)]
+    out = p.predict(pairs)
+    assert (out["pred_source"] == "surrogate").all()
+    assert (out["pred_tokens_per_sec_per_gpu_p10"] <= out["pred_tokens_per_sec_per_gpu"]).all()
+    amd_job = make_job(model, mi300x, num_gpus=64, seq_len=8192, gbs=128)
+    amd = p.predict([(make_config(amd_job, tp=4), amd_job)])
+    assert amd["pred_source"].iloc[0] == "analytical" and amd["pred_extrapolation"].iloc[0]
+    assert amd["pred_tokens_per_sec_per_gpu_p90"].iloc[0] > amd[
+        "pred_tokens_per_sec_per_gpu"].iloc[0]
+    frame = pd.DataFrame([make_config(job, tp=4, pp=2).to_dict() | {"model": "nope",
+                                                                     "gpu": "h100"}])
+    bad = p.predict(frame)
+    assert "unknown model" in bad["pred_error"].iloc[0]
+
+
+def test_grouped_cross_validation_beats_the_prior_on_held_out_releases(ref):
+    """Leave-one-platform-out without refitting the prior (fast); the full, refitted table is
+    `advisor evaluate`."""
+    result = cross_validate(ref, load_calibration(), "platform", refit_analytical=False)
+    s = summarise(ref, result)
+    assert s["rows"] == len(ref.rows)
+    assert 0 < s["supported_share"] < 1
+    assert s["surrogate"]["mape_pct"] < s["analytical"]["mape_pct"]
+    assert 0.4 < s["surrogate"]["p10_p90_coverage"] <= 1.0
+
+
+def test_bundled_models_dir_is_the_checkout_models():
+    assert bundled_models_dir() == Path(__file__).resolve().parents[1] / "models"
