@@ -142,3 +142,33 @@ def test_grouped_cross_validation_beats_the_prior_on_held_out_releases(ref):
 
 def test_bundled_models_dir_is_the_checkout_models():
     assert bundled_models_dir() == Path(__file__).resolve().parents[1] / "models"
+
+
+def test_predictor_is_importable_from_advisor_and_cheap_to_import():
+    import subprocess
+    import sys
+
+    code = ("import sys, time; t = time.perf_counter(); import advisor; "
+            "print(time.perf_counter() - t); "
+            "assert 'xgboost' not in sys.modules and 'torch' not in sys.modules; "
+            "from advisor import Predictor; assert Predictor.__name__ == 'Predictor'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert float(out.stdout.splitlines()[0]) < 0.5
+
+
+def test_gavel_throughput_table_and_pollux_speedup():
+    from advisor.scheduling import SpeedupFunction, throughput_table
+
+    p = Predictor.load()
+    table = throughput_table(p, "llama3-8b", ["h100", "mi300x"], [8, 16])
+    assert list(table["platform"]) == ["h100", "h100", "mi300x", "mi300x"]
+    assert (table["tokens_per_sec"] > 0).all()
+    h100 = table[table["platform"] == "h100"]
+    assert h100["tokens_per_sec"].iloc[1] > h100["tokens_per_sec"].iloc[0]  # more GPUs, more
+    assert set(table["source"]) == {"surrogate", "analytical"}  # AMD rests on the prior
+    speedup = SpeedupFunction(p, "llama3-8b", "h100")
+    s = speedup(np.array([1, 2, 2]), np.array([1, 2, 4]))
+    assert s.shape == (3,) and s[0] == pytest.approx(1.0)
+    assert s[1] > 1.5  # two nodes, two replicas: nearly twice one node
+    assert speedup(1, 3) == 0.0  # 8 GPUs cannot hold 3 equal replicas

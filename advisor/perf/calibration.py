@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from advisor.errors import CatalogError
 from advisor.perf.collectives import CollectiveModel
 
@@ -75,7 +77,17 @@ class Calibration:
     """Compute-kernel efficiency of a framework relative to Megatron-Core (1)."""
 
     def efficiency(self, family: str) -> Efficiency:
-        return self.families.get(family, self.prior)
+        """The family's calibrated efficiencies; for a family no published run covers (AMD),
+        the geometric mean of the calibrated families — what the data says of GPUs in general,
+        which is less optimistic than the literature prior — marked uncalibrated."""
+        if family in self.families:
+            return self.families[family]
+        if not self.families:
+            return self.prior
+        values = {p: float(np.exp(np.mean([np.log(max(getattr(e, p), 1e-9))
+                                           for e in self.families.values()])))
+                  for p in FIT_PARAMETERS}
+        return Efficiency(**values, calibrated=False)
 
     def with_families(self, families: dict[str, Efficiency]) -> Calibration:
         return dataclasses.replace(self, families=families)

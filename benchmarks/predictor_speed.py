@@ -1,0 +1,59 @@
+"""Speed of the scheduler-facing Predictor: batch predictions/s, one configuration's latency,
+and the cost of `import advisor`.
+
+    python benchmarks/predictor_speed.py [--repeats 5]
+
+Figures are medians (these machines are noisy). Targets: >= 100,000 predictions/s in batch,
+<= 2 ms for one configuration, import <= 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from advisor import catalog
+from advisor.parallel import make_config, make_job
+from advisor.predictor import Predictor
+from advisor.space import enumerate_space
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    imports = []
+    for _ in range(args.repeats):
+        out = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); "
+                              "import advisor; print(time.perf_counter() - t)"],
+                             capture_output=True, text=True, check=True)
+        imports.append(float(out.stdout))
+    t0 = time.perf_counter()
+    predictor = Predictor.load()
+    load_s = time.perf_counter() - t0
+    model, platform = catalog.load_model("llama3-70b"), catalog.load_platform("h100")
+    job = make_job(model, platform, num_gpus=64)
+    space = enumerate_space(job).drop(columns="tp_beyond_nvlink").assign(
+        model=model.name, gpu=platform.name)
+    pair = [(make_config(job, tp=4, pp=2), job)]
+    predictor.predict(pair)
+    batch, single = [], []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        predictor.predict(space)
+        batch.append(len(space) / (time.perf_counter() - t))
+        for _ in range(20):
+            t = time.perf_counter()
+            predictor.predict(pair)
+            single.append(time.perf_counter() - t)
+    print(f"import advisor:           {statistics.median(imports) * 1e3:8.1f} ms")
+    print(f"Predictor.load():         {load_s * 1e3:8.1f} ms (first use: imports XGBoost)")
+    print(f"batch ({len(space):,} configs):  {statistics.median(batch):10,.0f} predictions/s")
+    print(f"one configuration:        {statistics.median(single) * 1e3:8.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
