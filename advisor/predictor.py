@@ -61,9 +61,6 @@ class Predictor:
             raise AdvisorError(f"{directory}: no such directory of surrogate artifacts.")
         surrogate = (load_throughput(directory) if (directory / "throughput.json").exists()
                      or path is not None else None)
-        if surrogate is not None:
-            # One thread: a single prediction is 5× faster, a large batch no slower.
-            surrogate.booster.set_param({"nthread": 1})
         return cls(surrogate, path=directory)
 
     def predict(self, configs: pd.DataFrame | list) -> pd.DataFrame:

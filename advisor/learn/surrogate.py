@@ -64,6 +64,8 @@ class ThroughputSurrogate:
                       model_families: np.ndarray) -> pd.DataFrame:
         """Columns p10, p50, p90 of measured/analytical, `supported`, `extrapolation`."""
         x = features[list(FEATURES)].to_numpy(dtype=float)
+        # One thread for a handful of rows (thread start-up dominates), every core for a batch.
+        self.booster.set_param({"nthread": 1 if len(x) < 2048 else 0})  # type: ignore
         raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
         raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
         supported, outside = self.support.check(families, model_families, features)

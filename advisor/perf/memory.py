@@ -115,7 +115,7 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
     n = len(configs)
     out = {c: np.zeros(n) for c in COLUMNS}
     pp_vp = configs[["pp", "vp"]].to_numpy()
-    for (pp, vp) in {tuple(map(int, r)) for r in pp_vp}:
+    for pp, vp in np.unique(pp_vp.astype(int), axis=0).tolist():
         idx = np.flatnonzero((pp_vp[:, 0] == pp) & (pp_vp[:, 1] == vp))
         part = _stage_memory(model, configs.iloc[idx], pp=pp, vp=vp)
         for c, v in part.items():

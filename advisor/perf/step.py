@@ -122,7 +122,7 @@ def step_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
                                      "forward_burst_s", "gemm_utilization")
     out = {c: np.zeros(n) for c in columns}
     pp_vp = configs[["pp", "vp"]].to_numpy()
-    for pp, vp in {tuple(map(int, r)) for r in pp_vp}:
+    for pp, vp in np.unique(pp_vp.astype(int), axis=0).tolist():
         idx = np.flatnonzero((pp_vp[:, 0] == pp) & (pp_vp[:, 1] == vp))
         part = _step(model, platform, configs.iloc[idx], eff, calibration.collectives,
                      stage_layout(model, pp, vp), pp=pp, vp=vp, frameworks=frameworks[idx],
