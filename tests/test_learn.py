@@ -172,3 +172,18 @@ def test_gavel_throughput_table_and_pollux_speedup():
     assert s.shape == (3,) and s[0] == pytest.approx(1.0)
     assert s[1] > 1.5  # two nodes, two replicas: nearly twice one node
     assert speedup(1, 3) == 0.0  # 8 GPUs cannot hold 3 equal replicas
+
+
+def test_vtrain_leave_one_job_out_ranks_layouts(vtrain_dir):
+    """On the 8-GPU jobs only (to stay quick): held-out jobs predicted from the others."""
+    from advisor.learn.evaluate import vtrain_leave_one_job_out
+    from advisor.perf.vtrain import load_vtrain, score_vtrain
+
+    frame = load_vtrain(vtrain_dir / "ground_truth_single.csv")
+    frame = frame[frame["num_gpus"] == 8]
+    result = vtrain_leave_one_job_out(frame)
+    surrogate, _ = score_vtrain(frame, result["surrogate_ms"])
+    analytical, _ = score_vtrain(frame, result["analytical_ms"])
+    assert surrogate.mape_pct < analytical.mape_pct
+    assert surrogate.median_kendall_tau > 0.8
+    assert surrogate.mean_top1_regret_pct <= analytical.mean_top1_regret_pct

@@ -60,6 +60,9 @@ def evaluate(data: DataOpt = None,
                  "--fast", help="Keep the bundled analytical calibration instead of refitting "
                  "it per fold (minutes faster; the held-out rows then informed the prior).")]
              = False,
+             vtrain: Annotated[Path | None, typer.Option(
+                 "--vtrain", help="Also score vTrain's single-node sweeps leave-one-job-out "
+                 "(ground_truth_single.csv): MAPE, Kendall tau per job, top-1 regret.")] = None,
              plot: Annotated[Path | None, typer.Option(
                  "--plot", help="Write a PNG of predicted against measured (needs "
                  "matplotlib).")] = None,
@@ -91,6 +94,8 @@ def evaluate(data: DataOpt = None,
                                         refit_analytical=not fast,
                                         progress=lambda m: console.print(f"[dim]{m}[/dim]"))
         summaries[split] = summarise(ref, results[split])
+    if vtrain:
+        summaries["vtrain_leave_one_job_out"] = _vtrain(vtrain, console)
     if plot:
         _plot(results, plot)
     if json_out:
@@ -101,6 +106,8 @@ def evaluate(data: DataOpt = None,
                 "surrogate used"):
         table.add_column(col, justify="left" if col in ("split", "model") else "right")
     for split, s in summaries.items():
+        if split == "vtrain_leave_one_job_out":
+            continue
         for name in ("surrogate", "analytical"):
             m = s[name]
             cov = m.get("p10_p90_coverage")
@@ -111,6 +118,30 @@ def evaluate(data: DataOpt = None,
                           "" if cov is None else f"{cov:.0%}",
                           f"{s['supported_share']:.0%}" if name == "surrogate" else "")
     Console().print(table)
+    if vtrain:
+        v = Table(title="vTrain single-node sweeps, leave one job out (iteration time)")
+        for col in ("model", "MAPE %", "Kendall τ per job (median)", "top-1 regret (median / "
+                    "mean)"):
+            v.add_column(col, justify="left" if col == "model" else "right")
+        for name, s in summaries["vtrain_leave_one_job_out"].items():
+            v.add_row(name, f"{s['mape_pct']:.1f}", f"{s['median_kendall_tau']:.2f}",
+                      f"{s['median_top1_regret_pct']:.1f} % / {s['mean_top1_regret_pct']:.1f} %")
+        Console().print(v)
+
+
+def _vtrain(path: Path, console: Console) -> dict:
+    from dataclasses import asdict
+
+    from advisor.learn.evaluate import vtrain_leave_one_job_out
+    from advisor.perf.vtrain import load_vtrain, score_vtrain
+
+    try:
+        frame = load_vtrain(path)
+    except (OSError, ValueError) as e:
+        raise AdvisorError(f"{path}: not vTrain's ground_truth_single.csv ({e}).") from None
+    result = vtrain_leave_one_job_out(frame, progress=lambda m: console.print(f"[dim]{m}[/dim]"))
+    return {name: asdict(score_vtrain(frame, result[f"{name}_ms"])[0])
+            for name in ("surrogate", "analytical")}
 
 
 def _plot(results: dict, path: Path) -> None:

@@ -66,3 +66,54 @@ def summarise(ref: Reference, result: pd.DataFrame) -> dict:
     inside = (banded["measured"] >= banded["p10"]) & (banded["measured"] <= banded["p90"])
     out["surrogate"]["p10_p90_coverage"] = float(inside.mean()) if len(banded) else None
     return out
+
+
+def vtrain_leave_one_job_out(frame: pd.DataFrame, calibration: Calibration | None = None,
+                             *, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """vTrain's single-node sweeps, one job (model, GPU count, global batch) held out at a
+    time: the surrogate learns from the other jobs' runs on top of the zero-shot analytical
+    prior (nothing from vTrain in it). Per row: measured and predicted iteration time (ms)."""
+    from advisor.catalog import load_platform
+    from advisor.learn.features import group_features
+    from advisor.perf.analytical import analytical_table
+    from advisor.perf.calibration import load_calibration
+    from advisor.perf.vtrain import FRAMEWORK, JOB, gpt_spec, vtrain_configs
+
+    calibration = calibration or load_calibration()
+    calibration = calibration.with_frameworks(
+        {k: v for k, v in calibration.frameworks.items() if k != FRAMEWORK})
+    platform = load_platform("a100")
+    parts = []
+    for (hidden, heads, layers, seq), part in frame.groupby(["hidden", "heads", "layers",
+                                                              "seq_len"]):
+        model = gpt_spec(int(hidden), int(heads), int(layers), int(seq))
+        configs = vtrain_configs(part)
+        table = analytical_table(model, platform, configs, calibration=calibration,
+                                 framework=FRAMEWORK)
+        feats = group_features(model, platform, configs, table, framework=FRAMEWORK)
+        feats["analytical"] = table["tokens_per_sec_per_gpu"].to_numpy()
+        feats["measured"] = (part["gbs"] * part["seq_len"] / (part["measured_ms"] / 1e3)
+                             / part["num_gpus"]).to_numpy()
+        feats["model_name"] = model.name
+        parts.append(feats)
+    feats = pd.concat(parts).loc[frame.index]
+    job = frame[list(JOB)].astype(str).agg("|".join, axis=1)
+    out = pd.DataFrame(index=frame.index, columns=["analytical_ms", "surrogate_ms"],
+                       dtype=float)
+    jobs = job.unique()
+    for i, key in enumerate(jobs, 1):
+        if progress and i % 24 == 0:
+            progress(f"vTrain job {i}/{len(jobs)}")
+        held = (job == key).to_numpy()
+        fam = np.full(len(feats), "ampere")
+        surrogate = train_throughput(feats[~held], fam[~held],
+                                     feats["model_name"].to_numpy()[~held])
+        ratio = surrogate.predict_ratio(feats[held], fam[held],
+                                        feats["model_name"].to_numpy()[held])
+        tokens = (frame.loc[held, "gbs"] * frame.loc[held, "seq_len"]).to_numpy()
+        gpus = frame.loc[held, "num_gpus"].to_numpy()
+        base = feats.loc[held, "analytical"].to_numpy()
+        learned = np.where(ratio["supported"], base * ratio["p50"], base)
+        out.loc[held, "analytical_ms"] = tokens / (base * gpus) * 1e3
+        out.loc[held, "surrogate_ms"] = tokens / (learned * gpus) * 1e3
+    return out

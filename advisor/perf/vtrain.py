@@ -58,6 +58,17 @@ FRAMEWORK = "megatron-deepspeed"
 (launch) overhead, which dominates these small models at high TP; see `cross_validated`."""
 
 
+def vtrain_configs(part: pd.DataFrame) -> pd.DataFrame:
+    """`ParallelConfig` columns for vTrain rows (the settings the README states)."""
+    return pd.DataFrame({
+        "tp": part["tp"], "pp": part["pp"], "dp": part["dp"], "cp": 1, "ep": 1, "etp": 1,
+        "vp": 1, "mbs": part["mbs"], "gbs": part["gbs"], "seq_len": part["seq_len"],
+        "precision": "fp16", "recompute": "full", "dp_sharding": "none",
+        "sequence_parallel": False, "overlap_grad_reduce": False,
+        "overlap_param_gather": False, "tp_comm_overlap": False,
+        "grad_reduce_in_fp32": True, "attention": "unfused"}, index=part.index)
+
+
 def predict_vtrain(frame: pd.DataFrame, calibration: Calibration | None = None) -> pd.Series:
     """Predicted iteration time (ms) per row."""
     platform = load_platform("a100")
@@ -65,13 +76,7 @@ def predict_vtrain(frame: pd.DataFrame, calibration: Calibration | None = None) 
     for (hidden, heads, layers, seq), part in frame.groupby(["hidden", "heads", "layers",
                                                               "seq_len"]):
         model = gpt_spec(int(hidden), int(heads), int(layers), int(seq))
-        configs = pd.DataFrame({
-            "tp": part["tp"], "pp": part["pp"], "dp": part["dp"], "cp": 1, "ep": 1, "etp": 1,
-            "vp": 1, "mbs": part["mbs"], "gbs": part["gbs"], "seq_len": part["seq_len"],
-            "precision": "fp16", "recompute": "full", "dp_sharding": "none",
-            "sequence_parallel": False, "overlap_grad_reduce": False,
-            "overlap_param_gather": False, "tp_comm_overlap": False,
-            "grad_reduce_in_fp32": True, "attention": "unfused"})
+        configs = vtrain_configs(part)
         table = step_table(model, platform, configs, calibration=calibration,
                            framework=FRAMEWORK)
         out.loc[part.index] = table["step_time_s"].to_numpy() * 1e3
