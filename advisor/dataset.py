@@ -74,10 +74,10 @@ SCHEMA: tuple[Column, ...] = (
     Column("dp_sharding", "str", "none, optimizer or full", allowed=DP_SHARDING),
     Column("framework", "str", "megatron, llm-foundry, torchtitan, ..."),
     Column("software", "str", "container or library release, where known"),
-    Column("tokens_per_sec_per_gpu", "float", "measured throughput per GPU", low=0),
+    Column("tokens_per_sec_per_gpu", "float", "measured throughput per GPU", low=1e-9),
     Column("tflops_per_gpu", "float", "model TFLOP/s per GPU as the source counts it", low=0),
     Column("mfu", "float", "model FLOPs utilisation as the source printed it", low=0, high=1.5),
-    Column("step_time_s", "float", "seconds per optimizer step", low=0),
+    Column("step_time_s", "float", "seconds per optimizer step", low=1e-9),
     Column("peak_mem_gb", "float", "peak allocated GPU memory, GB", low=0),
     Column("avg_power_w", "float", "time-weighted average power per GPU (W)", low=0, high=5000),
     Column("peak_power_w", "float", "largest instantaneous power sample of any GPU (W)", low=0,
@@ -123,7 +123,11 @@ def validate(frame: pd.DataFrame, *, where: str = "dataset", max_errors: int = 5
             out[col.name] = pd.Series(pd.NA, index=frame.index, dtype=_DTYPES[col.kind])
             continue
         raw = frame[col.name]
-        typed, bad = _coerce(raw, col)
+        try:
+            typed, bad = _coerce(raw, col)
+        except (TypeError, ValueError) as e:
+            raise DatasetError(f"{where}: column {col.name} holds values that are not "
+                               f"{col.kind}s ({str(e)[:80]}).") from None
         for i in bad[:max_errors]:
             problems.append(f"row {i}, column {col.name}: {raw.loc[i]!r} is not a {col.kind}")
         blank = typed.isna()
@@ -132,6 +136,9 @@ def validate(frame: pd.DataFrame, *, where: str = "dataset", max_errors: int = 5
                 problems.append(f"row {i}, column {col.name}: empty, but required")
         if col.kind in ("int", "float"):
             numbers = typed.astype("Float64")
+            infinite = numbers.isin([float("inf"), float("-inf")]).fillna(False)
+            for i in typed.index[infinite][:max_errors]:
+                problems.append(f"row {i}, column {col.name}: {typed.loc[i]} is not finite")
             if col.low is not None:
                 for i in typed.index[(numbers < col.low).fillna(False)][:max_errors]:
                     problems.append(f"row {i}, column {col.name}: {typed.loc[i]} is below "
@@ -214,8 +221,10 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
     path = Path(path)
     new = validate(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows)),
                    where=f"rows for {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(path.parent, os.W_OK):
+            raise DatasetError(f"{path.parent}: not writable; choose another output.")
         with FileLock(str(path) + ".lock", timeout=timeout_s):
             merged = new if not path.exists() else pd.concat([load(path), new],
                                                              ignore_index=True)
@@ -225,6 +234,8 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
     except Timeout:
         raise DatasetError(f"{path}: another writer has held {path}.lock for over "
                            f"{timeout_s:.0f} s; is a stuck process holding it?") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot write ({e.strerror or e}).") from None
 
 
 def _atomic_write(frame: pd.DataFrame, path: Path) -> None:
@@ -237,6 +248,11 @@ def _atomic_write(frame: pd.DataFrame, path: Path) -> None:
         # mkstemp makes the file private; keep the old file's mode, or a normal data file's.
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # make the rename itself durable
+        finally:
+            os.close(directory)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -248,9 +264,16 @@ _PUBLISHED_KEEP = ("model", "gpu", "num_gpus", "precision", "seq_len", "gbs", "m
                    "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "notes", "source_name")
 
 
-def published_run_id(row: pd.Series) -> str:
-    """Stable id of a published row: its source and every configuration and result cell."""
-    key = "|".join(str(row.get(k, "")) for k in ("source_url", *_PUBLISHED_KEEP))
+_PUBLISHED_IDENTITY = ("source_url", "source_name", "model", "gpu", "num_gpus", "precision",
+                       "seq_len", "gbs", "mbs", "tp", "pp", "cp", "ep", "vp", "dp",
+                       "recompute", "dp_sharding", "framework", "software")
+
+
+def published_run_id(row: pd.Series, occurrence: int = 0) -> str:
+    """Stable id of a published row: its source and configuration (not its result, so a
+    corrected number replaces the old one on re-import), plus which occurrence of that
+    configuration in the source it is (some tables print two results for one layout)."""
+    key = "|".join(str(row.get(k, "")) for k in _PUBLISHED_IDENTITY) + f"|{occurrence}"
     return "pub-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -265,7 +288,9 @@ def import_published(csv_path: Path, *, collected_at: str | None = None) -> pd.D
         raise DatasetError(f"{csv_path}: missing column(s) {', '.join(missing)}; is this "
                            f"published_runs.csv?")
     frame = raw[list(_PUBLISHED_KEEP)].copy()
-    frame["run_id"] = raw.apply(published_run_id, axis=1)
+    occurrence = raw.groupby(list(_PUBLISHED_IDENTITY)).cumcount()
+    frame["run_id"] = [published_run_id(row, int(n))
+                       for (_, row), n in zip(raw.iterrows(), occurrence, strict=True)]
     frame["source"] = "published"
     frame["source_ref"] = raw["source_url"]
     frame["status"] = "ok"

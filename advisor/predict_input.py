@@ -27,13 +27,24 @@ RECOMPUTE_SPELLINGS = {"none": "none", "selective": "selective", "full": "full",
                        "selective+sequence-parallel": "selective"}
 
 
+@dataclass(frozen=True)
+class _RowJob:
+    """What the `Predictor` needs besides the configuration."""
+
+    model: ModelSpec
+    platform: Platform
+    framework: str
+    software: str
+
+
 @dataclass
 class RowPrediction:
     memory: MemoryBreakdown | None = None
     analytical: Prediction | None = None
     learned: dict | None = None
     """The `Predictor`'s columns for this row (surrogate where it has support)."""
-    job: dict = field(default_factory=dict)
+    config: ParallelConfig | None = None
+    job_spec: _RowJob | None = None
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     error: str = ""
@@ -168,9 +179,9 @@ def predict_row(row: pd.Series) -> RowPrediction:
         framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
         out.analytical = predict_config(model, platform, config, framework=framework)
         out.memory = out.analytical.memory
-        out.job = config.to_dict() | {"model": model.name, "gpu": platform.name,
-                                      "framework": framework,
-                                      "software": str(row.get("software", "")).strip()}
+        out.config = config
+        out.job_spec = _RowJob(model=model, platform=platform, framework=framework,
+                               software=str(row.get("software", "")).strip())
     except AdvisorError as e:
         out.error = str(e)
     return out
@@ -211,9 +222,10 @@ def _add_learned(results: list[RowPrediction], predictor) -> None:
     ok = [r for r in results if r.analytical]
     if not ok:
         return
-    learned = predictor.predict(pd.DataFrame([r.job for r in ok]))
+    learned = predictor.predict([(r.config, r.job_spec) for r in ok])
     for r, (_, row) in zip(ok, learned.iterrows(), strict=True):
         if row["pred_error"]:
+            r.notes.append(f"surrogate unavailable: {row['pred_error']}")
             continue
         r.learned = {k: (round(float(row[k]), 4) if k != "pred_extrapolation"
                          else bool(row[k])) for k in (*LEARNED_OVERRIDES, *LEARNED_EXTRA[:2],

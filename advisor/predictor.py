@@ -64,28 +64,47 @@ class Predictor:
         return cls(surrogate, path=directory)
 
     def predict(self, configs: pd.DataFrame | list) -> pd.DataFrame:
-        """`pred_*` columns for every configuration (a DataFrame with `model`, `gpu` and
-        `ParallelConfig` columns, optional `framework` and `software`; or a list of
-        (ParallelConfig, Job) pairs). Rows that cannot be predicted get `pred_error`."""
-        frame = _as_frame(configs)
+        """`pred_*` columns for every configuration, in input order: a DataFrame with `model`,
+        `gpu` (catalog names, or `ModelSpec` / `Platform` objects) and `ParallelConfig`
+        columns, optional `framework` and `software`; or a list of (ParallelConfig, Job)
+        pairs. Rows that cannot be predicted get `pred_error` and the others are predicted."""
+        frame, objects = _as_frame(configs)
+        index = frame.index
+        frame = frame.reset_index(drop=True)
+        if frame.empty:
+            return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
         parts = []
-        for key, part in frame.groupby(["model", "gpu", "framework"], sort=False):
+        for key, part in frame.groupby(["model", "gpu", "framework"], sort=False,
+                                       dropna=False):
             try:
-                parts.append(self._predict_group(*key, part).assign(pred_error=""))
-            except AdvisorError as e:
-                parts.append(pd.DataFrame({"pred_error": str(e)}, index=part.index))
-        out = parts[0] if len(parts) == 1 else pd.concat(parts)
-        return out.reindex(frame.index)
+                model, platform = _resolve(key[0], key[1], objects)
+                parts.append(self._predict_group(model, platform, key[2], part))
+            except (AdvisorError, KeyError, ValueError, TypeError) as e:
+                message = str(e) if isinstance(e, AdvisorError) else (
+                    f"cannot predict this row: {type(e).__name__}: {e}")
+                parts.append(pd.DataFrame({"pred_error": message}, index=part.index))
+        out = pd.concat(parts).reindex(frame.index)
+        out["pred_error"] = out["pred_error"].fillna("")
+        out.index = index
+        return out
 
-    def _predict_group(self, model_name: str, gpu: str, framework: str,
+    def _predict_group(self, model, platform, framework: str,
                        part: pd.DataFrame) -> pd.DataFrame:
-        from advisor.catalog import load_model, load_platform
         from advisor.learn.features import group_features
         from advisor.parallel import PARALLEL_FIELDS
         from advisor.perf.analytical import analytical_table
 
-        model, platform = load_model(model_name), load_platform(gpu)
         configs = part[list(PARALLEL_FIELDS)]
+        invalid = _invalid(model, configs)
+        if invalid.any():
+            good = part[~invalid]
+            bad = pd.DataFrame({"pred_error": _why_invalid(model, platform,
+                                                           configs[invalid])},
+                               index=part.index[invalid])
+            if good.empty:
+                return bad
+            return pd.concat([self._predict_group(model, platform, framework, good)
+                              .assign(pred_error=""), bad])
         table = analytical_table(model, platform, configs, calibration=self.calibration,
                                  framework=framework)
         tps = table["tokens_per_sec_per_gpu"].to_numpy()
@@ -130,7 +149,53 @@ class Predictor:
             "pred_power_source": "analytical",
             "pred_extrapolation": extrapolation,
             "pred_calibrated": bool(table["calibrated"].iloc[0]),
-        }, index=part.index)
+        }, index=part.index).assign(pred_error="")
+
+
+def _invalid(model, configs: pd.DataFrame) -> np.ndarray:
+    """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the
+    same one configuration at a time)."""
+    tp, pp, cp, dp = (configs[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
+    ep, etp, mbs, gbs = (configs[k].to_numpy() for k in ("ep", "etp", "mbs", "gbs"))
+    seq, vp = configs["seq_len"].to_numpy(), configs["vp"].to_numpy()
+    bad = (model.num_attention_heads % tp != 0) | (pp * vp > model.num_layers)
+    bad |= gbs % (mbs * dp) != 0
+    bad |= (cp > 1) & (seq % (2 * cp) != 0)
+    if model.is_moe:
+        bad |= (model.num_experts % ep != 0) | ((tp * cp * dp) % (ep * etp) != 0)
+    else:
+        bad |= (ep > 1) | (etp > 1)
+    return bad
+
+
+def _why_invalid(model, platform, configs: pd.DataFrame) -> list[str]:
+    from advisor.parallel import ParallelConfig
+    from advisor.space import validate
+
+    out = []
+    for row in configs.to_dict(orient="records"):
+        try:
+            config = ParallelConfig(**row)
+            validate(config, model, platform, num_gpus=config.world_size)
+            out.append("invalid configuration for this model")
+        except AdvisorError as e:
+            out.append(str(e))
+        except (AttributeError, TypeError):
+            out.append("invalid configuration for this model (tp must divide the heads, "
+                       "pp·vp at most the layers, gbs a multiple of mbs·dp, ep dividing the "
+                       "experts)")
+    return out
+
+
+def _resolve(model_key, gpu_key, objects: dict):
+    """The `ModelSpec` and `Platform` a row names (objects passed in win over the catalog)."""
+    from advisor.catalog import load_model, load_platform
+
+    if pd.isna(model_key) or pd.isna(gpu_key):
+        raise ConfigError("model and gpu are required for every row.")
+    model = objects.get(model_key) or load_model(str(model_key))
+    platform = objects.get(gpu_key) or load_platform(str(gpu_key))
+    return model, platform
 
 
 def _metrics(calibration) -> dict:
@@ -142,8 +207,12 @@ def _metrics(calibration) -> dict:
         return dict(read_toml(Path(p)).get("metrics", {}))
 
 
-def _as_frame(configs: pd.DataFrame | list) -> pd.DataFrame:
-    from advisor.parallel import ParallelConfig
+def _as_frame(configs: pd.DataFrame | list) -> tuple[pd.DataFrame, dict]:
+    """The rows with every column `predict` needs (ParallelConfig defaults for empty cells),
+    and the `ModelSpec` / `Platform` objects rows refer to by key."""
+    from advisor.model import ModelSpec
+    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.platform import Platform
 
     if isinstance(configs, list):
         rows = []
@@ -153,8 +222,15 @@ def _as_frame(configs: pd.DataFrame | list) -> pd.DataFrame:
                 raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, "
                                   "Job) pairs.")
             config, job = item
-            rows.append(config.to_dict() | {"model": job.model.name, "gpu": job.platform.name})
-        configs = pd.DataFrame(rows)
+            rows.append(config.to_dict() | {
+                "model": job.model, "gpu": job.platform,
+                "framework": getattr(job, "framework", "megatron"),
+                "software": getattr(job, "software", "")})
+        configs = pd.DataFrame(rows, columns=[*PARALLEL_FIELDS, "model", "gpu", "framework",
+                                              "software"])
+    if not isinstance(configs, pd.DataFrame):
+        raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, Job) "
+                          "pairs.")
     frame = configs.copy()
     if "gpu" not in frame and "platform" in frame:
         frame["gpu"] = frame["platform"]
@@ -162,16 +238,35 @@ def _as_frame(configs: pd.DataFrame | list) -> pd.DataFrame:
     if missing:
         raise ConfigError(f"predict() needs column(s) {', '.join(missing)} besides the "
                           f"ParallelConfig columns.")
-    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
-
+    objects: dict = {}
+    for column, kind in (("model", ModelSpec), ("gpu", Platform)):
+        keys = []
+        for value in frame[column].tolist():
+            if isinstance(value, kind):
+                key = f"{value.name}#{id(value)}"
+                objects[key] = value
+                keys.append(key)
+            else:
+                keys.append(value)
+        frame[column] = pd.Series(keys, index=frame.index, dtype=object)
     defaults = ParallelConfig().to_dict()
     for name in PARALLEL_FIELDS:
         if name not in frame:
             frame[name] = defaults[name]
-    if "framework" not in frame:
-        frame["framework"] = "megatron"
-    if "software" not in frame:
-        frame["software"] = ""
-    frame["framework"] = frame["framework"].fillna("megatron").replace("", "megatron")
-    frame["software"] = frame["software"].fillna("")
-    return frame
+        elif frame[name].isna().any():
+            frame[name] = frame[name].astype(object).where(frame[name].notna(), defaults[name])
+        try:
+            if isinstance(defaults[name], bool):
+                frame[name] = frame[name].astype(bool)
+            elif isinstance(defaults[name], int):
+                frame[name] = frame[name].astype(float).astype(int)
+            else:
+                frame[name] = frame[name].astype(str).str.lower()
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"column {name}: {e}") from None
+    for name, default in (("framework", "megatron"), ("software", "")):
+        if name not in frame:
+            frame[name] = default
+        frame[name] = frame[name].astype(object).where(frame[name].notna(), default)
+        frame[name] = frame[name].replace("", default) if default else frame[name]
+    return frame, objects

@@ -40,7 +40,9 @@ def best_configurations(predictor, model_name: str, platform_name: str, num_gpus
         return space
     space = space.assign(model=model.name, gpu=platform.name)
     pred = predictor.predict(space)
-    return space.join(pred).sort_values("pred_tokens_per_sec_per_gpu", ascending=False)
+    ranked = space.join(pred)
+    ranked = ranked[ranked["pred_error"] == ""]
+    return ranked.sort_values("pred_tokens_per_sec_per_gpu", ascending=False)
 
 
 def throughput_table(predictor, model_name: str, platforms: list[str], gpu_counts: list[int],
@@ -92,7 +94,7 @@ class SpeedupFunction:
     def __call__(self, num_nodes, num_replicas) -> np.ndarray:
         """Speedup relative to one node with one replica (Pollux's normalisation)."""
         base = self._one(1, 1)
-        if base <= 0:
+        if not base > 0:
             base = max(self._one(n, 1) for n in (1, 2, 4, 8)) or 1.0
         return self.throughput(num_nodes, num_replicas) / base
 

@@ -96,7 +96,7 @@ def test_crash_while_writing_leaves_the_old_file_whole(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", dying_writer)
-    with pytest.raises(OSError):
+    with pytest.raises(DatasetError, match="No space left on device"):
         append(path, [_run(2)])
     monkeypatch.undo()
     assert path.read_bytes() == before
@@ -119,6 +119,31 @@ def test_concurrent_appenders_lose_nothing(tmp_path):
     frame = load(path)
     assert len(frame) == workers * batches * 3
     assert frame["run_id"].is_unique
+
+
+def test_corrected_published_number_replaces_the_old_row(tmp_path, reference_csv):
+    edited = tmp_path / "published_runs.csv"
+    raw = pd.read_csv(reference_csv, dtype=str, keep_default_na=False)
+    path = tmp_path / "published.parquet"
+    append(path, import_published(reference_csv))
+    raw.loc[0, "tokens_per_sec_per_gpu"] = "12345.0"
+    raw.to_csv(edited, index=False)
+    assert append(path, import_published(edited)) == len(raw)  # replaced, not added
+    assert 12345.0 in set(load(path)["tokens_per_sec_per_gpu"].dropna())
+
+
+def test_infinite_or_zero_throughput_is_refused():
+    with pytest.raises(DatasetError, match="not finite"):
+        validate(pd.DataFrame([_run(0, tokens_per_sec_per_gpu=float("inf"))]))
+    with pytest.raises(DatasetError, match="below"):
+        validate(pd.DataFrame([_run(0, tokens_per_sec_per_gpu=0.0)]))
+
+
+def test_unwritable_destination_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(DatasetError, match="cannot write|not writable"):
+        append(blocker / "runs.parquet", [_run(0)])
 
 
 def test_load_reads_csv_and_refuses_garbage(tmp_path):

@@ -111,6 +111,9 @@ def predict(input: Annotated[Path | None, typer.Option(
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap)
         learned = predictor.predict([pair]).iloc[0].to_dict() if predictor else None
+        if learned and learned.get("pred_error"):
+            notes = [*notes, f"surrogate unavailable: {learned['pred_error']}"]
+            learned = None
         _print_one(m, p, pred, notes, json_out, learned)
         return
     from advisor.predict_input import predict_frame, read_rows

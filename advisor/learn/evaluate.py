@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from advisor.errors import AdvisorError
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import Calibration
@@ -32,6 +33,9 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
         if progress:
             progress(f"{by} {i}/{len(groups)}: {group}")
         held = (rows[by] == group).to_numpy()
+        if held.all():
+            raise AdvisorError(f"only one {by} in the data: nothing to train on when it is "
+                               f"held out.")
         train_ref, test_ref = ref.subset(~held), ref.subset(held)
         cal = (fit_all(train_ref, calibration.with_families({}).with_frameworks({}))
                if refit_analytical else calibration)

@@ -128,6 +128,9 @@ def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurr
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{meta_path}: not valid JSON ({e}); rebuild with "
                             f"`advisor train`.") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("support"), dict):
+        raise ArtifactError(f"{meta_path}: not advisor surrogate metadata; rebuild with "
+                            f"`advisor train`.")
     if meta.get("format_version") != FORMAT_VERSION or meta.get("features") != list(FEATURES):
         raise ArtifactError(f"{meta_path}: written for another advisor version (format "
                             f"{meta.get('format_version')}, {len(meta.get('features', []))} "

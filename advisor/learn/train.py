@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.dataset import load
+from advisor.dataset import DatasetError, load
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import load_calibration
@@ -46,6 +46,10 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
     frames = [load(p) for p in datasets]
     data = pd.concat(frames, ignore_index=True).drop_duplicates("run_id", keep="last")
     ref = reference_from_frame(data)
+    if len(ref.rows) < MIN_ROWS:
+        raise DatasetError(f"only {len(ref.rows)} usable runs (need {MIN_ROWS}: catalog model "
+                           f"and platform, a valid layout, measured tokens/s); skipped: "
+                           f"{len(ref.skipped)}.")
     reasons = ref.skipped["why"].str.split(";").str[0].str.slice(0, 80).value_counts().to_dict()
     calibration = load_calibration()
     features = reference_features(ref, calibration)

@@ -104,6 +104,11 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
                        "mamba": model.mamba_num_heads > 0,
                        "num_gpus": int(float(row["num_gpus"])), "measured": float(measured)})
         configs[i] = config.to_dict() | {"framework": row.get("framework", "") or "megatron"}
+    if not usable:
+        reasons = sorted({why.split(";")[0][:80] for _, why in skipped})[:3]
+        raise AdvisorError(f"no usable runs among {len(frame)} rows (need a catalog model and "
+                           f"platform, a valid layout and measured tokens/s; e.g. "
+                           f"{'; '.join(reasons) or 'no rows with status ok'}).")
     rows = pd.DataFrame(usable).set_index("index")
     all_configs = pd.DataFrame.from_dict(configs, orient="index")
     groups = {}
