@@ -54,8 +54,9 @@ def train(data: DataOpt = None,
 @guard
 def evaluate(data: DataOpt = None,
              by: Annotated[list[str] | None, typer.Option(
-                 "--by", help="Grouped cross-validation split(s): source, model_family, "
-                 "platform. Default: all three.")] = None,
+                 "--by", help="Grouped cross-validation split(s): source, series (every "
+                 "release of a publication series at once), model_family, platform. Default: "
+                 "all four.")] = None,
              fast: Annotated[bool, typer.Option(
                  "--fast", help="Keep the bundled analytical calibration instead of refitting "
                  "it per fold (minutes faster; the held-out rows then informed the prior).")]

@@ -18,7 +18,10 @@ from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import Calibration
 from advisor.perf.fit import Reference, fit_all, kendall_by_group
 
-SPLITS = {"source": "source", "model_family": "model_family", "platform": "platform"}
+SPLITS = {"source": "source", "series": "series", "model_family": "model_family",
+          "platform": "platform"}
+"""`series` holds out every release of a publication series at once (Megatron-Bridge 25.09 …
+26.08 together): releases share configurations, so `source` alone is optimistic."""
 
 
 def cross_validate(ref: Reference, calibration: Calibration, by: str, *,

@@ -75,6 +75,18 @@ def load_reference(path: Path) -> Reference:
     return reference_from_frame(pd.read_csv(path, dtype=str, keep_default_na=False))
 
 
+def source_series(source_name: str) -> str:
+    """The publication series a source belongs to: its name without release numbers or the
+    parenthesised detail ("Megatron-Bridge performance summary (NeMo 26.04 container)" →
+    "Megatron-Bridge performance summary"), so that releases of one series, which share
+    configurations, can be held out together."""
+    import re
+
+    name = re.sub(r"\([^)]*\)", "", str(source_name))
+    name = re.sub(r"\b\d+(\.\d+)*\b", "", name)
+    return " ".join(name.split())
+
+
 def reference_from_frame(frame: pd.DataFrame) -> Reference:
     """Usable runs (catalog model and platform, a valid configuration, measured tokens/s) of a
     frame of runs; the others are in `skipped` with the reason."""
@@ -98,6 +110,7 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
             continue
         usable.append({"index": i, "model": model.name, "platform": platform.name,
                        "family": platform.family, "source": row["source_name"],
+                       "series": source_series(row["source_name"]),
                        "framework": row.get("framework", "") or "megatron",
                        "software": row.get("software", ""), "precision": row["precision"],
                        "model_family": model.family or model.name, "moe": model.is_moe,
