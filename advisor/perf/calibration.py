@@ -1,8 +1,9 @@
 """The few free parameters of the analytical model, per platform family, and where they come from.
 
 `advisor/catalog/calibration.toml` holds them, written by `benchmarks/calibrate.py --write` (fit
-to `published_runs.csv` and the vTrain NCCL tables). A family with no published runs (H200 shares
-Hopper's; AMD has none) uses the `[prior]` section and its predictions say "uncalibrated".
+to `published_runs.csv` and the vTrain NCCL tables). H200 shares Hopper's; a family with no
+published runs (AMD) uses the geometric mean of the calibrated families and its predictions say
+"uncalibrated".
 """
 
 from __future__ import annotations
