@@ -44,8 +44,7 @@ class Predictor:
         self.surrogate = surrogate
         self.calibration = calibration or load_calibration()
         self.path = path
-        metrics = _metrics(self.calibration)
-        median_ape = metrics.get("loso_median_ape_pct", 15.0)
+        median_ape = self.calibration.metrics.get("loso_median_ape_pct", 15.0)
         # Log-normal error whose median |log ratio| matches the analytical model's median APE
         # under leave-one-source-out: median |Z| = 0.6745 σ.
         self.analytical_log_sd = math.log1p(median_ape / 100.0) / 0.6745
@@ -196,15 +195,6 @@ def _resolve(model_key, gpu_key, objects: dict):
     model = objects.get(model_key) or load_model(str(model_key))
     platform = objects.get(gpu_key) or load_platform(str(gpu_key))
     return model, platform
-
-
-def _metrics(calibration) -> dict:
-    """The `[metrics]` of the bundled calibration file (LOSO error of the analytical model)."""
-    from advisor.catalog import read_toml
-
-    target = resources.files("advisor.catalog").joinpath("calibration.toml")
-    with resources.as_file(target) as p:
-        return dict(read_toml(Path(p)).get("metrics", {}))
 
 
 def _as_frame(configs: pd.DataFrame | list) -> tuple[pd.DataFrame, dict]:

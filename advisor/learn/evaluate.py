@@ -84,17 +84,14 @@ def vtrain_leave_one_job_out(frame: pd.DataFrame, calibration: Calibration | Non
     from advisor.learn.features import group_features
     from advisor.perf.analytical import analytical_table
     from advisor.perf.calibration import load_calibration
-    from advisor.perf.vtrain import FRAMEWORK, JOB, gpt_spec, vtrain_configs
+    from advisor.perf.vtrain import FRAMEWORK, JOB, vtrain_groups
 
     calibration = calibration or load_calibration()
     calibration = calibration.with_frameworks(
         {k: v for k, v in calibration.frameworks.items() if k != FRAMEWORK})
     platform = load_platform("a100")
     parts = []
-    for (hidden, heads, layers, seq), part in frame.groupby(["hidden", "heads", "layers",
-                                                              "seq_len"]):
-        model = gpt_spec(int(hidden), int(heads), int(layers), int(seq))
-        configs = vtrain_configs(part)
+    for model, part, configs in vtrain_groups(frame):
         table = analytical_table(model, platform, configs, calibration=calibration,
                                  framework=FRAMEWORK)
         feats = group_features(model, platform, configs, table, framework=FRAMEWORK)

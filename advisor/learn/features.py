@@ -11,6 +11,7 @@ from advisor.parallel import PRECISIONS
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
 from advisor.perf.fit import Reference
+from advisor.perf.step import per_value
 from advisor.platform import Platform
 
 FAMILIES = ("ampere", "hopper", "blackwell", "cdna2", "cdna3")
@@ -44,16 +45,6 @@ def release_number(text: str) -> float:
     except (ValueError, IndexError):
         return float("nan")
     return major + (float(parts[2]) / 10_000.0 if len(parts) > 2 and parts[2].isdigit() else 0.0)
-
-
-def _codes(values: np.ndarray, vocabulary: tuple[str, ...]) -> np.ndarray:
-    uniq, inverse = np.unique(np.asarray(values, dtype=str), return_inverse=True)
-    return np.array([vocabulary.index(u) if u in vocabulary else -1 for u in uniq])[inverse]
-
-
-def _releases(software: np.ndarray) -> np.ndarray:
-    values, inverse = np.unique(np.asarray(software, dtype=str), return_inverse=True)
-    return np.array([release_number(v) for v in values])[inverse]
 
 
 def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
@@ -93,8 +84,9 @@ def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
         "nvlink_domain": platform.nvlink_domain_size,
         "nvlink_gb_s": platform.intra_domain_bandwidth_bytes_per_s / 1e9,
         "network_gb_s": platform.inter_node_bandwidth_bytes_per_s / 1e9,
-        "framework": _codes(framework, FRAMEWORKS),
-        "release": _releases(software),
+        "framework": per_value(np.asarray(framework, dtype=str),
+                               lambda f: FRAMEWORKS.index(f) if f in FRAMEWORKS else -1),
+        "release": per_value(np.asarray(software, dtype=str), release_number),
         "log_analytical_tokens_s": np.log(table["tokens_per_sec_per_gpu"].to_numpy()),
         "analytical_mfu": table["mfu"].to_numpy(),
         "bubble_share": table["bubble_s"].to_numpy() / step,

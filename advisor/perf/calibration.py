@@ -76,6 +76,8 @@ class Calibration:
     sources: dict[str, str]
     frameworks: dict[str, FrameworkEfficiency] = field(default_factory=dict)
     """Compute-kernel efficiency of a framework relative to Megatron-Core (1)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """How well the fit did (the file's `[metrics]`: in-sample and cross-validated error)."""
 
     def efficiency(self, family: str) -> Efficiency:
         """The family's calibrated efficiencies; for a family no published run covers (AMD),
@@ -126,7 +128,8 @@ def calibration_from_dict(data: dict[str, Any], where: str) -> Calibration:
         raise CatalogError(f"{where}: a value is not a number ({e}); regenerate it with "
                            f"`python benchmarks/calibrate.py --write`.") from None
     return Calibration(families=families, prior=prior, collectives=collectives,
-                       sources=dict(data.get("sources", {})), frameworks=frameworks)
+                       sources=dict(data.get("sources", {})), frameworks=frameworks,
+                       metrics={str(k): float(v) for k, v in data.get("metrics", {}).items()})
 
 
 @functools.lru_cache(maxsize=4)

@@ -96,7 +96,7 @@ PHASES = ("gemm_s", "attention_s", "memory_bound_s", "hidden_comm_s")
 attention, HBM-bound kernels, and communication running under compute."""
 
 
-def _per_value(values: np.ndarray, fn) -> np.ndarray:
+def per_value(values: np.ndarray, fn) -> np.ndarray:
     """`fn` applied once per distinct value, broadcast back to `values`' shape."""
     uniq, inverse = np.unique(values, return_inverse=True)
     mapped = np.array([fn(u) for u in uniq])
@@ -133,10 +133,10 @@ def step_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
     tokens = configs["gbs"].to_numpy(float) * configs["seq_len"].to_numpy(float)
     world = (configs["tp"] * configs["pp"] * configs["cp"] * configs["dp"]).to_numpy(float)
     frame["tokens_per_sec_per_gpu"] = tokens / frame["step_time_s"] / world
-    flops = _per_value(configs["seq_len"].to_numpy(),
+    flops = per_value(configs["seq_len"].to_numpy(),
                        lambda s: model_flops_per_token(model, int(s)))
     frame["tflops_per_gpu"] = frame["tokens_per_sec_per_gpu"] * flops / 1e12
-    peak = _per_value(configs["precision"].to_numpy(),
+    peak = per_value(configs["precision"].to_numpy(),
                       lambda p: platform.peak_flops(PRECISIONS[p]))
     frame["mfu"] = frame["tflops_per_gpu"] * 1e12 / peak
     frame["calibrated"] = eff.calibrated
@@ -194,18 +194,18 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     param_overlap = _col(configs, "overlap_param_gather", bool)
     grad_bytes = np.where(_col(configs, "grad_reduce_in_fp32", bool), 4.0, 2.0)
     precision = configs["precision"].to_numpy()
-    pclass = _per_value(precision[:, None], PRECISIONS.__getitem__).astype(str)
+    pclass = per_value(precision[:, None], PRECISIONS.__getitem__).astype(str)
     domain = platform.nvlink_domain_size
     h = model.hidden_size
     gemms = layer_gemms(model)
 
     # ---- peaks ---------------------------------------------------------------------------
     ratio = np.select([pclass == "fp8", pclass == "fp4"], [eff.fp8_ratio, eff.fp4_ratio], 1.0)
-    gemm_kernels = _per_value(frameworks[:, None], lambda f: framework(f).gemm)
-    attn_kernels = _per_value(frameworks[:, None], lambda f: framework(f).attention)
-    gemm_peak = _per_value(pclass, platform.peak_flops) * ratio * gemm_kernels
+    gemm_kernels = per_value(frameworks[:, None], lambda f: framework(f).gemm)
+    attn_kernels = per_value(frameworks[:, None], lambda f: framework(f).attention)
+    gemm_peak = per_value(pclass, platform.peak_flops) * ratio * gemm_kernels
     attn_class = np.where(pclass == "fp16", "fp16", "bf16")
-    attn_peak = _per_value(attn_class, platform.peak_flops) * eff.attention * attn_kernels
+    attn_peak = per_value(attn_class, platform.peak_flops) * eff.attention * attn_kernels
     hbm = platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY
 
     # ---- one micro-batch, forward, per layer kind (configs × 1) --------------------------
@@ -227,7 +227,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
                                                num_moe * local_experts)
     else:
         t_experts = np.zeros_like(tp)
-    core_flops = _per_value(seq, lambda s: attention_core_flops_per_token(model, int(s)))
+    core_flops = per_value(seq, lambda s: attention_core_flops_per_token(model, int(s)))
     t_core = rows * core_flops / tp / attn_peak
     if "attention" in configs and (configs["attention"] == "unfused").any():
         # Unfused: QKᵀ and PV as batched GEMMs over every key (the causal mask is applied
@@ -240,7 +240,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
         unfused = configs["attention"].to_numpy()[:, None] == "unfused"
         heads = model.num_attention_heads / tp
         head_dim = float(model.attention_head_dim)
-        score_peak = _per_value(attn_class, platform.peak_flops) * gemm_kernels
+        score_peak = per_value(attn_class, platform.peak_flops) * gemm_kernels
         score_clock = _GemmClock(eff, score_peak, 2.0, hbm)
         gemm_core = np.zeros_like(seq)
         for s_value in np.unique(seq):
@@ -297,7 +297,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     re_gemm = np.where(is_full, gemm_fwd - last * t_output_gemm * (1 + mtp), 0.0)
     re_attn = np.where(is_full | is_sel, na * t_core, 0.0) + np.where(is_full, nm * t_scan, 0.0)
     re_mem = np.where(is_full, mem_fwd, 0.0)
-    host_layer = _per_value(frameworks[:, None], lambda f: (
+    host_layer = per_value(frameworks[:, None], lambda f: (
         eff.layer_overhead_s if framework(f).layer_overhead_s is None
         else framework(f).layer_overhead_s))
     host_mb = host_layer * nlayers * np.where(is_full, 4.0 / 3.0, 1.0)
@@ -429,7 +429,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     hidden = {}
     for name, raw, under in (("tp", np.where(tp_overlap, tp_all, 0.0), tp_gemm),
                              ("cp", cp_raw, cp_attention),
-                             ("pp", pp_raw if vp > 1 else 0.0 * pp_raw, compute_mb),
+                             ("pp", pp_raw if vp > 1 else np.zeros_like(pp_raw), compute_mb),
                              ("fsdp", fsdp_hideable, compute_mb + recompute_mb)):
         hidden[name] = np.minimum(np.minimum(raw, OVERLAP_EFFICIENCY * under), budget)
         budget = budget - hidden[name]

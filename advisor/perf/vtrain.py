@@ -73,14 +73,18 @@ def predict_vtrain(frame: pd.DataFrame, calibration: Calibration | None = None) 
     """Predicted iteration time (ms) per row."""
     platform = load_platform("a100")
     out = pd.Series(np.nan, index=frame.index)
-    for (hidden, heads, layers, seq), part in frame.groupby(["hidden", "heads", "layers",
-                                                              "seq_len"]):
-        model = gpt_spec(int(hidden), int(heads), int(layers), int(seq))
-        configs = vtrain_configs(part)
+    for model, part, configs in vtrain_groups(frame):
         table = step_table(model, platform, configs, calibration=calibration,
                            framework=FRAMEWORK)
         out.loc[part.index] = table["step_time_s"].to_numpy() * 1e3
     return out
+
+
+def vtrain_groups(frame: pd.DataFrame):
+    """(model, rows, `ParallelConfig` columns) for each GPT model vTrain ran."""
+    for (hidden, heads, layers, seq), part in frame.groupby(["hidden", "heads", "layers",
+                                                              "seq_len"]):
+        yield gpt_spec(int(hidden), int(heads), int(layers), int(seq)), part, vtrain_configs(part)
 
 
 def fit_host_overhead(frame: pd.DataFrame, calibration: Calibration) -> float:
