@@ -87,6 +87,23 @@ class Predictor:
         out.index = index
         return out
 
+    def contributions(self, model, platform, configs: pd.DataFrame, *,
+                      framework: str = "megatron") -> pd.DataFrame | None:
+        """The surrogate's SHAP values (log-ratio units, one column per feature) for
+        configurations of one model on one platform; None without a surrogate or support."""
+        from advisor.learn.features import group_features
+        from advisor.parallel import PARALLEL_FIELDS
+        from advisor.perf.analytical import analytical_table
+
+        if self.surrogate is None:
+            return None
+        configs = configs[list(PARALLEL_FIELDS)].reset_index(drop=True)
+        table = analytical_table(model, platform, configs, calibration=self.calibration,
+                                 framework=framework)
+        feats = group_features(model, platform, configs, table, framework=framework,
+                               software="")
+        return self.surrogate.contributions(feats)
+
     def _predict_group(self, model, platform, framework: str,
                        part: pd.DataFrame) -> pd.DataFrame:
         from advisor.learn.features import group_features

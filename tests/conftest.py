@@ -30,3 +30,62 @@ def reference_csv() -> Path:
 @pytest.fixture(scope="session")
 def vtrain_dir() -> Path:
     return _shared(SHARED_REFERENCE / "vtrain")
+
+
+def _pg_bin(name: str) -> str | None:
+    import glob
+    import shutil
+
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL server for this test session (a throwaway cluster on a free port),
+    or ADVISOR_TEST_POSTGRES_URL when set. As root the server runs as the postgres user:
+    initdb refuses root."""
+    import shutil
+    import socket
+    import subprocess
+
+    if os.environ.get("ADVISOR_TEST_POSTGRES_URL"):
+        yield os.environ["ADVISOR_TEST_POSTGRES_URL"]
+        return
+    initdb = _pg_bin("initdb")
+    if not initdb:
+        message = "PostgreSQL server binaries not found (Debian: apt-get install postgresql)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    import tempfile
+
+    # Not under pytest's tmp dir: that is private to root, and the server may run as postgres.
+    root = Path(tempfile.mkdtemp(prefix="advisor-pg-"))
+    bindir = Path(initdb).resolve().parent  # pg_ctl and createdb of the same release
+    pg_ctl, createdb = str(bindir / "pg_ctl"), str(bindir / "createdb")
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(root, user="postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "postgres", "--auth=trust",
+                    "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True)
+    try:
+        subprocess.run([*prefix, createdb, "-h", "127.0.0.1",
+                        "-p", str(port), "-U", "postgres", "advisor_test"],
+                       check=True, capture_output=True)
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/advisor_test"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

@@ -7,6 +7,7 @@ import typer
 from advisor.cli import catalog_cmd, dataset_cmd
 from advisor.cli.learn_cmd import evaluate, train
 from advisor.cli.predict_cmd import explain, predict
+from advisor.cli.recommend_cmd import compare, recommend
 from advisor.cli.space_cmd import memory, space
 
 app = typer.Typer(
@@ -18,6 +19,8 @@ app = typer.Typer(
     no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False)
 app.add_typer(catalog_cmd.app, name="catalog")
 app.add_typer(dataset_cmd.app, name="dataset")
+app.command()(recommend)
+app.command()(compare)
 app.command()(space)
 app.command()(memory)
 app.command()(predict)

@@ -146,13 +146,9 @@ def _vtrain(path: Path, console: Console) -> dict:
 
 
 def _plot(results: dict, path: Path) -> None:
-    try:
-        import matplotlib
+    from advisor.cli.plots import pyplot, save
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise AdvisorError("--plot needs matplotlib: pip install 'advisor[plot]'.") from None
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 5), squeeze=False)
     for ax, (split, r) in zip(axes[0], results.items(), strict=True):
         ax.loglog(r["measured"], r["analytical"], ".", alpha=0.4, label="analytical")
@@ -163,5 +159,4 @@ def _plot(results: dict, path: Path) -> None:
         ax.set_xlabel("measured tokens/s/GPU")
         ax.set_ylabel("predicted")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save(fig, path)

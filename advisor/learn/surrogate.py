@@ -77,6 +77,17 @@ class ThroughputSurrogate:
                              "supported": supported, "extrapolation": outside & supported},
                             index=features.index)
 
+    def contributions(self, features: pd.DataFrame) -> pd.DataFrame:
+        """SHAP values of the median model: how much each feature moves log(measured /
+        analytical) for each row (columns = FEATURES; the rest is the bias)."""
+        import xgboost as xgb
+
+        x = xgb.DMatrix(features[list(FEATURES)].to_numpy(dtype=float),
+                        feature_names=list(FEATURES))
+        raw = np.asarray(self.booster.predict(x, pred_contribs=True))  # type: ignore
+        median = raw[:, QUANTILES.index(0.5), :-1] if raw.ndim == 3 else raw[:, :-1]
+        return pd.DataFrame(median, columns=list(FEATURES), index=features.index)
+
     def save(self, directory: Path, name: str = "throughput") -> None:
         directory.mkdir(parents=True, exist_ok=True)
         model_path = directory / f"{name}.ubj"

@@ -1,0 +1,51 @@
+"""PNG plots behind `--plot` (matplotlib is the optional `plot` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from advisor.errors import AdvisorError
+
+
+def pyplot():
+    """matplotlib.pyplot with a file-only backend, or a clear error naming the extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AdvisorError("--plot needs matplotlib: pip install 'advisor[plot]'.") from None
+    return plt
+
+
+def save(fig, path: Path) -> None:
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise AdvisorError(f"{path}: cannot write the plot ({e.strerror}).") from None
+
+
+def plot_candidates(rec, path: Path) -> None:
+    """Every feasible candidate's throughput against peak power and against energy per token,
+    the Pareto front of each, and the recommended ones numbered."""
+    plt = pyplot()
+    ranked = rec.ranked
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    panels = (("pred_peak_power_w", "peak power per GPU (W)", rec.pareto_power),
+              ("pred_energy_j_per_token", "energy per token (J)", rec.pareto_energy))
+    for ax, (cost, label, front) in zip(axes, panels, strict=True):
+        ax.scatter(ranked[cost], ranked["pred_tokens_per_sec_per_gpu"], s=6, alpha=0.25,
+                   color="grey", label=f"{len(ranked):,} feasible")
+        ax.plot(front[cost], front["pred_tokens_per_sec_per_gpu"], "o-", color="tab:blue",
+                label="Pareto front")
+        for c in rec.choices:
+            point = (c.predicted[cost], c.predicted["pred_tokens_per_sec_per_gpu"])
+            ax.annotate(f"#{c.rank}", point, color="tab:red", fontsize=8)
+        ax.set_xlabel(label)
+        ax.set_ylabel("tokens/s per GPU")
+        ax.legend(loc="lower right", fontsize=8)
+    j = rec.job
+    fig.suptitle(f"{j.model.name} on {j.num_gpus} × {j.platform.name} ({rec.objective})")
+    save(fig, path)

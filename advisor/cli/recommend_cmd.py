@@ -1,0 +1,220 @@
+"""`advisor recommend` and `advisor compare`: parse, call `advisor.recommend` /
+`advisor.compare`, render."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from advisor.cli.common import (
+    GbsOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    PlatformOpt,
+    PrecisionOpt,
+    SeqLenOpt,
+    emit_json,
+    guard,
+)
+from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
+from advisor.errors import ConfigError
+
+ObjectiveOpt = Annotated[str, typer.Option(
+    "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule) or "
+    "balanced (the knee between them).")]
+MaxPowerOpt = Annotated[float | None, typer.Option(
+    "--max-power-w", min=1, help="Limit on predicted peak power per GPU, in watts.")]
+MaxRiskOpt = Annotated[float | None, typer.Option(
+    "--max-throttle-risk", min=0, max=1, help="Limit on predicted throttle probability (0-1).")]
+MarginOpt = Annotated[float, typer.Option(
+    "--memory-margin", min=0, max=0.99, help="Fraction of GPU memory to keep free (0.1 = 10 %) "
+    "beyond the memory model's allowance for the CUDA context and allocator.")]
+
+
+def _pin(flag: str, what: str):
+    return Annotated[int | None, typer.Option(flag, min=1, help=f"Pin {what}.")]
+
+
+@guard
+def recommend(
+        model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLenOpt = None,
+        gbs: GbsOpt = None, precision: PrecisionOpt = "bf16", objective: ObjectiveOpt =
+        "throughput", max_power_w: MaxPowerOpt = None, max_throttle_risk: MaxRiskOpt = None,
+        memory_margin: MarginOpt = 0.0,
+        tp: _pin("--tp", "the tensor-parallel size") = None,
+        pp: _pin("--pp", "the pipeline stages") = None,
+        cp: _pin("--cp", "the context-parallel size") = None,
+        dp: _pin("--dp", "the data-parallel replicas") = None,
+        ep: _pin("--ep", "the expert-parallel size (MoE)") = None,
+        etp: _pin("--etp", "the expert tensor-parallel size (MoE)") = None,
+        vp: _pin("--vp", "the virtual pipeline stages per GPU") = None,
+        mbs: _pin("--mbs", "the micro-batch size") = None,
+        recompute: Annotated[str | None, typer.Option(
+            "--recompute", help="Pin activation recompute: none, selective or full.")] = None,
+        dp_sharding: Annotated[str | None, typer.Option(
+            "--dp-sharding", help="Pin sharding: none (DDP), optimizer (distributed optimizer) "
+            "or full (FSDP).")] = None,
+        overlap: Annotated[bool | None, typer.Option(
+            "--overlap/--no-overlap", help="Pin communication overlap on or off.",
+            show_default=False)] = None,
+        top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
+        emit: Annotated[str | None, typer.Option(
+            "--emit", help="Print the launch command of the best: megatron, nemo or "
+            "torchtitan.")] = None,
+        plot: Annotated[Path | None, typer.Option(
+            "--plot", help="Write a PNG of every candidate's throughput against peak power "
+            "and energy, with the Pareto fronts (needs matplotlib).")] = None,
+        search: Annotated[str, typer.Option(
+            "--search", help="auto (exhaustive when it takes about a second, Optuna "
+            "otherwise), exhaustive, or optuna.")] = "auto",
+        trials: Annotated[int | None, typer.Option(
+            "--trials", min=1, help="Optuna trials this process runs (default 600).")] = None,
+        storage: Annotated[str | None, typer.Option(
+            "--storage", help="Share an Optuna study between workers: a journal file path, or "
+            "a database URL (postgresql+psycopg2://user:pw@host/db). Implies --search "
+            "optuna.")] = None,
+        study_name: Annotated[str | None, typer.Option(
+            "--study-name", help="Optuna study name (default: derived from the job, objective "
+            "and constraints, so identical commands share a study).")] = None,
+        seed: Annotated[int, typer.Option("--seed", help="Optuna sampler seed.")] = 0,
+        models: ModelsOpt = None, analytical: AnalyticalOpt = False,
+        json_out: JsonOpt = False) -> None:
+    """Recommend how to train MODEL on GPUS × PLATFORM: the best parallel layouts, predicted
+    throughput (with a p10-p90 band), memory, power, energy and throttle risk, why, and the
+    launch command.
+
+        advisor recommend --model 70b --gpus 64 --platform h200
+        advisor recommend -m 70b -g 64 -p h200 --objective energy --max-power-w 650 --emit megatron
+        advisor recommend -m 405b -g 1024 -p h100 --tp 8 --recompute none --top 3
+
+    Every valid layout is scored when that takes about a second (almost always); larger spaces
+    are searched with Optuna. Ranking uses the pessimistic (p10) throughput, and layouts within
+    5 % of the best count as a tie that the most conventional one wins (no context
+    parallelism, no FSDP, smaller micro-batch, less recompute). Knobs you pin (--tp 8,
+    --recompute none, ...) are held fixed.
+    """
+    from advisor.catalog import load_model, load_platform
+    from advisor.objective import Constraints
+    from advisor.parallel import make_job
+    from advisor.predictor import Predictor
+    from advisor.recommend import recommend as run
+
+    _check_emit(emit)
+    pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
+                                  recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
+                                  overlap=overlap).items() if v is not None}
+    m, p = load_model(model), load_platform(platform)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    constraints = Constraints(max_power_w=max_power_w, max_throttle_risk=max_throttle_risk,
+                              memory_margin=memory_margin)
+    predictor = Predictor(None) if analytical else Predictor.load(models)
+    start = time.perf_counter()
+    with _progress(enabled=not json_out) as progress:
+        rec = run(job, objective=objective, constraints=constraints, pins=pins, top=top,
+                  predictor=predictor, engine=search, trials=trials, storage=storage,
+                  study_name=study_name, seed=seed, progress=progress)
+    elapsed = time.perf_counter() - start
+    launch = _emit(emit, rec.choices[0].config, job) if emit else None
+    if plot:
+        from advisor.cli.plots import plot_candidates
+
+        plot_candidates(rec, plot)
+    if json_out:
+        from advisor.cli.render import recommendation_json
+
+        emit_json(recommendation_json(rec, launch=launch, emitter=emit, seconds=elapsed))
+        return
+    from advisor.cli.render import print_recommendation
+
+    print_recommendation(Console(), rec, seconds=elapsed)
+    if launch:
+        Console().print(f"\nLaunch ({emit}):", style="bold")
+        typer.echo(launch)
+
+
+@guard
+def compare(
+        model: ModelOpt,
+        platforms: Annotated[str, typer.Option(
+            "--platforms", help="Sides to compare as PLATFORM:GPUS pairs, e.g. h200:32,h100:64 "
+            "(a platform may be a cluster .toml).")],
+        seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
+        objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
+        max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = 0.0,
+        models: ModelsOpt = None, analytical: AnalyticalOpt = False,
+        json_out: JsonOpt = False) -> None:
+    """Scale-up against scale-out: the best configuration of MODEL on each side, throughput per
+    job and per GPU, energy per token, peak power per node and throttle risk, and a verdict
+    with its reason (communication- or compute-bound, memory allowing smaller TP, expert
+    all-to-all staying local).
+
+        advisor compare --model 70b --platforms h200:32,h100:64
+        advisor compare -m mixtral-8x22b --platforms h200:32,h100:64 --objective energy
+
+    Both sides train the same global batch (the larger default unless --gbs).
+    """
+    from advisor.catalog import load_model, load_platform
+    from advisor.compare import compare as run
+    from advisor.compare import parse_sides
+    from advisor.objective import Constraints
+    from advisor.predictor import Predictor
+
+    sides = [(load_platform(name), n) for name, n in parse_sides(platforms)]
+    constraints = Constraints(max_power_w=max_power_w, max_throttle_risk=max_throttle_risk,
+                              memory_margin=memory_margin)
+    predictor = Predictor(None) if analytical else Predictor.load(models)
+    result = run(load_model(model), sides, seq_len=seq_len, gbs=gbs, precision=precision,
+                 objective=objective, constraints=constraints, predictor=predictor)
+    from advisor.cli.render import comparison_json, print_comparison
+
+    if json_out:
+        emit_json(comparison_json(result))
+    else:
+        print_comparison(Console(), result)
+
+
+def _lower(value: str | None) -> str | None:
+    return value.lower() if value is not None else None
+
+
+def _check_emit(emit: str | None) -> None:
+    from advisor.emit import EMITTERS
+
+    if emit is not None and emit not in EMITTERS:
+        raise ConfigError(f"--emit {emit!r} is unknown; use one of {', '.join(EMITTERS)}.")
+
+
+def _emit(kind: str, config, job) -> str:
+    from advisor.emit import emit
+
+    return emit(kind, config, job)
+
+
+class _progress:
+    """A transient progress bar on stderr for Optuna searches (exhaustive ones are instant)."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled, self.bar, self.task = enabled, None, None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("Optuna trials", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

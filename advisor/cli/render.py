@@ -1,0 +1,163 @@
+"""Tables, sentences and JSON for `recommend` and `compare`."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from advisor.compare import Comparison
+from advisor.objective import TIE_TOLERANCE
+from advisor.rationale import describe, settings, short
+from advisor.recommend import Choice, Recommendation
+
+
+def _band(p: dict) -> str:
+    return (f"{p['pred_tokens_per_sec_per_gpu']:,.0f}\n"
+            f"{p['pred_tokens_per_sec_per_gpu_p10']:,.0f}–"
+            f"{p['pred_tokens_per_sec_per_gpu_p90']:,.0f}")
+
+
+def _headline(rec: Recommendation, seconds: float) -> str:
+    j = rec.job
+    search = ("exhaustive search" if rec.engine == "exhaustive" else
+              f"Optuna, {rec.num_trials} trials this run in study {rec.study_name}")
+    limits = rec.constraints.describe()
+    pins = ", ".join(f"{k}={v}" for k, v in rec.pins.items())
+    return (f"{j.model.display_name or j.model.name} on {j.num_gpus} × "
+            f"{j.platform.display_name}, seq {j.seq_len}, gbs {j.gbs}, {j.precision}; objective "
+            f"{rec.objective}{'; ' + '; '.join(limits) if limits else ''}"
+            f"{'; pinned ' + pins if pins else ''}.\n"
+            f"{rec.num_valid:,} valid configurations, {rec.num_fit:,} fit in memory, "
+            f"{rec.num_feasible:,} meet the constraints ({search}, {seconds:.1f} s).")
+
+
+def print_recommendation(console: Console, rec: Recommendation, *, seconds: float) -> None:
+    console.print(_headline(rec, seconds))
+    capacity = rec.job.platform.memory_capacity_bytes / 1e9
+    table = Table(title="Recommended configurations", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)", "W avg\npeak",
+                "J/tok", "risk"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
+    for c in rec.choices:
+        p = c.predicted
+        free = 1 - p["pred_memory_gb"] / capacity
+        row = c.config.to_dict()
+        table.add_row(str(c.rank), f"{short(row, rec.job.model)}\n{settings(row)}", _band(p),
+                      f"{p['pred_mfu']:.0%}", f"{p['pred_memory_gb']:.0f}\n({free:.0%})",
+                      f"{p['pred_avg_power_w']:.0f}\n{p['pred_peak_power_w']:.0f}",
+                      f"{p['pred_energy_j_per_token']:.2f}", f"{p['pred_throttle_risk']:.0%}")
+    console.print(table)
+    sources = sorted({str(c.predicted["pred_source"]) for c in rec.choices})
+    console.print(f"Throughput from the {' and '.join(sources)} model; power and throttle risk "
+                  f"analytical.", style="dim")
+    console.print(f"Ranked by pessimistic (p10) {rec.objective}; within {TIE_TOLERANCE:.0%} of "
+                  f"the best, the most conventional layout ranks first.", style="dim")
+    for c in rec.choices:
+        _print_choice(console, c)
+    if rec.tradeoffs:
+        console.print("\nTrade-offs against #1:", style="bold")
+        for line in rec.tradeoffs:
+            console.print(f"  • {line}")
+    _print_front(console, rec.pareto_power, "pred_peak_power_w", "peak W", rec)
+    _print_front(console, rec.pareto_energy, "pred_energy_j_per_token", "J/token", rec)
+
+
+def _print_choice(console: Console, c: Choice) -> None:
+    console.print(f"\n#{c.rank} {c.summary}", style="bold")
+    console.print("  " + "; ".join(c.reasons) + ".")
+    if c.contributions:
+        console.print(f"  Learned: {c.contributions}.")
+    for w in c.warnings:
+        console.print(f"  warning: {w}.", style="yellow")
+
+
+def _print_front(console: Console, front: pd.DataFrame, cost: str, label: str,
+                 rec: Recommendation) -> None:
+    if len(front) < 2:
+        return
+    fmt = "{:.3f}" if "energy" in cost else "{:.0f}"
+    table = Table(title=f"Pareto front: throughput against {label}", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for col in ("layout", "recompute·sharding", "tokens/s/GPU", label):
+        table.add_column(col, justify="right" if col in ("tokens/s/GPU", label) else "left")
+    for _, row in front.iterrows():
+        table.add_row(short(row, rec.job.model), settings(row),
+                      f"{row['pred_tokens_per_sec_per_gpu']:,.0f}", fmt.format(row[cost]))
+    console.print(table)
+
+
+def _clean(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _front_json(front: pd.DataFrame, cost: str, model) -> list[dict]:
+    return [{"configuration": describe(r, model),
+             "tokens_per_sec_per_gpu": _clean(r["pred_tokens_per_sec_per_gpu"]),
+             cost.removeprefix("pred_"): _clean(r[cost])} for _, r in front.iterrows()]
+
+
+def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str | None,
+                        seconds: float) -> dict:
+    j = rec.job
+    return {
+        "model": j.model.name, "platform": j.platform.name, "num_gpus": j.num_gpus,
+        "seq_len": j.seq_len, "gbs": j.gbs, "precision": j.precision,
+        "objective": rec.objective, "constraints": rec.constraints.__dict__, "pins": rec.pins,
+        "engine": rec.engine, "num_valid": rec.num_valid, "num_fit": rec.num_fit,
+        "num_feasible": rec.num_feasible, "num_trials": rec.num_trials,
+        "study_name": rec.study_name, "seconds": round(seconds, 3),
+        "choices": [{
+            "rank": c.rank, "summary": c.summary, "config": c.config.to_dict(),
+            "predicted": {k.removeprefix("pred_"): _clean(v) for k, v in c.predicted.items()},
+            "breakdown_s": c.analytical.step.components(), "reasons": c.reasons,
+            "warnings": c.warnings, "contributions": c.contributions} for c in rec.choices],
+        "tradeoffs": rec.tradeoffs,
+        "pareto_peak_power": _front_json(rec.pareto_power, "pred_peak_power_w", j.model),
+        "pareto_energy": _front_json(rec.pareto_energy, "pred_energy_j_per_token", j.model),
+        "launch": {"framework": emitter, "command": launch} if launch else None,
+    }
+
+
+def print_comparison(console: Console, result: Comparison) -> None:
+    m = result.model
+    console.print(f"{m.display_name or m.name}, seq {result.seq_len}, gbs {result.gbs}; "
+                  f"objective {result.objective}.")
+    table = Table(title="Best configuration per side", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("side", "configuration", "tokens/s (job)", "tokens/s/GPU", "MFU", "J/token",
+                "peak W/node", "throttle", "comm+bubble"):
+        table.add_column(col, justify="left" if col in ("side", "configuration") else "right")
+    for s in result.sides:
+        p = s.best.predicted
+        table.add_row(s.label + (" ✓" if s is result.winner else ""), s.best.summary,
+                      f"{s.tokens_per_sec:,.0f}", _band(p), f"{p['pred_mfu']:.0%}",
+                      f"{s.energy_j_per_token:.3f}", f"{s.peak_power_per_node_w:,.0f}",
+                      f"{p['pred_throttle_risk']:.0%}", f"{s.comm_share:.0%}")
+    console.print(table)
+    console.print("Verdict:", style="bold")
+    for line in result.verdict:
+        console.print(f"  • {line}")
+
+
+def comparison_json(result: Comparison) -> dict:
+    return {
+        "model": result.model.name, "seq_len": result.seq_len, "gbs": result.gbs,
+        "objective": result.objective, "winner": result.winner.label,
+        "verdict": result.verdict,
+        "sides": [{
+            "label": s.label, "platform": s.platform.name, "num_gpus": s.num_gpus,
+            "summary": s.best.summary, "config": s.best.config.to_dict(),
+            "tokens_per_sec": s.tokens_per_sec, "tokens_per_sec_per_gpu": s.tokens_per_sec_per_gpu,
+            "energy_j_per_token": s.energy_j_per_token,
+            "peak_power_per_node_w": s.peak_power_per_node_w,
+            "throttle_risk": _clean(s.best.predicted["pred_throttle_risk"]),
+            "comm_share": s.comm_share, "reasons": s.best.reasons,
+            "warnings": s.best.warnings} for s in result.sides],
+    }

@@ -1,0 +1,135 @@
+"""TorchTitan 0.3 launch flags for a `ParallelConfig`.
+
+TorchTitan 0.3's `torchtitan.train` loads a config function (`--module <model> --config
+<function>`, which returns a `Trainer.Config`) through `torchtitan.config.ConfigManager`, then
+applies `--section.field value` flags to it with tyro; activation checkpointing is a tyro
+subcommand (`activation-checkpoint:{none,selective,full}`). The flag set is frozen upstream (new
+settings go into config functions), but 0.3.0 still reads every flag written here.
+"""
+
+from __future__ import annotations
+
+from advisor.emit import check_fits, gpus_label, pairs, shell_command, torchrun_words
+from advisor.emit.megatron import pipeline_extra_layers
+from advisor.errors import ConfigError
+from advisor.parallel import Job, ParallelConfig
+
+#: advisor model -> (module, config function) of a bf16 recipe in torchtitan 0.3.0's own
+#: `torchtitan/models/*/config_registry.py` (llama3_405b is left out: it trains in float8).
+RECIPES = {
+    "llama3-8b": ("llama3", "llama3_8b"), "llama3.1-8b": ("llama3", "llama3_8b"),
+    "llama3-70b": ("llama3", "llama3_70b"), "llama3.1-70b": ("llama3", "llama3_70b"),
+    "qwen3-32b": ("qwen3", "qwen3_32b"), "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
+    "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
+}
+
+
+def torchtitan_recipe(model_name: str) -> tuple[str, str]:
+    """(`--module`, `--config`) of torchtitan 0.3.0's recipe for `model_name`.
+
+    Raises:
+        ConfigError: torchtitan 0.3.0 ships no bf16 recipe for the model.
+    """
+    try:
+        return RECIPES[model_name]
+    except KeyError:
+        raise ConfigError(f"torchtitan 0.3.0 ships no bf16 recipe for {model_name}; it has "
+                          f"{', '.join(sorted(RECIPES))}. Write a config function returning "
+                          f"Trainer.Config for it, or emit for megatron or nemo.") from None
+
+
+def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
+    """`torchtitan.train` arguments: the recipe, then flags overriding its layout and batch.
+
+    Returns:
+        `--module`, `--config`, `--section.field value` flags, and the activation-checkpoint
+        subcommand last (tyro reads flags after a subcommand as the subcommand's own).
+
+    Raises:
+        ConfigError: `config` does not fit `job`, or torchtitan cannot express a setting.
+    """
+    check_fits(config, job)
+    module, function = torchtitan_recipe(job.model.name)
+    _refuse(config)
+    args = ["--module", module, "--config", function]
+    args += _degrees(config, job)
+    local_batch = config.gbs // config.dp if config.pp > 1 else config.mbs
+    args += ["--training.local_batch_size", str(local_batch),
+             "--training.global_batch_size", str(config.gbs),
+             "--training.seq_len", str(config.seq_len),
+             "--training.mixed_precision_param", "bfloat16"]
+    if config.pp > 1 or config.ep > 1:
+        # Trainer.Config refuses its default CUDA graphs with PP, and with EP dispatchers that
+        # synchronise with the host (the recipes' default ones).
+        args.append("--training.disable_cuda_graphs")
+    if config.pp > 1:
+        extra = pipeline_extra_layers(job.model, config.pp * config.vp)
+        # Megatron's embedding/loss accounting as torchtitan's stage weights.
+        args += ["--parallelism.pipeline_parallel_schedule",
+                 "Interleaved1F1B" if config.vp > 1 else "1F1B",
+                 "--parallelism.pipeline_parallel_microbatch_size", str(config.mbs),
+                 "--parallelism.pipeline_parallel_layers_per_stage",
+                 str((job.model.num_layers + extra) // (config.pp * config.vp)),
+                 "--parallelism.pipeline_parallel_first_stage_less_layers", str(int(extra == 2)),
+                 "--parallelism.pipeline_parallel_last_stage_less_layers", str(int(extra >= 1))]
+    return args + [f"activation-checkpoint:{config.recompute}"]
+
+
+def torchtitan_command(config: ParallelConfig, job: Job) -> str:
+    """A `torchrun ... -m torchtitan.train` command for `config`."""
+    args = torchtitan_args(config, job)
+    comments = [f"TorchTitan 0.3.0 for {gpus_label(job)}; the recipe keeps its own data, "
+                f"optimizer and compile settings."]
+    if config.dp_sharding == "optimizer":
+        comments.append("dp_sharding optimizer (ZeRO-1) has no torchtitan form: written as FSDP "
+                        "that keeps parameters gathered from forward to backward "
+                        "(fsdp_reshard_after_forward never), the same traffic per step.")
+    if config.recompute == "selective":
+        comments.append("torchtitan's selective AC saves matmul outputs and recomputes the rest; "
+                        "Megatron's recomputes core attention.")
+    if not config.grad_reduce_in_fp32:
+        comments.append("grad_reduce_in_fp32 off: torchtitan reduces gradients in float32 "
+                        "(training.mixed_precision_reduce accepts only float32).")
+    if config.tp_comm_overlap:
+        comments.append("tp_comm_overlap: torchtitan overlaps TP communication only with async "
+                        "TP (--compile.enable --compile.enable_async_tensor_parallel), not "
+                        "added here.")
+    return shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
+                                    *pairs(args[:-1]), args[-1:]])
+
+
+def _refuse(config: ParallelConfig) -> None:
+    if config.precision_class != "bf16":
+        raise ConfigError(f"precision {config.precision} has no torchtitan flag: 0.3.0 trains "
+                          f"bfloat16 or float32 (training.mixed_precision_param), and float8/"
+                          f"MXFP8/NVFP4 come from model converters inside a config function "
+                          f"(e.g. llama3_8b_mxfp8); use precision bf16 or emit for megatron.")
+    if config.attention == "unfused":
+        raise ConfigError("attention unfused has no torchtitan flag: the recipe's model picks "
+                          "its attention kernels (SDPA/flex); use attention flash.")
+    if config.etp > 1:
+        raise ConfigError(f"etp ({config.etp}) has no torchtitan 0.3.0 equivalent: experts are "
+                          f"sharded by expert_parallel_degree and FSDP only; use etp 1.")
+
+
+def _degrees(config: ParallelConfig, job: Job) -> list[str]:
+    shard, replicate = (1, config.dp) if config.dp_sharding == "none" else (config.dp, 1)
+    # ParallelismConfig: experts borrow the dp_shard × cp × tp ranks (efsdp = that / ep).
+    if job.model.is_moe and (shard * config.cp * config.tp) % config.ep:
+        raise ConfigError(f"torchtitan needs ep ({config.ep}) to divide dp_shard × cp × tp "
+                          f"({shard} × {config.cp} × {config.tp}); with dp_sharding none "
+                          f"dp_shard is 1: use dp_sharding optimizer or full, or a smaller ep.")
+    args = ["--parallelism.data_parallel_shard_degree", str(shard),
+            "--parallelism.data_parallel_replicate_degree", str(replicate),
+            "--parallelism.tensor_parallel_degree", str(config.tp),
+            "--parallelism.pipeline_parallel_degree", str(config.pp),
+            "--parallelism.context_parallel_degree", str(config.cp),
+            "--parallelism.expert_parallel_degree", str(config.ep)]
+    if config.tp > 1:
+        args.append("--parallelism." + ("" if config.sequence_parallel else "no_")
+                    + "enable_sequence_parallel")
+    if config.dp_sharding != "none":
+        args += ["--parallelism.fsdp_reshard_after_forward",
+                 "never" if config.dp_sharding == "optimizer" else "always"]
+    return args

@@ -1,0 +1,258 @@
+"""`recommend`: the best configurations for a job under an objective and constraints, each with
+its prediction, explanation and warnings, plus the Pareto fronts and the trade-offs.
+
+    from advisor.recommend import recommend
+    rec = recommend(job, objective="throughput", constraints=Constraints(max_power_w=650))
+    rec.choices[0].config      # ParallelConfig to launch
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from advisor.errors import AdvisorError, ConfigError
+from advisor.objective import Constraints, check_objective, pareto_front, rank
+from advisor.parallel import Job, make_job
+from advisor.perf.analytical import Prediction, predict_config
+from advisor.rationale import (
+    contributions_in_words,
+    describe,
+    layout_reasons,
+    neighbours,
+    tradeoff,
+    warnings,
+)
+from advisor.search import feasible, search, violation_columns
+from advisor.space import config_from_row, enumerate_space
+
+PARETO_LIMIT = 8
+LAYOUT = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "mbs")
+"""What makes two recommendations different layouts (rather than variants of one)."""
+
+
+class Infeasible(AdvisorError):
+    """No configuration meets the job's memory or the user's constraints."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One recommended configuration."""
+
+    rank: int
+    config: object
+    """The `ParallelConfig` to launch."""
+    summary: str
+    predicted: dict[str, float | str | bool]
+    """The Predictor's `pred_*` values (throughput with p10/p90, memory, power, risk, source)."""
+    analytical: Prediction
+    """The analytical breakdown behind the explanation."""
+    reasons: list[str]
+    warnings: list[str]
+    contributions: str = ""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    job: Job
+    objective: str
+    constraints: Constraints
+    pins: dict
+    engine: str
+    num_valid: int
+    num_fit: int
+    num_feasible: int
+    choices: list[Choice]
+    tradeoffs: list[str]
+    pareto_power: pd.DataFrame
+    pareto_energy: pd.DataFrame
+    ranked: pd.DataFrame = field(repr=False)
+    """Every feasible scored configuration, best first."""
+    num_trials: int = 0
+    study_name: str = ""
+
+
+def recommend(job: Job, *, objective: str = "throughput",
+              constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
+              predictor=None, engine: str = "auto", trials: int | None = None,
+              storage: str | None = None, study_name: str | None = None, seed: int = 0,
+              progress=None) -> Recommendation:
+    """Search `job`'s space and return the `top` configurations (see module docstring)."""
+    from advisor.predictor import Predictor
+
+    check_objective(objective)
+    if top < 1:
+        raise ConfigError(f"--top must be at least 1, got {top}.")
+    constraints = constraints or Constraints()
+    pins = dict(pins or {})
+    predictor = predictor or Predictor.load()
+    space = pinned_space(job, pins)
+    result = search(job, predictor=predictor, constraints=constraints, objective=objective,
+                    space=space, engine=engine, trials=trials, storage=storage,
+                    study_name=study_name, seed=seed, progress=progress)
+    scored = result.scored
+    if result.num_fit == 0 or scored.empty:
+        raise Infeasible(no_fit_message(job, pins))
+    scored = scored[scored["pred_tokens_per_sec_per_gpu"].notna()]
+    ok = feasible(scored)
+    if not ok.any():
+        raise Infeasible(constraint_message(scored, constraints))
+    ranked = rank(scored[ok], objective)
+    # One row per layout: variants that differ only in recompute, sharding or overlap show
+    # up in the trade-offs instead of crowding the list.
+    head = ranked.drop_duplicates(list(LAYOUT)).head(top)
+    shap = _contributions(head, job, predictor)
+    choices = [_choice(i + 1, row, job, predictor, shap[i])
+               for i, (_, row) in enumerate(head.iterrows())]
+    best = ranked.iloc[0]
+    lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
+    return Recommendation(
+        job=job, objective=objective, constraints=constraints, pins=pins, engine=result.engine,
+        num_valid=result.num_valid, num_fit=result.num_fit, num_feasible=int(ok.sum()),
+        choices=choices, tradeoffs=lines,
+        pareto_power=pareto_front(ranked, "pred_peak_power_w").head(PARETO_LIMIT),
+        pareto_energy=pareto_front(ranked, "pred_energy_j_per_token").head(PARETO_LIMIT),
+        ranked=ranked, num_trials=result.num_trials, study_name=result.study_name)
+
+
+def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str) -> Choice:
+    config = config_from_row(row)
+    analytical = predict_config(job.model, job.platform, config,
+                                calibration=predictor.calibration)
+    predicted = {k: _plain(v) for k, v in row.items() if str(k).startswith("pred_")}
+    return Choice(rank=position, config=config, summary=describe(row, job.model),
+                  predicted=predicted, analytical=analytical,
+                  reasons=layout_reasons(analytical, job.model, job.platform),
+                  warnings=warnings(row, job.platform), contributions=contributions)
+
+
+def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
+    """The surrogate's SHAP contributions in words, for rows it predicted ('' otherwise)."""
+    supported = (rows["pred_source"] == "surrogate").to_numpy()
+    shap = (predictor.contributions(job.model, job.platform, rows) if supported.any()
+            else None)
+    if shap is None:
+        return [""] * len(rows)
+    return [contributions_in_words(shap.iloc[i]) if supported[i] else ""
+            for i in range(len(rows))]
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+# --- pins and infeasibility -------------------------------------------------------------------
+
+PIN_FLAGS = {"tp": "--tp", "pp": "--pp", "cp": "--cp", "dp": "--dp", "ep": "--ep",
+             "etp": "--etp", "vp": "--vp", "mbs": "--mbs", "recompute": "--recompute",
+             "dp_sharding": "--dp-sharding", "overlap": "--overlap/--no-overlap"}
+
+
+def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
+    """The job's valid configurations with `pins` applied; a pin that leaves nothing is a
+    `ConfigError` naming the pin and the values the others allow."""
+    unknown = sorted(set(pins) - set(PIN_FLAGS))
+    if unknown:
+        raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
+                          f"{', '.join(PIN_FLAGS)}.")
+    space = enumerate_space(job)
+    applied: list[str] = []
+    for name, value in pins.items():
+        column = _overlap(space) if name == "overlap" else space[name]
+        allowed = sorted(set(column.tolist()), key=str)
+        if value not in allowed:
+            given = " with " + ", ".join(applied) if applied else ""
+            raise ConfigError(
+                f"{PIN_FLAGS[name]} {_show(value)} is not valid for {job.model.name} on "
+                f"{job.num_gpus} GPUs (seq {job.seq_len}, gbs {job.gbs}){given}; valid: "
+                f"{', '.join(_show(v) for v in allowed)}.")
+        space = space[(column == value).to_numpy()]
+        applied.append(f"{PIN_FLAGS[name]} {_show(value)}")
+    return space.reset_index(drop=True)
+
+
+def _overlap(space: pd.DataFrame) -> pd.Series:
+    return space["overlap_grad_reduce"] | space["overlap_param_gather"] | space["tp_comm_overlap"]
+
+
+def _show(value: object) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "on" if value else "off"
+    return str(value)
+
+
+def no_fit_message(job: Job, pins: dict) -> str:
+    what = f"{job.model.name} (seq {job.seq_len}) on {job.num_gpus} × {job.platform.name}"
+    if pins:
+        pinned = ", ".join(f"{k}={_show(v)}" for k, v in pins.items())
+        return (f"no configuration of {what} with {pinned} "
+                f"fits in {job.platform.memory_capacity_bytes / 1e9:.0f} GB per GPU; drop or "
+                f"change the pins (recompute and sharding are the memory knobs).")
+    smallest = smallest_fitting_gpus(job)
+    hint = (f"the smallest GPU count that fits is {smallest}" if smallest else
+            f"it does not fit on up to {MAX_GPUS:,} GPUs either")
+    return (f"no configuration of {what} fits in "
+            f"{job.platform.memory_capacity_bytes / 1e9:.0f} GB per GPU, even with full "
+            f"recompute and FSDP; {hint}.")
+
+
+MAX_GPUS = 65_536
+
+
+def smallest_fitting_gpus(job: Job) -> int | None:
+    """The fewest GPUs (a power of two, or whole nodes) on which some configuration fits, with
+    the job's sequence length and global batch when those allow, else the default batch."""
+    from advisor.perf.memory import memory_table
+
+    node = job.platform.num_gpus_per_node
+
+    def fits(n: int) -> bool:
+        try:
+            trial = make_job(job.model, job.platform, num_gpus=n, seq_len=job.seq_len,
+                             gbs=max(job.gbs, n // 8), precision=job.precision)
+            space = enumerate_space(trial)
+        except AdvisorError:
+            return False
+        if space.empty:
+            return False
+        light = space[(space["recompute"] == "full") & (space["mbs"] == 1)]
+        return bool(memory_table(job.model, platform=job.platform,
+                                 configs=light)["fits"].any())
+
+    n, previous = job.num_gpus * 2, job.num_gpus
+    while n <= MAX_GPUS and not fits(n):
+        previous, n = n, n * 2
+    if n > MAX_GPUS:
+        return None
+    # Whole nodes between the last power of two that failed and the one that fits.
+    for count in range((previous // node + 1) * node, n, node):
+        if fits(count):
+            return count
+    return n
+
+
+def constraint_message(scored: pd.DataFrame, constraints: Constraints) -> str:
+    """Which constraint rules everything out, and how close the best candidate comes."""
+    cols = violation_columns(scored)
+    parts = []
+    for col in cols:
+        values = scored[col].to_numpy()
+        if (values > 0).all():
+            name = col.removeprefix("violates_")
+            best = values.min()
+            if name == "peak_power_w":
+                parts.append(f"--max-power-w {constraints.max_power_w:.0f}: the lowest "
+                             f"predicted peak power is {constraints.max_power_w + best:.0f} W")
+            elif name == "throttle_risk":
+                parts.append(f"--max-throttle-risk {constraints.max_throttle_risk:.2f}: the "
+                             f"lowest predicted risk is "
+                             f"{constraints.max_throttle_risk + best:.2f}")
+            else:
+                parts.append(f"--memory-margin {constraints.memory_margin:.2f}: the best "
+                             f"configuration needs {best:.1f} GB more than that leaves")
+    if not parts:
+        parts.append("no configuration meets all constraints at once")
+    return (f"{len(scored):,} configurations fit in memory but none meets the constraints ("
+            + "; ".join(parts) + "); relax a limit.")

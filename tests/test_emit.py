@@ -1,0 +1,470 @@
+"""Emitted launch configurations load in the real frameworks.
+
+Megatron-LM flags are parsed the way `megatron/training/arguments.py` parses them and turned into
+megatron-core 0.16's own `TransformerConfig` / `DistributedDataParallelConfig` the way
+`core_transformer_config_from_args` does, so megatron-core's `__post_init__` checks judge them;
+`megatron.training` is not on PyPI, so the few checks that live only in its `validate_args` are
+restated in `_validate_args` with the rule they copy. NeMo 2 overrides go through the same
+megatron-core classes (NeMo's strategy and model config are those dataclasses). TorchTitan flags are
+loaded by torchtitan 0.3.0's own `ConfigManager`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import re
+import sys
+from unittest import mock
+
+import pytest
+
+from advisor.catalog import load_model, load_platform
+from advisor.emit import EMITTERS, emit
+from advisor.emit.megatron import megatron_args, megatron_command, model_args
+from advisor.emit.nemo import nemo_command, nemo_factory, nemo_overrides
+from advisor.emit.torchtitan import torchtitan_args, torchtitan_command
+from advisor.errors import ConfigError
+from advisor.parallel import Job, ParallelConfig, make_config, make_job
+
+
+def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16",
+          **choices) -> tuple[ParallelConfig, Job]:
+    job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision)
+    changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32") if k in choices}
+    return make_config(job, **choices).replace(**changes), job
+
+
+CASES = {
+    "dense-tp8-pp2-vp5": lambda: _case("llama3-70b", 64, tp=8, pp=2, vp=5),
+    "dense-full-recompute-pp4": lambda: _case("llama3-70b", 64, tp=4, pp=4, recompute="full"),
+    "dense-loss-stage-pp3": lambda: _case("llama3-70b", 48, tp=8, pp=3, recompute="selective"),
+    "fsdp": lambda: _case("llama3-8b", 16, tp=2, dp_sharding="full", grad_reduce_in_fp32=True),
+    "ddp-unfused": lambda: _case("llama3-8b", 8, tp=2, dp_sharding="none", attention="unfused"),
+    "fp8-cp2": lambda: _case("llama3-70b", 64, precision="fp8-cs", tp=8, cp=2, pp=2),
+    "nvfp4": lambda: _case("llama3-8b", 8, platform="b200", precision="nvfp4", tp=2),
+    "moe-ep8": lambda: _case("mixtral-8x7b", 64, tp=2, ep=8, recompute="full"),
+    "moe-mla-shared": lambda: _case("deepseek-v3", 256, tp=8, pp=2, ep=64),
+}
+
+
+# ---- Megatron-LM --------------------------------------------------------------------------
+#: Flags of Megatron-LM's arguments.py whose dest is not a megatron-core dataclass field.
+TRAINING_ONLY = {"micro_batch_size", "global_batch_size", "seq_length", "max_position_embeddings",
+                 "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
+                 "disable_bias_linear", "group_query_attention", "num_experts",
+                 "num_virtual_stages_per_pipeline_rank", "ckpt_format",
+                 "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16"}
+#: arguments.py flags whose dest differs from the flag name.
+DESTS = {"fp8_format": "fp8", "fp4_format": "fp4"}
+
+
+@pytest.fixture(scope="module")
+def mcore():
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    from megatron.core import parallel_state
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    return dict(TransformerConfig=TransformerConfig, MLA=MLATransformerConfig,
+                DDP=DistributedDataParallelConfig, Micro=ConstantNumMicroBatchesCalculator,
+                AttnBackend=AttnBackend, layers_to_build=get_num_layers_to_build,
+                RankGenerator=parallel_state.RankGenerator)
+
+
+def _fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _value(dest: str, text: str, mcore):
+    if dest == "attention_backend":  # arguments.py: type=lambda name: AttnBackend[name]
+        return mcore["AttnBackend"][text]
+    if dest == "moe_layer_freq" and "[" in text:  # arguments.py moe_freq_type / _eval_pattern
+        assert not re.search(r"[^,\d\[\]\(\)\+\*]", text), text
+        return eval(text)  # noqa: S307 - the same restricted eval Megatron-LM runs
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def _parse_megatron(args: list[str], mcore) -> dict:
+    """argparse's view of the flags; every name must be a real megatron-core field or a known
+    training-only flag."""
+    known = (_fields(mcore["MLA"]) | _fields(mcore["DDP"]) | TRAINING_ONLY)
+    ns, i = {}, 0
+    while i < len(args):
+        assert args[i].startswith("--"), f"stray value {args[i]!r}"
+        dest = args[i][2:].replace("-", "_")
+        dest = DESTS.get(dest, dest)
+        assert dest in known, f"{args[i]} is neither a megatron-core field nor a known flag"
+        assert dest not in ns, f"{args[i]} given twice"
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            ns[dest], i = _value(dest, args[i + 1], mcore), i + 2
+        else:
+            ns[dest], i = True, i + 1
+    return ns
+
+
+def _validate_args(ns: dict, world: int) -> dict:
+    """The validate_args rules (arguments.py) for these flags; returns the derived values."""
+    import torch
+
+    tp, pp = ns["tensor_model_parallel_size"], ns["pipeline_model_parallel_size"]
+    cp = ns["context_parallel_size"]
+    assert world % (tp * pp * cp) == 0
+    vp = ns.get("num_virtual_stages_per_pipeline_rank")
+    vp = None if vp in (None, 1) else vp
+    if vp is not None:
+        assert pp > 1, "interleaved schedule needs pipeline-model-parallel size > 1"
+    else:
+        extra = (ns.get("account_for_embedding_in_pipeline_split", False)
+                 + ns.get("account_for_loss_in_pipeline_split", False))
+        assert (ns["num_layers"] + extra) % pp == 0
+    if ns.get("overlap_param_gather"):
+        assert ns.get("use_distributed_optimizer") or ns.get("use_megatron_fsdp")
+        assert ns.get("overlap_grad_reduce")
+    if ns.get("use_megatron_fsdp"):
+        assert ns.get("ckpt_format") == "fsdp_dtensor"
+    assert not (ns.get("fp8") and ns.get("fp4"))
+    assert ns.get("bf16") != ns.get("fp16", False) or not ns.get("bf16")
+    accumulate = ns.get("accumulate_allreduce_grads_in_fp32", False)
+    if ns.get("bf16"):  # bf16 reduces in fp32 unless --grad-reduce-in-bf16
+        accumulate = not ns.get("grad_reduce_in_bf16", False)
+    if cp > 1:
+        assert ns["seq_length"] % (2 * cp) == 0
+    assert ns["max_position_embeddings"] >= ns["seq_length"]
+    if ns.get("recompute_granularity") == "selective":
+        assert "recompute_method" not in ns
+    if ns.get("tp_comm_overlap"):
+        assert ns.get("sequence_parallel")
+    if ns.get("num_experts") and ns.get("expert_model_parallel_size", 1) > 1:
+        assert ns["num_experts"] % ns["expert_model_parallel_size"] == 0
+    dtype = torch.bfloat16 if ns.get("bf16") else torch.half if ns.get("fp16") else torch.float
+    return {"vp": vp, "dp": world // (tp * pp * cp), "grad_fp32": accumulate, "dtype": dtype}
+
+
+def _transformer_kwargs(ns: dict, derived: dict, mcore) -> tuple[type, dict]:
+    """core_transformer_config_from_args: same-named fields plus its documented special cases."""
+    import torch.nn.functional as F
+
+    cls = mcore["MLA"] if ns.get("multi_latent_attention") else mcore["TransformerConfig"]
+    kw = {name: ns[name] for name in _fields(cls) if name in ns}
+    kw.update(num_moe_experts=ns.get("num_experts"), pipeline_dtype=derived["dtype"],
+              params_dtype=derived["dtype"], virtual_pipeline_model_parallel_size=derived["vp"],
+              add_bias_linear=not ns.get("disable_bias_linear", False),
+              num_query_groups=ns.get("num_query_groups") if ns.get("group_query_attention")
+              else None)
+    if ns.get("swiglu"):
+        kw.update(activation_func=F.silu, gated_linear_unit=True)
+    if kw["num_moe_experts"] and "moe_ffn_hidden_size" not in kw:
+        kw["moe_ffn_hidden_size"] = kw["ffn_hidden_size"]
+    return cls, kw
+
+
+def _transformer_config(ns: dict, derived: dict, mcore):
+    cls, kw = _transformer_kwargs(ns, derived, mcore)
+    return cls(**kw)
+
+
+def _ddp_config(ns: dict, derived: dict, mcore):
+    kw = {name: ns[name] for name in _fields(mcore["DDP"]) if name in ns}
+    kw["grad_reduce_in_fp32"] = derived["grad_fp32"]  # training.py: from the accumulate flag
+    return mcore["DDP"](**kw)
+
+
+def _check_layout(tc, config: ParallelConfig, job: Job, mcore) -> None:
+    """megatron-core builds every layer exactly once and can fold the expert groups."""
+    vp = tc.virtual_pipeline_model_parallel_size
+    built = sum(mcore["layers_to_build"](tc, vp_stage=v if vp else None, pp_rank=r)
+                for r in range(config.pp) for v in range(vp or 1))
+    assert built == job.model.num_layers
+    dense = mcore["RankGenerator"](tp=config.tp, ep=1, dp=config.dp, pp=config.pp, cp=config.cp,
+                                   order="tp-cp-ep-dp-pp")
+    experts = config.etp * config.ep * config.pp
+    assert job.num_gpus % experts == 0  # initialize_model_parallel's rule
+    expert = mcore["RankGenerator"](tp=config.etp, ep=config.ep, dp=job.num_gpus // experts,
+                                    pp=config.pp, cp=1, order="tp-cp-ep-dp-pp")
+    assert dense.get_ranks("pp") == expert.get_ranks("pp")
+
+
+def _microbatches(gbs: int, mbs: int, dp: int, mcore) -> int:
+    return mcore["Micro"](gbs, mbs, dp, False, 0).num_micro_batches
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_megatron_flags_build_megatron_core_configs(case, mcore):
+    config, job = CASES[case]()
+    ns = _parse_megatron(megatron_args(config, job), mcore)
+    derived = _validate_args(ns, job.num_gpus)
+    tc = _transformer_config(ns, derived, mcore)
+    ddp = _ddp_config(ns, derived, mcore)
+    model = job.model
+    assert (tc.tensor_model_parallel_size, tc.pipeline_model_parallel_size,
+            tc.context_parallel_size, derived["dp"]) == (config.tp, config.pp, config.cp,
+                                                         config.dp)
+    assert (tc.virtual_pipeline_model_parallel_size or 1) == config.vp
+    assert tc.sequence_parallel == config.sequence_parallel
+    assert tc.tp_comm_overlap == config.tp_comm_overlap
+    assert (tc.num_layers, tc.hidden_size, tc.num_attention_heads) == (
+        model.num_layers, model.hidden_size, model.num_attention_heads)
+    assert tc.num_query_groups == (model.num_attention_heads if model.is_mla
+                                   else model.num_kv_heads)
+    if not model.is_mla:
+        assert tc.kv_channels == model.attention_head_dim
+    assert ns["seq_length"] == config.seq_len
+    assert _microbatches(ns["global_batch_size"], ns["micro_batch_size"], derived["dp"],
+                         mcore) == config.num_microbatches
+    assert tc.recompute_granularity == {"none": None}.get(config.recompute, config.recompute)
+    assert ddp.use_distributed_optimizer == (config.dp_sharding == "optimizer")
+    assert ddp.use_megatron_fsdp == (config.dp_sharding == "full")
+    assert (ddp.overlap_grad_reduce, ddp.overlap_param_gather, ddp.grad_reduce_in_fp32) == (
+        config.overlap_grad_reduce, config.overlap_param_gather, config.grad_reduce_in_fp32)
+    assert tc.attention_backend.name == ("unfused" if config.attention == "unfused" else "auto")
+    fp8 = {"fp8": "delayed", "fp8-cs": "tensorwise", "fp8-block": "blockwise", "mxfp8": "mxfp8"}
+    assert tc.fp8 == ("hybrid" if config.precision in fp8 else None)
+    if tc.fp8:
+        assert tc.fp8_recipe == fp8[config.precision]
+    assert tc.fp4 == ("e2m1" if config.precision == "nvfp4" else None)
+    if model.is_moe:
+        assert (tc.num_moe_experts, tc.moe_router_topk, tc.moe_ffn_hidden_size) == (
+            model.num_experts, model.moe_top_k, model.moe_ffn_hidden_size)
+        assert (tc.expert_model_parallel_size, tc.expert_tensor_parallel_size) == (
+            config.ep, config.etp)
+        moe = [int(s.ffn == "moe") for s in model.sublayers]
+        assert (tc.moe_layer_freq if isinstance(tc.moe_layer_freq, list)
+                else [1] * model.num_layers) == moe
+        assert tc.moe_shared_expert_intermediate_size == (
+            model.num_shared_experts * model.shared_ffn_size or None)
+    _check_layout(tc, config, job, mcore)
+
+
+def test_megatron_command_is_launchable():
+    config, job = CASES["dense-tp8-pp2-vp5"]()
+    command = megatron_command(config, job)
+    assert "torchrun --nproc-per-node=8 --nnodes=8" in command
+    assert command.startswith("#") and "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun" in command
+    assert "pretrain_gpt.py \\\n" in command
+    assert command == emit("megatron", config, job)
+    fsdp, fsdp_job = CASES["fsdp"]()  # Megatron-FSDP asserts the variable is not 1
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in megatron_command(fsdp, fsdp_job)
+    moe, moe_job = CASES["moe-mla-shared"]()
+    assert "'([0]*3+[1]*58)'" in megatron_command(moe, moe_job)  # quoted for the shell
+
+
+def test_pipeline_split_must_be_even():
+    config, job = _case("llama3-70b", 56, tp=8, pp=7)  # 80, 81, 82 layers: none divide by 7
+    with pytest.raises(ConfigError, match="do not split evenly over pp × vp = 7"):
+        megatron_args(config, job)
+
+
+def test_megatron_refuses_what_it_cannot_express():
+    with pytest.raises(ConfigError, match="hybrid.*pretrain_mamba"):
+        megatron_args(*_case("nemotron-3-nano-30b-a3b", 8))
+    with pytest.raises(ConfigError, match="sliding-window"):
+        megatron_args(*_case("gpt-oss-120b", 8))
+    alibi = dataclasses.replace(load_model("llama3-8b"), position_embedding="alibi")
+    job = make_job(alibi, load_platform("h200"), num_gpus=8)
+    with pytest.raises(ConfigError, match="alibi positions"):
+        megatron_args(make_config(job, tp=8), job)
+    config, job = CASES["dense-tp8-pp2-vp5"]()
+    with pytest.raises(ConfigError, match="overlap_param_gather needs overlap_grad_reduce"):
+        megatron_args(config.replace(overlap_grad_reduce=False), job)
+    other, _ = _case("llama3-70b", 64, tp=8)
+    with pytest.raises(ConfigError, match="make_config"):
+        megatron_args(other.replace(gbs=other.gbs * 2), job)
+
+
+def test_emit_names_the_valid_emitters():
+    config, job = CASES["ddp-unfused"]()
+    with pytest.raises(ConfigError, match="megatron, nemo, torchtitan"):
+        emit("deepspeed", config, job)
+    assert EMITTERS == ("megatron", "nemo", "torchtitan")
+
+
+def test_partial_nodes_are_refused():
+    job = make_job(load_model("llama3-8b"), load_platform("h200"), num_gpus=12, gbs=48)
+    config = make_config(job, tp=4)
+    with pytest.raises(ConfigError, match="multiple of 8"):
+        megatron_command(config, job)
+
+
+# ---- NeMo 2 -------------------------------------------------------------------------------
+NEMO_DATA = {"micro_batch_size", "global_batch_size", "seq_length"}  # NeMo's data modules
+
+
+def _parse_nemo(overrides: list[str]) -> dict:
+    """key=value with Python-literal values, bare words as strings (NeMo-Run's reading)."""
+    values = {}
+    for item in overrides:
+        key, _, text = item.partition("=")
+        assert key not in values, f"{key} set twice"
+        try:
+            values[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            values[key] = text
+    return values
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c != "nvfp4"])
+def test_nemo_overrides_build_megatron_core_configs(case, mcore):
+    import torch
+    from megatron.core.model_parallel_config import ModelParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+
+    config, job = CASES[case]()
+    values = _parse_nemo(nemo_overrides(config, job))
+    # The recipes carry their own layout (llama3_70b: tp 4, pp 4, vp 5, cp 2): set all of it.
+    layout = {f"trainer.strategy.{k}" for k in (
+        "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+        "virtual_pipeline_model_parallel_size", "sequence_parallel")}
+    layout |= {f"model.config.recompute_{k}" for k in ("granularity", "method", "num_layers")}
+    assert layout <= set(values)
+    strategy = {k.split(".", 2)[2]: v for k, v in values.items()
+                if k.startswith("trainer.strategy.") and not k.startswith("trainer.strategy.ddp.")}
+    ddp = {k.rsplit(".", 1)[1]: v for k, v in values.items()
+           if k.startswith("trainer.strategy.ddp.")}
+    model_cfg = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("model.config.")}
+    plugin = {k.rsplit(".", 1)[1]: v for k, v in values.items()
+              if k.startswith("trainer.plugins.")}
+    optim = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("optim.config.")}
+    data = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("data.")}
+    assert set(strategy) - {"fsdp"} <= _fields(ModelParallelConfig)
+    assert set(ddp) <= _fields(mcore["DDP"]) and set(optim) <= _fields(OptimizerConfig)
+    assert set(model_cfg) <= _fields(mcore["TransformerConfig"]) | {"seq_length"}
+    assert set(plugin) <= _fields(mcore["TransformerConfig"]) | _fields(mcore["DDP"])
+    assert set(data) <= NEMO_DATA and values["trainer.plugins"] in ("bf16_mixed", "fp16_mixed")
+    # The recipe supplies the model shape (what Megatron-LM's shape flags say); the overrides
+    # and the bf16 plugin go on top, as NeMo's strategy and plugin copy them onto model.config.
+    shape = _parse_megatron(model_args(job.model, seq_len=config.seq_len), mcore)
+    cls, kw = _transformer_kwargs(shape, {"vp": None, "dtype": torch.bfloat16}, mcore)
+    kw.update({k: v for k, v in strategy.items() if k != "fsdp"}, bf16=True)
+    kw.update({k: v for k, v in model_cfg.items() if k != "seq_length"})
+    kw.update({k: v for k, v in plugin.items() if k.startswith("fp")})
+    if "attention_backend" in kw:  # NeMo-Run converts by the field's type (AttnBackend)
+        kw["attention_backend"] = mcore["AttnBackend"][kw["attention_backend"]]
+    tc = cls(**kw)
+    assert (tc.tensor_model_parallel_size, tc.pipeline_model_parallel_size,
+            tc.context_parallel_size, tc.expert_model_parallel_size) == (
+        config.tp, config.pp, config.cp, config.ep)
+    assert (tc.virtual_pipeline_model_parallel_size or 1) == config.vp
+    assert tc.recompute_granularity == {"none": None}.get(config.recompute, config.recompute)
+    assert tc.fp8 == ("hybrid" if config.precision_class == "fp8" else None)
+    ddp_cfg = mcore["DDP"](**ddp, use_distributed_optimizer=optim.get(
+        "use_distributed_optimizer", False), use_megatron_fsdp=strategy.get("fsdp") == "megatron")
+    OptimizerConfig(**optim)
+    assert ddp_cfg.grad_reduce_in_fp32 == plugin["grad_reduce_in_fp32"]
+    assert ddp_cfg.grad_reduce_in_fp32 == config.grad_reduce_in_fp32
+    assert ddp_cfg.use_distributed_optimizer == (config.dp_sharding == "optimizer")
+    assert (ddp_cfg.data_parallel_sharding_strategy == "optim_grads_params") == (
+        config.dp_sharding == "full")
+    world = values["trainer.num_nodes"] * values["trainer.devices"]
+    assert world == job.num_gpus
+    dp = world // (config.tp * config.pp * config.cp)
+    assert _microbatches(data["global_batch_size"], data["micro_batch_size"], dp,
+                         mcore) == config.num_microbatches
+    assert data["seq_length"] == model_cfg["seq_length"] == config.seq_len
+    _check_layout(tc, config, job, mcore)
+
+
+def test_nemo_command_names_the_recipe():
+    config, job = CASES["dense-tp8-pp2-vp5"]()
+    command = nemo_command(config, job)
+    assert "nemo llm pretrain --factory llama3_70b \\\n" in command
+    assert "# --factory must name the pretrain recipe for llama3-70b" in command
+    assert "MegatronCommOverlapCallback" in command  # tp_comm_overlap is on
+    assert nemo_factory(load_model("llama3.1-405b")) == "llama31_405b"
+    assert nemo_factory(load_model("mixtral-8x7b")) == "mixtral_8x7b"
+
+
+def test_nemo_refuses_nvfp4():
+    with pytest.raises(ConfigError, match="no NVFP4 recipe"):
+        nemo_overrides(*CASES["nvfp4"]())
+
+
+# ---- TorchTitan ---------------------------------------------------------------------------
+TITAN_CASES = {
+    "dense-tp8-pp2-vp5": CASES["dense-tp8-pp2-vp5"],
+    "dense-loss-stage-pp3": CASES["dense-loss-stage-pp3"],
+    "fsdp": CASES["fsdp"],
+    "ddp-unfused-as-flash": lambda: _case("llama3-8b", 8, tp=2, dp_sharding="none"),
+    "cp2": lambda: _case("llama3-70b", 64, tp=8, cp=2, pp=2),
+    "moe-ep8-vp2": lambda: _case("qwen3-30b-a3b", 32, tp=2, pp=2, vp=2, ep=8),
+}
+
+
+@pytest.fixture(scope="module")
+def titan():
+    pytest.importorskip("torchtitan", reason="torchtitan is not installed")
+    with pytest.MonkeyPatch.context() as patch:
+        if importlib.util.find_spec("triton") is None:
+            # torchtitan 0.3.0 imports its Triton EP kernels with every model; loading a config
+            # never runs them, and CPU-only machines have no triton.
+            patch.setitem(sys.modules, "torchtitan.distributed.minimal_async_ep.kernels",
+                          mock.MagicMock())
+        from torchtitan.config import ConfigManager
+        from torchtitan.distributed import pipeline_parallel
+        from torchtitan.distributed.parallel_dims import ParallelDims
+
+        yield dict(ConfigManager=ConfigManager, ParallelDims=ParallelDims, pp=pipeline_parallel)
+
+
+@pytest.mark.parametrize("case", TITAN_CASES)
+def test_torchtitan_config_manager_loads_the_flags(case, titan):
+    config, job = TITAN_CASES[case]()
+    try:
+        loaded = titan["ConfigManager"]().parse_args(torchtitan_args(config, job))
+    except SystemExit as e:  # tyro reports unknown flags and bad values by exiting
+        pytest.fail(f"torchtitan rejected the flags: {e}")
+    par = loaded.parallelism
+    dims = titan["ParallelDims"].from_config(par, world_size=job.num_gpus)  # checks the product
+    assert (dims.tp, dims.pp, dims.cp, dims.ep) == (config.tp, config.pp, config.cp, config.ep)
+    assert dims.dp_shard * dims.dp_replicate == config.dp
+    assert dims.dp_replicate == (config.dp if config.dp_sharding == "none" else 1)
+    if config.tp > 1:
+        assert par.enable_sequence_parallel == config.sequence_parallel
+    assert len(loaded.model_spec.model.layers) == job.model.num_layers  # the right recipe
+    training = loaded.training
+    assert (training.seq_len, training.global_batch_size) == (config.seq_len, config.gbs)
+    accumulation = training.global_batch_size // (training.local_batch_size * config.dp)
+    per_pipeline = training.local_batch_size // (par.pipeline_parallel_microbatch_size
+                                                 if config.pp > 1 else training.local_batch_size)
+    assert accumulation * per_pipeline == config.num_microbatches
+    if config.pp > 1:  # Megatron's schedule: every micro-batch of the step in one pipeline pass
+        assert per_pipeline == config.num_microbatches
+    assert training.local_batch_size // per_pipeline == config.mbs
+    want_ac = {"none": type(None), "selective": "SelectiveAC", "full": "FullAC"}[config.recompute]
+    ac = loaded.activation_checkpoint
+    assert ac is None if want_ac is type(None) else type(ac).__qualname__.startswith(want_ac)
+    if config.pp > 1:
+        stages, layers, first, last = titan["pp"]._get_pipeline_metadata(
+            dims, par, loaded.model_spec.model)
+        assert (stages, layers) == (config.pp * config.vp, job.model.num_layers)
+        parts = titan["pp"]._generate_llm_fqn_per_model_part(stages, layers, first, last)
+        weight = [sum(m.startswith("layers.") for m in p) + first * ("tok_embeddings" in p)
+                  + last * ("lm_head" in p) for p in parts]
+        assert len(set(weight)) == 1, f"uneven stages {weight}"
+
+
+def test_torchtitan_command_is_launchable():
+    config, job = CASES["dense-tp8-pp2-vp5"]()
+    command = torchtitan_command(config, job)
+    assert "-m torchtitan.train \\\n" in command
+    assert command.rstrip().endswith("activation-checkpoint:none")
+    assert "fsdp_reshard_after_forward never" in command and "ZeRO-1" in command
+
+
+def test_torchtitan_refuses_what_it_cannot_express():
+    with pytest.raises(ConfigError, match="no torchtitan flag"):
+        torchtitan_args(*CASES["fp8-cp2"]())
+    with pytest.raises(ConfigError, match="attention unfused"):
+        torchtitan_args(*CASES["ddp-unfused"]())
+    with pytest.raises(ConfigError, match="no bf16 recipe for mixtral-8x7b"):
+        torchtitan_args(*CASES["moe-ep8"]())
+    config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, dp_sharding="none")
+    with pytest.raises(ConfigError, match="ep \\(8\\) to divide dp_shard"):
+        torchtitan_args(config, job)
+    config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=4, etp=2)
+    with pytest.raises(ConfigError, match="etp \\(2\\)"):
+        torchtitan_args(config, job)

@@ -1,0 +1,64 @@
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from advisor.errors import ConfigError
+from advisor.objective import Constraints, pareto_front, rank, score
+
+
+def _frame(tps, cost, **extra):
+    n = len(tps)
+    base = {"pred_tokens_per_sec_per_gpu": tps, "pred_peak_power_w": cost,
+            "pred_energy_j_per_token": cost, "pred_memory_gb": np.full(n, 50.0),
+            "cp": np.ones(n, int), "mbs": np.ones(n, int), "dp_sharding": ["optimizer"] * n,
+            "recompute": ["none"] * n}
+    return pd.DataFrame(base | extra)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50)), min_size=1, max_size=40))
+def test_pareto_front_is_exactly_the_non_dominated_set(points):
+    frame = _frame([float(p[0]) for p in points], [float(p[1]) for p in points])
+    front = pareto_front(frame, "pred_peak_power_w")
+    got = set(zip(front["pred_tokens_per_sec_per_gpu"], front["pred_peak_power_w"], strict=False))
+    want = {(t, c) for t, c in points
+            if not any((t2 >= t and c2 <= c) and (t2 > t or c2 < c) for t2, c2 in points)}
+    assert got == {(float(t), float(c)) for t, c in want}
+
+
+def test_constraint_violations_are_signed_excess():
+    frame = pd.DataFrame({"pred_memory_gb": [100.0, 130.0], "pred_peak_power_w": [600, 720],
+                          "pred_throttle_risk": [0.1, 0.5]})
+    v = Constraints(max_power_w=650, max_throttle_risk=0.2, memory_margin=0.1).violations(
+        frame, capacity_gb=140.0)
+    assert v["memory_gb"].tolist() == pytest.approx([100 - 126, 130 - 126])
+    assert v["peak_power_w"].tolist() == [-50, 70]
+    assert v["throttle_risk"].tolist() == pytest.approx([-0.1, 0.3])
+
+
+@pytest.mark.parametrize("kwargs", [{"max_power_w": 0}, {"max_throttle_risk": 1.5},
+                                    {"memory_margin": 1.0}, {"memory_margin": -0.1}])
+def test_constraints_reject_nonsense(kwargs):
+    with pytest.raises(ConfigError):
+        Constraints(**kwargs)
+
+
+def test_score_is_pessimistic_and_energy_prefers_fewer_joules():
+    frame = _frame([100.0, 110.0], [1.0, 2.0],
+                   pred_tokens_per_sec_per_gpu_p10=[95.0, 60.0])
+    assert score(frame, "throughput").tolist() == [95.0, 60.0]  # wide band loses
+    energy = score(frame, "energy")
+    assert energy[0] > energy[1]
+    with pytest.raises(ConfigError):
+        score(frame, "speed")
+
+
+def test_near_ties_go_to_the_conventional_layout():
+    frame = _frame([100.0, 98.0, 80.0], [1.0, 1.0, 1.0], cp=[2, 1, 1])
+    order = rank(frame, "throughput")
+    assert order["cp"].tolist() == [1, 2, 1]  # 98 is within 5 % of 100: no CP wins
+    assert order["near_best"].tolist() == [True, True, False]
+    far = rank(_frame([100.0, 90.0], [1.0, 1.0], cp=[2, 1]), "throughput")
+    assert far["cp"].tolist() == [2, 1]  # 10 % apart: throughput decides

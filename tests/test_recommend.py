@@ -1,0 +1,117 @@
+import pytest
+
+from advisor.catalog import load_model, load_platform
+from advisor.errors import AdvisorError, ConfigError
+from advisor.objective import Constraints
+from advisor.parallel import make_job
+from advisor.perf.memory import estimate_memory
+from advisor.predictor import Predictor
+from advisor.recommend import Infeasible, recommend, smallest_fitting_gpus
+from advisor.space import validate
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return Predictor.load()
+
+
+@pytest.fixture(scope="module")
+def job70():
+    return make_job(load_model("70b"), load_platform("h200"), num_gpus=64)
+
+
+@pytest.fixture(scope="module")
+def rec70(job70, predictor):
+    return recommend(job70, predictor=predictor)
+
+
+def test_recommendations_are_valid_fit_and_ranked(rec70, job70):
+    assert rec70.engine == "exhaustive" and len(rec70.choices) == 5
+    assert rec70.num_valid > rec70.num_fit >= rec70.num_feasible > 0
+    for c in rec70.choices:
+        validate(c.config, job70.model, job70.platform, num_gpus=64)
+        memory = estimate_memory(job70.model, parallel=c.config, platform=job70.platform)
+        assert memory.fits, c.summary
+        assert c.reasons and c.predicted["pred_fits"]
+    layouts = {(c.config.tp, c.config.pp, c.config.vp, c.config.cp, c.config.mbs)
+               for c in rec70.choices}
+    assert len(layouts) == 5  # one row per layout
+    # Nothing outside the near-tie group beats #1 on the pessimistic throughput.
+    ranked = rec70.ranked
+    rest = ranked[~ranked["near_best"]]
+    assert (rest["score"] <= ranked.iloc[0]["score"]).all()
+
+
+def test_explanation_speaks_in_knobs(rec70):
+    best = rec70.choices[0]
+    text = " ".join(best.reasons)
+    assert f"TP={best.config.tp}" in text and "recompute" in text
+    assert rec70.tradeoffs and all(" would " in t for t in rec70.tradeoffs)
+    assert best.contributions.startswith("measured runs correct")  # h200 llama: surrogate
+
+
+def test_user_constraints_are_never_violated(job70, predictor):
+    rec = recommend(job70, predictor=predictor, top=3,
+                    constraints=Constraints(max_power_w=700, max_throttle_risk=0.5,
+                                            memory_margin=0.2))
+    capacity = job70.platform.memory_capacity_bytes / 1e9
+    for c in rec.choices:
+        assert c.predicted["pred_peak_power_w"] <= 700
+        assert c.predicted["pred_throttle_risk"] <= 0.5
+        assert c.predicted["pred_memory_gb"] <= 0.8 * capacity
+    assert (rec.ranked["pred_peak_power_w"] <= 700).all()
+
+
+def test_impossible_constraint_says_how_close_it_gets(job70, predictor):
+    with pytest.raises(Infeasible, match=r"--max-power-w 100: the lowest predicted peak power"):
+        recommend(job70, predictor=predictor, constraints=Constraints(max_power_w=100))
+
+
+def test_pins_are_honoured(job70, predictor):
+    rec = recommend(job70, predictor=predictor, pins={"tp": 8, "recompute": "full",
+                                                      "overlap": False}, top=3)
+    for c in rec.choices:
+        assert c.config.tp == 8 and c.config.recompute == "full"
+        assert not (c.config.overlap_grad_reduce or c.config.tp_comm_overlap)
+
+
+def test_invalid_pin_names_valid_values(job70, predictor):
+    with pytest.raises(ConfigError, match=r"--tp 3 is not valid .* valid: 1, 2, 4, 8"):
+        recommend(job70, predictor=predictor, pins={"tp": 3})
+
+
+def test_contradictory_pins_name_the_conflict(job70, predictor):
+    with pytest.raises(ConfigError, match=r"--dp 4 is not valid .* with --tp 8, --pp 4; "
+                                          r"valid: 1, 2\."):
+        recommend(job70, predictor=predictor, pins={"tp": 8, "pp": 4, "dp": 4})
+    with pytest.raises(ConfigError, match="--vp 5 is not valid"):
+        recommend(job70, predictor=predictor, pins={"pp": 1, "vp": 5})
+
+
+def test_too_few_gpus_names_the_smallest_count_that_fits(predictor):
+    job = make_job(load_model("405b"), load_platform("h100"), num_gpus=8)
+    with pytest.raises(Infeasible) as info:
+        recommend(job, predictor=predictor)
+    smallest = smallest_fitting_gpus(job)
+    assert f"the smallest GPU count that fits is {smallest}" in str(info.value)
+    bigger = make_job(job.model, job.platform, num_gpus=smallest, seq_len=job.seq_len,
+                      gbs=max(job.gbs, smallest // 8))
+    assert recommend(bigger, predictor=predictor, top=1).choices  # that count does fit
+    fewer = smallest - job.platform.num_gpus_per_node  # one node less does not fit
+    assert fewer > job.num_gpus
+    with pytest.raises(Infeasible):
+        recommend(make_job(job.model, job.platform, num_gpus=fewer, seq_len=job.seq_len,
+                           gbs=max(job.gbs, fewer // 8)), predictor=predictor)
+
+
+def test_energy_objective_picks_fewer_joules(job70, predictor, rec70):
+    rec = recommend(job70, predictor=predictor, objective="energy", top=1)
+    best_energy = rec.choices[0].predicted["pred_energy_j_per_token"]
+    assert best_energy <= rec70.choices[0].predicted["pred_energy_j_per_token"] * 1.05
+
+
+def test_bad_objective_and_top(job70, predictor):
+    with pytest.raises(ConfigError, match="objective"):
+        recommend(job70, predictor=predictor, objective="fast")
+    with pytest.raises(AdvisorError, match="--top"):
+        recommend(job70, predictor=predictor, top=0)
