@@ -13,6 +13,8 @@ from advisor.parallel import default_gbs, default_seq_len, make_job
 from advisor.platform import Platform
 from advisor.recommend import Choice, Recommendation, recommend
 
+COMM_BOUND = 0.2
+"""Exposed communication plus bubble above this share of the step: communication-bound."""
 COMM = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s")
 
 
@@ -125,11 +127,15 @@ def _pair(win: Side, lose: Side, model: ModelSpec) -> str:
                    f"({lose.comm_share:.0%} of its step is exposed communication and bubble, "
                    f"{win.comm_share:.0%} on {win.label})")
     elif win.num_gpus > lose.num_gpus:
-        why.append(f"scale-out wins: the job is compute-bound (communication and bubble "
-                   f"take {win.comm_share:.0%} of the step on {win.label}, "
-                   f"{lose.comm_share:.0%} on {lose.label}), so "
-                   f"{win.num_gpus / lose.num_gpus:.0f}× the GPUs outweigh "
-                   f"{lose.platform.display_name}'s larger memory")
+        bound = ("compute-bound" if max(win.comm_share, lose.comm_share) < COMM_BOUND else
+                 "communication-heavy on both sides")
+        per_gpu = lose.tokens_per_sec_per_gpu / win.tokens_per_sec_per_gpu - 1
+        lead = (f"; per GPU {lose.label} is {per_gpu:.0%} faster, not enough to make up "
+                f"{win.num_gpus / lose.num_gpus:.1f}× the GPUs" if per_gpu > 0.005 else "")
+        why.append(f"scale-out wins: the job is {bound} (communication and bubble take "
+                   f"{win.comm_share:.0%} of the step on {win.label}, {lose.comm_share:.0%} on "
+                   f"{lose.label}), so more GPUs outweigh "
+                   f"{lose.platform.display_name}'s larger memory{lead}")
     else:
         why.append(f"per GPU {win.tokens_per_sec_per_gpu:,.0f} vs "
                    f"{lose.tokens_per_sec_per_gpu:,.0f} tokens/s")

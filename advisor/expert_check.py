@@ -9,12 +9,13 @@ attention, no overlap) that `recommend` does not search.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pandas as pd
 
 from advisor.errors import AdvisorError
-from advisor.objective import Constraints, rank
+from advisor.objective import TIE_TOLERANCE, Constraints, rank
 from advisor.parallel import PARALLEL_FIELDS
 from advisor.rationale import tradeoff
 from advisor.recommend import pinned_space, recommend
@@ -89,14 +90,38 @@ def check(row: pd.Series, *, predictor) -> ExpertVerdict:
     position = int((layouts[list(KNOBS)] == pd.Series(recipe)).all(axis=1).to_numpy().argmax())
     mine, best = layouts.iloc[position], layouts.iloc[0]
     ratio = float(best["pred_tokens_per_sec_per_gpu"]) / float(mine["pred_tokens_per_sec_per_gpu"])
-    why = "" if position < TOP else (
-        f"advisor ranks its pick first ({ratio - 1:+.0%} predicted throughput): from the "
-        f"recipe, " + tradeoff(mine, best))
+    why = ""
+    if position >= TOP:
+        change = tradeoff(mine, best)
+        if bool(mine["near_best"]):
+            why = (f"the recipe is within {TIE_TOLERANCE:.0%} of advisor's best (pessimistic "
+                   f"estimate), where advisor prefers the more conventional layout: from the "
+                   f"recipe, {change}")
+        else:
+            gain = float(best["score"]) / float(mine["score"]) - 1
+            why = (f"advisor predicts its pick {gain:.0%} faster on the pessimistic (p10) "
+                   f"estimate: from the recipe, {change}")
     return ExpertVerdict(label, recipe, position + 1, ratio, why)
 
 
-def agreement(reference: pd.DataFrame, *, predictor=None) -> list[ExpertVerdict]:
+def agreement(reference: pd.DataFrame, *, workers: int = 1) -> list[ExpertVerdict]:
+    """A verdict for every NVIDIA recipe job, in `recipe_jobs` order (`workers` processes)."""
+    rows = [row for _, row in recipe_jobs(reference).iterrows()]
+    if workers <= 1:
+        return [_check(row) for row in rows]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(_check, rows, chunksize=4))
+
+
+@functools.cache
+def _predictor():
+    """One bundled Predictor per process (the pool's workers load their own)."""
     from advisor.predictor import Predictor
 
-    predictor = predictor or Predictor.load()
-    return [check(row, predictor=predictor) for _, row in recipe_jobs(reference).iterrows()]
+    return Predictor.load()
+
+
+def _check(row: pd.Series) -> ExpertVerdict:
+    return check(row, predictor=_predictor())

@@ -124,14 +124,14 @@ def layout_reasons(p: Prediction, model: ModelSpec, platform: Platform) -> list[
 
 
 def _change(a: dict, b: dict) -> str:
-    diffs = [f"{LABEL[k]}={_fmt(b[k])}" for k in KNOBS if a[k] != b[k]]
+    diffs = [f"{LABEL[k]}={_fmt(k, b[k])}" for k in KNOBS if a[k] != b[k]]
     return ", ".join(diffs) if diffs else "an equivalent layout"
 
 
-def _fmt(value: object) -> str:
+def _fmt(knob: str, value: object) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
-    return SHARDING.get(value, str(value)) if isinstance(value, str) else str(value)
+    return SHARDING[str(value)] if knob == "dp_sharding" else str(value)
 
 
 def tradeoff(pick: pd.Series, other: pd.Series) -> str:

@@ -75,8 +75,11 @@ def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
     if configs.empty:
         return configs.reset_index(drop=True)
     frame = configs[list(PARALLEL_FIELDS)].assign(model=job.model, gpu=job.platform)
-    predicted = predictor.predict(frame).drop(columns=["pred_error"], errors="ignore")
+    predicted = predictor.predict(frame)
     out = pd.concat([configs.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
+    # Rows the Predictor refuses keep NaN predictions (and are never feasible).
+    out = out.reindex(columns=[*out.columns.drop("pred_error", errors="ignore"),
+                               *(c for c in _PREDICTED if c not in out.columns)])
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
     violations = constraints.violations(out, capacity_gb)
     for name in violations:
@@ -84,13 +87,20 @@ def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
     return out
 
 
+_PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
+              "pred_memory_gb", "pred_peak_power_w", "pred_throttle_risk",
+              "pred_energy_j_per_token", "pred_fits")
+
+
 def violation_columns(scored: pd.DataFrame) -> list[str]:
     return [c for c in scored.columns if c.startswith("violates_")]
 
 
 def feasible(scored: pd.DataFrame) -> np.ndarray:
+    """Rows that were predicted and meet every constraint (NaN counts as a violation)."""
     cols = violation_columns(scored)
-    return (scored[cols].to_numpy() <= 0).all(axis=1) if cols else np.ones(len(scored), bool)
+    ok = scored["pred_tokens_per_sec_per_gpu"].notna().to_numpy()
+    return ok & (scored[cols].to_numpy() <= 0).all(axis=1) if cols else ok
 
 
 # --- Optuna -----------------------------------------------------------------------------------

@@ -131,15 +131,19 @@ def print_comparison(console: Console, result: Comparison) -> None:
     console.print(f"{m.display_name or m.name}, seq {result.seq_len}, gbs {result.gbs}; "
                   f"objective {result.objective}.")
     table = Table(title="Best configuration per side", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("side", "configuration", "tokens/s (job)", "tokens/s/GPU", "MFU", "J/token",
-                "peak W/node", "throttle", "comm+bubble"):
-        table.add_column(col, justify="left" if col in ("side", "configuration") else "right")
+    for col in ("side and configuration", "tok/s job\nper GPU", "MFU", "J/tok",
+                "peak W\n/node", "risk", "comm\n+bubble"):
+        table.add_column(col, justify="left" if col.startswith("side") else "right",
+                         no_wrap=col.startswith("side"))
     for s in result.sides:
         p = s.best.predicted
-        table.add_row(s.label + (" ✓" if s is result.winner else ""), s.best.summary,
-                      f"{s.tokens_per_sec:,.0f}", _band(p), f"{p['pred_mfu']:.0%}",
-                      f"{s.energy_j_per_token:.3f}", f"{s.peak_power_per_node_w:,.0f}",
-                      f"{p['pred_throttle_risk']:.0%}", f"{s.comm_share:.0%}")
+        row = s.best.config.to_dict()
+        table.add_row(f"{s.label}{' ✓ best' if s is result.winner else ''}\n"
+                      f"{short(row, m)}\n{settings(row)}",
+                      f"{s.tokens_per_sec:,.0f}\n{s.tokens_per_sec_per_gpu:,.0f}",
+                      f"{p['pred_mfu']:.0%}", f"{s.energy_j_per_token:.3f}",
+                      f"{s.peak_power_per_node_w:,.0f}", f"{p['pred_throttle_risk']:.0%}",
+                      f"{s.comm_share:.0%}")
     console.print(table)
     console.print("Verdict:", style="bold")
     for line in result.verdict:

@@ -1,0 +1,93 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from advisor.cli import app
+
+runner = CliRunner()
+JOB = ["-m", "70b", "-g", "64", "-p", "h200"]
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_recommend_table_explains_and_shows_fronts():
+    r = run("recommend", *JOB, "--top", "3")
+    assert r.exit_code == 0, r.output
+    for text in ("Recommended configurations", "tok/s/GPU", "#1 ", "Trade-offs against #1",
+                 "Pareto front", "exhaustive search"):
+        assert text in r.stdout
+
+
+def test_recommend_json_has_everything_a_scheduler_needs():
+    r = run("recommend", *JOB, "--top", "2", "--json", "--emit", "megatron")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["num_gpus"] == 64 and len(data["choices"]) == 2
+    c = data["choices"][0]
+    for key in ("tokens_per_sec_per_gpu", "tokens_per_sec_per_gpu_p10", "mfu", "memory_gb",
+                "avg_power_w", "peak_power_w", "energy_j_per_token", "throttle_risk"):
+        assert c["predicted"][key] is not None
+    assert c["config"]["tp"] * c["config"]["pp"] * c["config"]["cp"] * c["config"]["dp"] == 64
+    assert f"--tensor-model-parallel-size {c['config']['tp']}" in data["launch"]["command"]
+    assert data["pareto_energy"] and c["reasons"]
+
+
+@pytest.mark.parametrize("emitter, flag", [("megatron", "--micro-batch-size"),
+                                           ("nemo", "trainer.strategy.tensor_model_parallel_size"),
+                                           ("torchtitan", "--parallelism.tensor_parallel_degree")])
+def test_recommend_emits_launch_commands(emitter, flag):
+    r = run("recommend", "-m", "8b", "-g", "8", "-p", "h100", "--top", "1", "--emit", emitter,
+            "--dp-sharding", "full")
+    assert r.exit_code == 0, r.output
+    assert flag in r.stdout
+
+
+def test_recommend_constraints_and_pins_from_flags():
+    r = run("recommend", *JOB, "--json", "--tp", "8", "--no-overlap", "--max-power-w", "720",
+            "--memory-margin", "0.1", "--top", "2")
+    assert r.exit_code == 0, r.output
+    for c in json.loads(r.stdout)["choices"]:
+        assert c["config"]["tp"] == 8 and not c["config"]["tp_comm_overlap"]
+        assert c["predicted"]["peak_power_w"] <= 720
+
+
+def test_recommend_plot_writes_png(tmp_path):
+    out = tmp_path / "front.png"
+    r = run("recommend", *JOB, "--plot", str(out), "--top", "2")
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-m", "405b", "-g", "8", "-p", "h100"], "the smallest GPU count that fits is"),
+    ([*JOB, "--tp", "3"], "--tp 3 is not valid"),
+    ([*JOB, "--pp", "1", "--vp", "2"], "--vp 2 is not valid"),
+    ([*JOB, "--dp-sharding", "full", "--pp", "2"], "is not valid"),
+    ([*JOB, "--max-power-w", "50"], "--max-power-w 50: the lowest predicted peak power"),
+    ([*JOB, "--emit", "deepspeed"], "--emit 'deepspeed' is unknown"),
+    ([*JOB, "--objective", "speed"], "objective 'speed' is unknown"),
+    ([*JOB, "--search", "exhaustive", "--storage", "x.log"], "--storage"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = run("recommend", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("error: ") and message in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_compare_json_and_table():
+    r = run("compare", "-m", "70b", "--platforms", "h200:32,h100:64", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert {s["label"] for s in data["sides"]} == {"32 × h200", "64 × h100"}
+    assert data["winner"] in {s["label"] for s in data["sides"]} and data["verdict"]
+    r = run("compare", "-m", "70b", "--platforms", "h200:32,h100:64")
+    assert r.exit_code == 0 and "Verdict" in r.stdout
+
+
+def test_compare_bad_sides_exit_2():
+    r = run("compare", "-m", "70b", "--platforms", "h200")
+    assert r.exit_code == 2 and "PLATFORM:GPUS" in r.stderr
