@@ -13,6 +13,8 @@ from advisor.parallel import default_gbs, default_seq_len, make_job
 from advisor.platform import Platform
 from advisor.recommend import Choice, Recommendation, recommend
 
+TIE = 0.05
+"""Differences below this are inside the model's error: called a tie."""
 COMM_BOUND = 0.2
 """Exposed communication plus bubble above this share of the step: communication-bound."""
 COMM = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s")
@@ -96,56 +98,85 @@ def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int
         rec = recommend(job, objective=objective, constraints=constraints, top=1,
                         predictor=predictor)
         out.append(Side(f"{n} × {platform.name}", platform, n, rec))
-    if objective == "energy":
-        winner = min(out, key=lambda s: s.energy_j_per_token)
-    else:
-        winner = max(out, key=lambda s: s.tokens_per_sec)
+    winner = max(out, key=lambda side: _merit(side, out, objective))
     return Comparison(model, seq_len, gbs, objective, out, winner, verdict(out, winner, model))
 
 
+def _merit(side: Side, sides: list[Side], objective: str) -> float:
+    """Higher is better: job throughput, tokens per joule, or their product relative to the
+    best side (the `balanced` objective's knee)."""
+    tps, per_j = side.tokens_per_sec, 1.0 / side.energy_j_per_token
+    if objective == "throughput":
+        return tps
+    if objective == "energy":
+        return per_j
+    return (tps / max(s.tokens_per_sec for s in sides)) * (
+        per_j / max(1.0 / s.energy_j_per_token for s in sides))
+
+
 def verdict(sides: list[Side], winner: Side, model: ModelSpec) -> list[str]:
-    """Sentences: who wins by how much, and why."""
-    lines = []
-    for other in (s for s in sides if s is not winner):
-        lines.append(_pair(winner, other, model))
+    """Sentences: who wins by how much on throughput, why, and who needs less energy."""
+    fastest = max(sides, key=lambda s: s.tokens_per_sec)
+    lines = [_pair(fastest, other, model) for other in sides if other is not fastest]
     greenest = min(sides, key=lambda s: s.energy_j_per_token)
     others = [s for s in sides if s is not greenest]
     saving = 1 - greenest.energy_j_per_token / min(s.energy_j_per_token for s in others)
     lines.append(f"Energy: {greenest.label} needs {saving:.0%} less energy per token "
-                 f"({greenest.energy_j_per_token:.3f} J).")
+                 f"({greenest.energy_j_per_token:.3f} J)." if saving >= TIE else
+                 f"Energy: a tie within {TIE:.0%} ({greenest.energy_j_per_token:.3f} J per "
+                 f"token on {greenest.label}).")
+    if winner is not fastest:
+        lines.insert(0, f"Best for this objective: {winner.label}.")
     return lines
 
 
-def _pair(win: Side, lose: Side, model: ModelSpec) -> str:
-    gain = win.tokens_per_sec / lose.tokens_per_sec - 1
-    head = (f"{win.label} trains {gain:.0%} faster than {lose.label} "
-            f"({win.tokens_per_sec:,.0f} vs {lose.tokens_per_sec:,.0f} tokens/s)")
-    a, b = win.best.config, lose.best.config
+def _pair(fast: Side, slow: Side, model: ModelSpec) -> str:
+    """Why `fast` trains faster than `slow`, with claims only where the numbers support them."""
+    gain = fast.tokens_per_sec / slow.tokens_per_sec - 1
+    if gain < TIE:
+        return (f"{fast.label} and {slow.label} tie within {TIE:.0%} "
+                f"({fast.tokens_per_sec:,.0f} vs {slow.tokens_per_sec:,.0f} tokens/s): the "
+                f"difference is inside the model's error.")
+    head = (f"{fast.label} trains {gain:.0%} faster than {slow.label} "
+            f"({fast.tokens_per_sec:,.0f} vs {slow.tokens_per_sec:,.0f} tokens/s)")
+    a, b = fast.best.config, slow.best.config
     why = []
-    if win.num_gpus < lose.num_gpus:
-        why.append(f"scale-up wins: the job is communication-bound on {lose.label} "
-                   f"({lose.comm_share:.0%} of its step is exposed communication and bubble, "
-                   f"{win.comm_share:.0%} on {win.label})")
-    elif win.num_gpus > lose.num_gpus:
-        bound = ("compute-bound" if max(win.comm_share, lose.comm_share) < COMM_BOUND else
-                 "communication-heavy on both sides")
-        per_gpu = lose.tokens_per_sec_per_gpu / win.tokens_per_sec_per_gpu - 1
-        lead = (f"; per GPU {lose.label} is {per_gpu:.0%} faster, not enough to make up "
-                f"{win.num_gpus / lose.num_gpus:.1f}× the GPUs" if per_gpu > 0.005 else "")
+    per_gpu = fast.tokens_per_sec_per_gpu / slow.tokens_per_sec_per_gpu - 1
+    if fast.num_gpus < slow.num_gpus:
+        if slow.comm_share >= COMM_BOUND and slow.comm_share > fast.comm_share:
+            why.append(f"scale-up wins: the job is communication-bound on {slow.label} "
+                       f"({slow.comm_share:.0%} of its step is exposed communication and "
+                       f"bubble, {fast.comm_share:.0%} on {fast.label})")
+        else:
+            why.append(f"scale-up wins on per-GPU speed: {fast.platform.display_name} does "
+                       f"{per_gpu:.0%} more tokens/s per GPU, more than the "
+                       f"{slow.num_gpus / fast.num_gpus:.1f}× GPU count makes up")
+    elif fast.num_gpus > slow.num_gpus:
+        heavy = [s.label for s in (fast, slow) if s.comm_share >= COMM_BOUND]
+        bound = ("compute-bound" if not heavy else
+                 f"communication-heavy on {' and '.join(heavy)}")
+        memory = (f" outweigh {slow.platform.display_name}'s larger memory"
+                  if slow.platform.memory_capacity_bytes > fast.platform.memory_capacity_bytes
+                  else " win")
+        lead = (f"; per GPU {slow.label} is {-per_gpu:.0%} faster, not enough to make up "
+                f"{fast.num_gpus / slow.num_gpus:.1f}× the GPUs" if per_gpu < -0.005 else "")
         why.append(f"scale-out wins: the job is {bound} (communication and bubble take "
-                   f"{win.comm_share:.0%} of the step on {win.label}, {lose.comm_share:.0%} on "
-                   f"{lose.label}), so more GPUs outweigh "
-                   f"{lose.platform.display_name}'s larger memory{lead}")
+                   f"{fast.comm_share:.0%} of the step on {fast.label}, "
+                   f"{slow.comm_share:.0%} on {slow.label}), so more GPUs{memory}{lead}")
     else:
-        why.append(f"per GPU {win.tokens_per_sec_per_gpu:,.0f} vs "
-                   f"{lose.tokens_per_sec_per_gpu:,.0f} tokens/s")
-    if a.tp < b.tp and win.platform.memory_capacity_bytes > lose.platform.memory_capacity_bytes:
-        why.append(f"{win.platform.memory_capacity_bytes / 1e9:.0f} GB per GPU allow TP={a.tp} "
+        why.append(f"per GPU {fast.tokens_per_sec_per_gpu:,.0f} vs "
+                   f"{slow.tokens_per_sec_per_gpu:,.0f} tokens/s")
+    if a.tp < b.tp and fast.platform.memory_capacity_bytes > slow.platform.memory_capacity_bytes:
+        why.append(f"{fast.platform.memory_capacity_bytes / 1e9:.0f} GB per GPU allow TP={a.tp} "
                    f"instead of TP={b.tp}, so less all-reduce traffic per layer")
     if model.is_moe:
-        domain_a, domain_b = win.platform.nvlink_domain_size, lose.platform.nvlink_domain_size
-        local_a, local_b = a.ep * a.etp <= domain_a, b.ep * b.etp <= domain_b
+        local_a = a.ep * a.etp <= fast.platform.nvlink_domain_size
+        local_b = b.ep * b.etp <= slow.platform.nvlink_domain_size
         if local_a and not local_b:
-            why.append(f"EP={a.ep} keeps the expert all-to-all inside one NVLink domain, while "
-                       f"EP={b.ep} on {lose.label} crosses the network")
+            why.append(f"EP={a.ep} keeps the expert all-to-all inside one {_link(fast)} domain, "
+                       f"while EP={b.ep} on {slow.label} sends it across the network")
     return head + ": " + "; ".join(why) + "."
+
+
+def _link(side: Side) -> str:
+    return "NVLink" if side.platform.vendor == "nvidia" else "xGMI"

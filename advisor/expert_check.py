@@ -87,7 +87,10 @@ def check(row: pd.Series, *, predictor) -> ExpertVerdict:
     pool = pd.concat([rec.ranked[columns], fits[columns]], ignore_index=True)
     ranked = rank(pool.drop_duplicates(list(PARALLEL_FIELDS)), "throughput")
     layouts = ranked.drop_duplicates(list(KNOBS)).reset_index(drop=True)
-    position = int((layouts[list(KNOBS)] == pd.Series(recipe)).all(axis=1).to_numpy().argmax())
+    match = (layouts[list(KNOBS)] == pd.Series(recipe)).all(axis=1).to_numpy()
+    if not match.any():  # cannot happen: the recipe's own variants are in the pool
+        raise AssertionError(f"{label}: the recipe's layout vanished from its own ranking")
+    position = int(match.argmax())
     mine, best = layouts.iloc[position], layouts.iloc[0]
     ratio = float(best["pred_tokens_per_sec_per_gpu"]) / float(mine["pred_tokens_per_sec_per_gpu"])
     why = ""
@@ -109,9 +112,12 @@ def agreement(reference: pd.DataFrame, *, workers: int = 1) -> list[ExpertVerdic
     rows = [row for _, row in recipe_jobs(reference).iterrows()]
     if workers <= 1:
         return [_check(row) for row in rows]
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(workers) as pool:
+    # Spawn, not fork: a forked child inherits XGBoost's and torch's thread pools mid-state
+    # and can deadlock.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_check, rows, chunksize=4))
 
 

@@ -80,7 +80,7 @@ def settings(row: pd.Series | dict) -> str:
 def layout_reasons(p: Prediction, model: ModelSpec, platform: Platform) -> list[str]:
     """One phrase per knob that matters, with the step-time share it costs or saves."""
     c, s = p.config, p.step
-    link = "NVLink" if platform.vendor.lower() == "nvidia" else "xGMI"
+    link = link_name(platform)
     domain = platform.nvlink_domain_size
 
     def pct(x: float) -> str:
@@ -105,9 +105,9 @@ def layout_reasons(p: Prediction, model: ModelSpec, platform: Platform) -> list[
         out.append(f"CP={c.cp} splits each {c.seq_len}-token sequence; the ring exchange "
                    f"leaves {pct(s.cp_comm_s)} exposed")
     if model.is_moe:
-        where = "inside one NVLink domain" if c.ep * c.etp <= domain else "across nodes"
-        out.append(f"EP={c.ep} keeps the expert all-to-all {where} ({pct(s.ep_comm_s)} of the "
-                   f"step)")
+        verb = (f"keeps the expert all-to-all inside one {link} domain" if c.ep * c.etp <= domain
+                else "sends the expert all-to-all across nodes")
+        out.append(f"EP={c.ep} {verb} ({pct(s.ep_comm_s)} of the step)")
     if c.dp * c.cp > 1:
         out.append(f"DP={c.dp} with {SHARDING[c.dp_sharding]}: gradient/parameter sync leaves "
                    f"{pct(s.dp_comm_s)} exposed"
@@ -121,6 +121,10 @@ def layout_reasons(p: Prediction, model: ModelSpec, platform: Platform) -> list[
     out.append(f"MBS={c.mbs}: {c.mbs * c.seq_len // c.cp:,} tokens per GPU per micro-batch, "
                f"{pct(s.overhead_s)} launch overhead")
     return out
+
+
+def link_name(platform: Platform) -> str:
+    return {"nvidia": "NVLink", "amd": "xGMI"}.get(platform.vendor.lower(), "shared-memory")
 
 
 def _change(a: dict, b: dict) -> str:
@@ -196,18 +200,20 @@ def contributions_in_words(contributions: pd.Series, limit: int = 3) -> str:
             + " (surrogate SHAP contributions)")
 
 
-def warnings(row: pd.Series, platform: Platform) -> list[str]:
+def warnings(row: pd.Series, platform: Platform, model: ModelSpec, *,
+             surrogate: bool = True) -> list[str]:
     out = []
     capacity_gb = platform.memory_capacity_bytes / 1e9
     headroom = 1.0 - float(row["pred_memory_gb"]) / capacity_gb
     if headroom < NEAR_MEMORY_LIMIT:
         out.append(f"near the memory limit: {float(row['pred_memory_gb']):.1f} of "
-                   f"{capacity_gb:.1f} GB ({headroom:.0%} free); fragmentation or uneven "
-                   f"expert routing could run out of memory")
+                   f"{capacity_gb:.1f} GB ({headroom:.0%} free); allocator fragmentation"
+                   f"{' or uneven expert routing' if model.is_moe else ''} could run out of "
+                   f"memory")
     if float(row["pred_throttle_risk"]) >= HIGH_THROTTLE_RISK:
         out.append(f"throttle risk {float(row['pred_throttle_risk']):.0%}: expect clocks to "
                    f"drop on the hottest GPUs; a smaller micro-batch or recompute lowers peaks")
-    if bool(row.get("pred_extrapolation", False)):
+    if surrogate and bool(row.get("pred_extrapolation", False)):
         out.append("outside the measured data's support: the throughput band is wide and the "
                    "prediction leans on the analytical model"
                    if row.get("pred_source") == "surrogate" else

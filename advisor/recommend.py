@@ -15,7 +15,7 @@ import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
 from advisor.objective import Constraints, check_objective, pareto_front, rank
-from advisor.parallel import Job, make_job
+from advisor.parallel import Job, ParallelConfig, make_job
 from advisor.perf.analytical import Prediction, predict_config
 from advisor.rationale import (
     contributions_in_words,
@@ -28,7 +28,6 @@ from advisor.rationale import (
 from advisor.search import feasible, search, violation_columns
 from advisor.space import config_from_row, enumerate_space
 
-PARETO_LIMIT = 8
 LAYOUT = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "mbs")
 """What makes two recommendations different layouts (rather than variants of one)."""
 
@@ -42,8 +41,8 @@ class Choice:
     """One recommended configuration."""
 
     rank: int
-    config: object
-    """The `ParallelConfig` to launch."""
+    config: ParallelConfig
+    """The configuration to launch."""
     summary: str
     predicted: dict[str, float | str | bool]
     """The Predictor's `pred_*` values (throughput with p10/p90, memory, power, risk, source)."""
@@ -77,8 +76,8 @@ class Recommendation:
 def recommend(job: Job, *, objective: str = "throughput",
               constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
               predictor=None, engine: str = "auto", trials: int | None = None,
-              storage: str | None = None, study_name: str | None = None, seed: int = 0,
-              progress=None) -> Recommendation:
+              storage: str | None = None, study_name: str | None = None,
+              seed: int | None = None, progress=None) -> Recommendation:
     """Search `job`'s space and return the `top` configurations (see module docstring)."""
     from advisor.predictor import Predictor
 
@@ -90,15 +89,20 @@ def recommend(job: Job, *, objective: str = "throughput",
     predictor = predictor or Predictor.load()
     space = pinned_space(job, pins)
     result = search(job, predictor=predictor, constraints=constraints, objective=objective,
-                    space=space, engine=engine, trials=trials, storage=storage,
+                    space=space, pins=pins, engine=engine, trials=trials, storage=storage,
                     study_name=study_name, seed=seed, progress=progress)
     scored = result.scored
+    tried = (f"Optuna's {result.num_trials} trials ({result.num_valid} valid layouts of "
+             f"{result.num_space:,}) found none that " if result.engine == "optuna" else "")
     if result.num_fit == 0 or scored.empty:
-        raise Infeasible(no_fit_message(job, pins))
+        raise Infeasible(tried + "fits; raise --trials or use --search exhaustive." if tried
+                         else no_fit_message(job, pins))
     scored = scored[scored["pred_tokens_per_sec_per_gpu"].notna()]
     ok = feasible(scored)
     if not ok.any():
-        raise Infeasible(constraint_message(scored, constraints))
+        message = constraint_message(scored, constraints)
+        raise Infeasible(tried + "meets the constraints; raise --trials or use --search "
+                         "exhaustive. Among them: " + message if tried else message)
     ranked = rank(scored[ok], objective)
     # One row per layout: variants that differ only in recompute, sharding or overlap show
     # up in the trade-offs instead of crowding the list.
@@ -112,8 +116,8 @@ def recommend(job: Job, *, objective: str = "throughput",
         job=job, objective=objective, constraints=constraints, pins=pins, engine=result.engine,
         num_valid=result.num_valid, num_fit=result.num_fit, num_feasible=int(ok.sum()),
         choices=choices, tradeoffs=lines,
-        pareto_power=pareto_front(ranked, "pred_peak_power_w").head(PARETO_LIMIT),
-        pareto_energy=pareto_front(ranked, "pred_energy_j_per_token").head(PARETO_LIMIT),
+        pareto_power=pareto_front(ranked, "pred_peak_power_w"),
+        pareto_energy=pareto_front(ranked, "pred_energy_j_per_token"),
         ranked=ranked, num_trials=result.num_trials, study_name=result.study_name)
 
 
@@ -125,7 +129,9 @@ def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: s
     return Choice(rank=position, config=config, summary=describe(row, job.model),
                   predicted=predicted, analytical=analytical,
                   reasons=layout_reasons(analytical, job.model, job.platform),
-                  warnings=warnings(row, job.platform), contributions=contributions)
+                  warnings=warnings(row, job.platform, job.model,
+                                    surrogate=predictor.surrogate is not None),
+                  contributions=contributions)
 
 
 def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
@@ -158,6 +164,8 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
         raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
                           f"{', '.join(PIN_FLAGS)}.")
     space = enumerate_space(job)
+    if space.empty:
+        raise Infeasible(empty_space_message(job))
     applied: list[str] = []
     for name, value in pins.items():
         column = _overlap(space) if name == "overlap" else space[name]
@@ -181,6 +189,19 @@ def _show(value: object) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "on" if value else "off"
     return str(value)
+
+
+def empty_space_message(job: Job) -> str:
+    """Why no layout is valid at all (before memory): divisibility, not capacity."""
+    from advisor.space import tp_choices
+
+    n = job.num_gpus
+    gbs = -(-job.gbs // n) * n
+    return (f"no valid layout of {job.model.name} on {n} GPUs with gbs {job.gbs}: tp × pp × cp "
+            f"must divide the {n} GPUs, the global batch must be a multiple of dp = "
+            f"{n} / (tp × pp × cp), and tp must divide the attention heads (tp in "
+            f"{{{', '.join(map(str, tp_choices(job.model)[:8]))}}}); try --gbs {gbs} or a GPU "
+            f"count that divides {job.gbs}.")
 
 
 def no_fit_message(job: Job, pins: dict) -> str:
@@ -246,9 +267,9 @@ def constraint_message(scored: pd.DataFrame, constraints: Constraints) -> str:
                 parts.append(f"--max-power-w {constraints.max_power_w:.0f}: the lowest "
                              f"predicted peak power is {constraints.max_power_w + best:.0f} W")
             elif name == "throttle_risk":
-                parts.append(f"--max-throttle-risk {constraints.max_throttle_risk:.2f}: the "
+                parts.append(f"--max-throttle-risk {constraints.max_throttle_risk:g}: the "
                              f"lowest predicted risk is "
-                             f"{constraints.max_throttle_risk + best:.2f}")
+                             f"{constraints.max_throttle_risk + best:.1%}")
             else:
                 parts.append(f"--memory-margin {constraints.memory_margin:.2f}: the best "
                              f"configuration needs {best:.1f} GB more than that leaves")

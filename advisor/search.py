@@ -18,9 +18,8 @@ import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
 from advisor.objective import Constraints
-from advisor.parallel import DP_SHARDING, PARALLEL_FIELDS, RECOMPUTE, Job, divisors
+from advisor.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.perf.memory import memory_table
-from advisor.space import tp_choices, vp_choices
 
 ENGINES = ("auto", "exhaustive", "optuna")
 EXHAUSTIVE_LIMIT = 150_000
@@ -45,28 +44,38 @@ class SearchResult:
     num_trials: int = 0
     """Trials this process ran (Optuna only)."""
     study_name: str = ""
+    num_space: int = 0
+    """Valid configurations in the (pinned) space."""
 
 
 def search(job: Job, *, predictor, constraints: Constraints, objective: str,
-           space: pd.DataFrame, engine: str = "auto", trials: int | None = None,
-           storage: str | None = None, study_name: str | None = None, seed: int = 0,
+           space: pd.DataFrame, pins: dict | None = None, engine: str = "auto",
+           trials: int | None = None, storage: str | None = None,
+           study_name: str | None = None, seed: int | None = None,
            progress: Progress | None = None) -> SearchResult:
-    """Score `space` (an `enumerate_space` table, pins applied) exhaustively or with Optuna."""
+    """Score `space` (an `enumerate_space` table with `pins` applied) exhaustively or with
+    Optuna. Optuna-only options (`trials`, `storage`, `study_name`, `seed`) choose Optuna
+    under `engine="auto"` and are refused with `engine="exhaustive"`."""
     if engine not in ENGINES:
         raise ConfigError(f"search engine {engine!r} is unknown; use one of {', '.join(ENGINES)}.")
+    optuna_only = [flag for flag, value in (("--trials", trials), ("--storage", storage),
+                                            ("--study-name", study_name), ("--seed", seed))
+                   if value is not None]
+    if engine == "exhaustive" and optuna_only:
+        raise ConfigError(f"{', '.join(optuna_only)} set(s) up an Optuna search; it cannot be "
+                          f"combined with --search exhaustive (drop one).")
     memory = memory_table(job.model, platform=job.platform, configs=space)
     fitting = space[memory["fits"].to_numpy()]
     if engine == "auto":
-        engine = "optuna" if storage or len(fitting) > EXHAUSTIVE_LIMIT else "exhaustive"
+        engine = ("optuna" if optuna_only or len(fitting) > EXHAUSTIVE_LIMIT
+                  else "exhaustive")
     if engine == "exhaustive":
-        if storage:
-            raise ConfigError("--storage shares an Optuna study; it cannot be combined with "
-                              "--search exhaustive (drop one).")
         scored = score_configs(job, fitting, predictor=predictor, constraints=constraints)
-        return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting))
+        return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
+                            num_space=len(space))
     return _optuna(job, space, predictor=predictor, constraints=constraints,
                    objective=objective, trials=trials or DEFAULT_TRIALS, storage=storage,
-                   study_name=study_name, seed=seed, progress=progress)
+                   study_name=study_name, seed=seed, pins=pins or {}, progress=progress)
 
 
 def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
@@ -139,11 +148,12 @@ def open_storage(url: str | None):
         except ModuleNotFoundError as e:
             raise AdvisorError(f"storage {url.split('://')[0]}:// needs the {e.name} driver: "
                                f"pip install 'advisor[postgres]'.") from None
-        except (IntegrityError, ProgrammingError):
+        except (IntegrityError, ProgrammingError) as e:
             # Workers starting together on an empty database race to create Optuna's tables;
             # the loser retries and finds them.
             if attempt == 4:
-                raise
+                raise AdvisorError(f"cannot set up Optuna's tables in {_redact(url)}: "
+                                   f"{str(e).splitlines()[0][:160]}") from None
             time.sleep(0.2 * (attempt + 1))
         except Exception as e:  # SQLAlchemy raises many types for a bad URL or a dead server
             text = str(e).strip()
@@ -159,58 +169,76 @@ def _redact(url: str) -> str:
     return f"{head}://{tail}"
 
 
-def _choices(job: Job, space: pd.DataFrame) -> dict[str, list]:
-    """Static choice lists per knob (Optuna needs the same choices in every trial); which
-    combinations are valid is checked per trial."""
-    model, n = job.model, job.num_gpus
-    pinned = {k: sorted(space[k].unique().tolist()) for k in
-              ("tp", "cp", "pp", "vp", "ep", "etp", "mbs", "recompute", "dp_sharding")}
-    tps = [t for t in tp_choices(model) if n % t == 0]
-    pps = [p for p in divisors(n) if p <= model.num_layers]
-    vps = sorted({v for p in pps if p > 1 for v in vp_choices(model, p)} | {1})
-    out = {"tp": tps, "cp": divisors(n), "pp": pps, "vp": vps,
-           "mbs": divisors(job.gbs), "recompute": list(RECOMPUTE),
-           "dp_sharding": list(DP_SHARDING), "overlap": [True, False]}
-    if model.is_moe:
-        out["ep"] = divisors(model.num_experts)
-        out["etp"] = sorted(set(tps))
-    for k, values in pinned.items():  # a pinned knob has one value
-        if len(values) == 1:
-            out[k] = values
-    return out
+KNOBS = ("tp", "cp", "pp", "vp", "ep", "etp", "mbs", "recompute", "dp_sharding", "overlap")
+INVALID = 10.0
+"""Constraint value of a configuration that could not be predicted: worse than any real
+violation (those are scaled to fractions of their limit)."""
+
+
+def _with_overlap(space: pd.DataFrame) -> pd.DataFrame:
+    return space.assign(overlap=space["overlap_grad_reduce"] | space["overlap_param_gather"]
+                        | space["tp_comm_overlap"])
+
+
+def _choices(space: pd.DataFrame) -> dict[str, list]:
+    """Per knob, the values the (pinned) space takes. The lists are the same in every trial
+    of a study (Optuna refuses changing choices): pins are part of the study's name."""
+    return {k: sorted(space[k].unique().tolist(), key=str) for k in KNOBS}
 
 
 def _suggest(trial, choices: dict[str, list]) -> dict:
-    """Define-by-run: vp only with a pipeline, ep/etp only for MoE models."""
-    p = {k: trial.suggest_categorical(k, choices[k]) for k in ("tp", "cp", "pp")}
-    p["vp"] = trial.suggest_categorical("vp", choices["vp"]) if p["pp"] > 1 else 1
-    for k in ("ep", "etp"):
-        p[k] = trial.suggest_categorical(k, choices[k]) if k in choices else 1
-    for k in ("mbs", "recompute", "dp_sharding", "overlap"):
-        p[k] = trial.suggest_categorical(k, choices[k])
+    """Define-by-run: vp only with a pipeline; a knob with one value is not a parameter."""
+
+    def pick(name: str):
+        values = choices[name]
+        return values[0] if len(values) == 1 else trial.suggest_categorical(name, values)
+
+    p = {k: pick(k) for k in ("tp", "cp", "pp")}
+    p["vp"] = pick("vp") if p["pp"] > 1 else 1
+    for k in ("ep", "etp", "mbs", "recompute", "dp_sharding", "overlap"):
+        p[k] = pick(k)
     return p
 
 
-def _lookup(space: pd.DataFrame) -> dict[tuple, int]:
-    keys = space[["tp", "cp", "pp", "vp", "ep", "etp", "mbs", "recompute", "dp_sharding"]]
-    overlap = (space["overlap_grad_reduce"] | space["overlap_param_gather"]
-               | space["tp_comm_overlap"])
-    index: dict[tuple, int] = {}
-    for i, row in enumerate(zip(*(keys[c] for c in keys.columns), overlap, strict=True)):
-        index.setdefault(tuple(row), i)
-    return index
+class _Nearest:
+    """Maps a sampled combination of knobs to a configuration of the space: itself when
+    valid, else the nearest valid one (log2 distance on sizes, one per differing category).
+    Most combinations of independently sampled sizes break a divisibility rule; repairing
+    them keeps every trial informative instead of teaching TPE what is invalid."""
+
+    NUMERIC = ("tp", "cp", "pp", "vp", "ep", "etp", "mbs")
+    CATEGORICAL = ("recompute", "dp_sharding", "overlap")
+
+    def __init__(self, space: pd.DataFrame) -> None:
+        self.index: dict[tuple, int] = {}
+        for i, row in enumerate(zip(*(space[k] for k in KNOBS), strict=True)):
+            self.index.setdefault(tuple(_plain(v) for v in row), i)
+        self.sizes = np.log2(space[list(self.NUMERIC)].to_numpy(float))
+        self.categories = space[list(self.CATEGORICAL)].astype(str).to_numpy()
+
+    def __call__(self, p: dict) -> int:
+        exact = self.index.get(_key(p))
+        if exact is not None:
+            return exact
+        sizes = np.log2(np.array([p[k] for k in self.NUMERIC], dtype=float))
+        categories = np.array([str(p[k]) for k in self.CATEGORICAL])
+        distance = (np.abs(self.sizes - sizes).sum(axis=1)
+                    + (self.categories != categories).sum(axis=1))
+        return int(np.argmin(distance))
 
 
 def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraints,
             objective: str, trials: int, storage: str | None, study_name: str | None,
-            seed: int, progress: Progress | None) -> SearchResult:
+            seed: int | None, pins: dict, progress: Progress | None) -> SearchResult:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = (["maximize", "minimize"] if objective == "balanced" else
                   ["minimize"] if objective == "energy" else ["maximize"])
     name = study_name or default_study_name(job, objective=objective,
-                                            constraints=constraints, pins={})
+                                            constraints=constraints, pins=pins)
+    if seed is None and storage is None:
+        seed = 0  # reproducible alone; workers sharing a study each draw their own
     sampler = optuna.samplers.TPESampler(seed=seed)
     try:
         study = optuna.create_study(study_name=name, storage=open_storage(storage),
@@ -221,56 +249,74 @@ def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraint
     except Exception as e:
         raise AdvisorError(f"cannot open the Optuna study {name} in {_redact(storage or '')}:"
                            f" {str(e).splitlines()[0][:160]}") from None
-    choices = _choices(job, space)
-    index = _lookup(space)
-    for preset in _presets(job, space, choices):
+    keyed = _with_overlap(space)
+    choices, nearest = _choices(keyed), _Nearest(keyed)
+    for preset in _presets(job, keyed, choices):
         study.enqueue_trial(preset, skip_if_exists=True)
+    capacity_gb = job.platform.memory_capacity_bytes / 1e9
     cache: dict[int, pd.Series] = {}
     done = 0
     while done < trials:
         batch = [study.ask() for _ in range(min(BATCH, trials - done))]
-        rows = [index.get(_key(_suggest(t, choices))) for t in batch]
-        new = sorted({r for r in rows if r is not None and r not in cache})
+        try:
+            rows = [nearest(_suggest(t, choices)) for t in batch]
+        except ValueError as e:  # Optuna: a parameter's choices differ from the study's
+            raise AdvisorError(f"the Optuna study {name} was created with other choices "
+                               f"({str(e).splitlines()[0]}); pass a new --study-name.") from None
+        new = sorted({r for r in rows if r not in cache})
         if new:
             part = score_configs(job, space.iloc[new], predictor=predictor,
                                  constraints=constraints)
             for r, (_, row) in zip(new, part.iterrows(), strict=True):
                 cache[r] = row
         for trial, r in zip(batch, rows, strict=True):
-            _tell(study, trial, cache.get(r), objective, directions)
+            _tell(study, trial, cache.get(r), objective, directions,
+                  scales=_scales(constraints, capacity_gb))
         done += len(batch)
         if progress:
             progress(done, trials)
     # Every worker sharing the study answers from all of its trials, not only its own.
-    tried = sorted({r for t in study.get_trials(deepcopy=False,
-                                                states=(optuna.trial.TrialState.COMPLETE,))
-                    if (r := index.get(_key({"vp": 1, "ep": 1, "etp": 1, **t.params})))
-                    is not None})
+    tried = sorted({nearest({**_fixed(choices), **t.params})
+                    for t in study.get_trials(deepcopy=False,
+                                              states=(optuna.trial.TrialState.COMPLETE,))})
     scored = score_configs(job, space.iloc[tried], predictor=predictor,
                            constraints=constraints)
-    fits = scored["pred_fits"].astype(bool).to_numpy()
+    fits = scored["pred_fits"].astype(bool).to_numpy() if len(scored) else np.zeros(0, bool)
     return SearchResult(scored[fits].reset_index(drop=True), "optuna", num_valid=len(tried),
-                        num_fit=int(fits.sum()), num_trials=done, study_name=name)
+                        num_fit=int(fits.sum()), num_trials=done, study_name=name,
+                        num_space=len(space))
+
+
+def _fixed(choices: dict[str, list]) -> dict:
+    """Values of knobs that are not parameters (one choice), and vp 1 without a pipeline."""
+    return {"vp": 1, **{k: v[0] for k, v in choices.items() if len(v) == 1}}
 
 
 def _key(p: dict) -> tuple:
-    return (p["tp"], p["cp"], p["pp"], p["vp"], p["ep"], p["etp"], p["mbs"], p["recompute"],
-            p["dp_sharding"], p["overlap"])
+    return tuple(p[k] for k in KNOBS)
 
 
-def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[str]) -> None:
+def _scales(constraints: Constraints, capacity_gb: float) -> dict[str, float]:
+    """Divisors that make every violation a fraction of its limit (GB and W are not
+    comparable, and TPE ranks infeasible trials by their summed violation)."""
+    return {"memory_gb": capacity_gb, "peak_power_w": constraints.max_power_w or 1.0,
+            "throttle_risk": 1.0}
+
+
+def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[str], *,
+          scales: dict[str, float]) -> None:
     """Invalid layouts are infeasible trials with the worst values, so TPE learns to avoid
-    them; constraint values are the predicted excess (≤ 0 = met)."""
-    if row is None or row.get("pred_tokens_per_sec_per_gpu") is None or \
-            pd.isna(row.get("pred_tokens_per_sec_per_gpu")):
-        trial.set_constraint("valid", 1.0)
+    them; constraint values are the predicted excess as a fraction of the limit (≤ 0 = met)."""
+    if row is None or pd.isna(row.get("pred_tokens_per_sec_per_gpu")):
+        trial.set_constraint("valid", INVALID)
         worst = [0.0 if d == "maximize" else 1e9 for d in directions]
         study.tell(trial, worst)
         return
     trial.set_constraint("valid", 0.0)
     for col in row.index:
         if col.startswith("violates_"):
-            trial.set_constraint(col.removeprefix("violates_"), float(row[col]))
+            name = col.removeprefix("violates_")
+            trial.set_constraint(name, float(row[col]) / scales.get(name, 1.0))
     # The values `objective.score` ranks by: pessimistic (p10) throughput and the energy per
     # token it implies.
     tps = float(row["pred_tokens_per_sec_per_gpu"])
@@ -282,10 +328,10 @@ def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[
 
 def _presets(job: Job, space: pd.DataFrame, choices: dict[str, list]) -> list[dict]:
     """Known-good starting points, as NVIDIA's recipes choose them: for each tp up to one
-    NVLink domain, the smallest pipeline that fits with the least recompute, mbs 1, the
-    distributed optimizer and overlap on."""
-    candidates = space[(space["cp"] == 1) & (space["mbs"] == space["mbs"].min())
-                       & (space["vp"] == 1) & (space["ep"] == space["ep"].max())]
+    NVLink domain, the smallest pipeline that fits with the least recompute, the smallest
+    micro-batch, no context parallelism, and overlap where the space allows it."""
+    candidates = space[(space["cp"] == space["cp"].min()) & (space["mbs"] == space["mbs"].min())
+                       & (space["vp"] == space["vp"].min())]
     candidates = candidates[candidates["tp"] <= job.platform.nvlink_domain_size]
     if candidates.empty:
         return []
@@ -293,14 +339,12 @@ def _presets(job: Job, space: pd.DataFrame, choices: dict[str, list]) -> list[di
     candidates = candidates[fits]
     order = {r: i for i, r in enumerate(RECOMPUTE)}
     out = []
-    for _tp, group in candidates.groupby("tp"):
-        group = group.assign(_r=group["recompute"].map(order))
-        best = group.sort_values(["pp", "_r", "dp_sharding"]).iloc[0]
-        preset = {k: _plain(best[k]) for k in ("tp", "cp", "pp", "mbs", "recompute",
-                                               "dp_sharding")}
-        preset["overlap"] = True
-        if "ep" in choices:
-            preset.update(ep=_plain(best["ep"]), etp=_plain(best["etp"]))
+    for _, group in candidates.groupby("tp"):
+        group = group.assign(_r=group["recompute"].map(order), _o=~group["overlap"])
+        best = group.sort_values(["pp", "_r", "_o", "dp_sharding"]).iloc[0]
+        preset = {k: _plain(best[k]) for k in KNOBS if len(choices[k]) > 1}
+        if best["pp"] == 1:
+            preset.pop("vp", None)
         out.append(preset)
     return out
 

@@ -91,3 +91,33 @@ def test_compare_json_and_table():
 def test_compare_bad_sides_exit_2():
     r = run("compare", "-m", "70b", "--platforms", "h200")
     assert r.exit_code == 2 and "PLATFORM:GPUS" in r.stderr
+
+
+def test_emit_falls_back_to_the_best_expressible_choice():
+    # Kimi-K2's 61 layers: advisor's best pipelines split unevenly, which Megatron's flags
+    # cannot express without an explicit layout; the launch command is for the best that can.
+    r = run("recommend", "-m", "kimi-k2", "-g", "256", "-p", "h100", "--top", "5", "--json",
+            "--emit", "megatron")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    launch = data["launch"]
+    if launch["note"]:
+        rank = int(launch["note"].split(",")[0].lstrip("#"))
+        assert rank > 1 and "do not split evenly" in launch["note"]
+        chosen = data["choices"][rank - 1]["config"]
+    else:
+        chosen = data["choices"][0]["config"]
+    assert f"--pipeline-model-parallel-size {chosen['pp']}" in launch["command"]
+
+
+def test_emit_refusing_everything_still_prints_the_recommendation():
+    r = run("recommend", "-m", "qwen3-8b", "-g", "1", "-p", "mi300x", "--emit", "torchtitan",
+            "--top", "2")
+    assert r.exit_code == 2
+    assert "Recommended configurations" in r.stdout
+    assert "error: --emit torchtitan: torchtitan cannot express" in r.stderr
+
+
+def test_gpu_count_that_breaks_divisibility_is_not_called_a_memory_problem():
+    r = run("recommend", "-m", "8b", "-g", "37", "-p", "h100")
+    assert r.exit_code == 2 and "no valid layout" in r.stderr and "try --gbs 259" in r.stderr

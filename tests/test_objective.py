@@ -62,3 +62,11 @@ def test_near_ties_go_to_the_conventional_layout():
     assert order["near_best"].tolist() == [True, True, False]
     far = rank(_frame([100.0, 90.0], [1.0, 1.0], cp=[2, 1]), "throughput")
     assert far["cp"].tolist() == [2, 1]  # 10 % apart: throughput decides
+
+
+def test_each_objective_ranks_its_own_best_first():
+    # Fast but power-hungry, slow but frugal, and a knee between them.
+    frame = _frame([100.0, 60.0, 90.0], [2.0, 0.9, 1.2])
+    assert rank(frame, "throughput")["pred_tokens_per_sec_per_gpu"].iloc[0] == 100.0
+    assert rank(frame, "energy")["pred_energy_j_per_token"].iloc[0] == 0.9
+    assert rank(frame, "balanced")["pred_tokens_per_sec_per_gpu"].iloc[0] == 90.0

@@ -1,5 +1,6 @@
 import json
 import os
+import uuid
 import subprocess
 import sys
 
@@ -43,13 +44,45 @@ def test_optuna_is_reproducible_with_a_seed(job, predictor):
     assert [c.config for c in a.choices] == [c.config for c in b.choices]
 
 
-def test_optuna_respects_constraints(job, predictor):
-    rec = recommend(job, predictor=predictor, engine="optuna", trials=160,
-                    constraints=Constraints(max_power_w=700, memory_margin=0.3))
+def test_optuna_steers_towards_a_tight_constraint(job, predictor, tmp_path):
+    # A power limit only a small corner of the space meets: TPE has to learn from the
+    # constraint values (scaled to their limits) to get there.
+    exhaustive = recommend(job, predictor=predictor, top=1)
+    floor = exhaustive.ranked["pred_peak_power_w"].min()
+    tight = Constraints(max_power_w=floor + 12, memory_margin=0.05)
+    journal = str(tmp_path / "tight.log")
+    rec = recommend(job, predictor=predictor, engine="optuna", trials=300, constraints=tight,
+                    storage=journal, seed=3)
     capacity = job.platform.memory_capacity_bytes / 1e9
     for c in rec.choices:
-        assert c.predicted["pred_peak_power_w"] <= 700
-        assert c.predicted["pred_memory_gb"] <= 0.7 * capacity
+        assert c.predicted["pred_peak_power_w"] <= floor + 12
+        assert c.predicted["pred_memory_gb"] <= 0.95 * capacity
+    study = optuna.load_study(study_name=rec.study_name, storage=open_storage(journal))
+    late = [t for t in study.trials if t.number >= 150]
+    feasible = [t for t in late if all(v <= 0 for v in t.constraints.values())]
+    early = [t for t in study.trials if t.number < 150]
+    # TPE learns from the scaled constraint values: feasible trials get more frequent.
+    assert len(feasible) > sum(all(v <= 0 for v in t.constraints.values()) for t in early)
+
+
+def test_optuna_balanced_is_multi_objective(job, predictor):
+    rec = recommend(job, predictor=predictor, engine="optuna", trials=96,
+                    objective="balanced")
+    assert rec.engine == "optuna" and rec.choices
+
+
+def test_different_pins_get_different_studies(job, predictor, tmp_path):
+    journal = str(tmp_path / "pins.log")
+    a = recommend(job, predictor=predictor, trials=32, storage=journal)
+    b = recommend(job, predictor=predictor, trials=32, storage=journal, pins={"tp": 4})
+    assert a.study_name != b.study_name
+    assert all(c.config.tp == 4 for c in b.choices)
+
+
+def test_optuna_none_found_says_so(job, predictor):
+    with pytest.raises(AdvisorError, match=r"Optuna's 8 trials .* found none that"):
+        recommend(job, predictor=predictor, engine="optuna", trials=8,
+                  constraints=Constraints(max_power_w=10))
 
 
 def test_journal_file_accumulates_a_shared_study(job, predictor, tmp_path):
@@ -64,10 +97,12 @@ def test_journal_file_accumulates_a_shared_study(job, predictor, tmp_path):
     assert second.num_valid >= first.num_valid
 
 
-def test_exhaustive_with_storage_is_contradictory(job, predictor, tmp_path):
+def test_exhaustive_with_optuna_options_is_contradictory(job, predictor, tmp_path):
     with pytest.raises(AdvisorError, match="--storage"):
         recommend(job, predictor=predictor, engine="exhaustive",
                   storage=str(tmp_path / "j.log"))
+    with pytest.raises(AdvisorError, match="--trials"):
+        recommend(job, predictor=predictor, engine="exhaustive", trials=10)
 
 
 def _advisor(*args: str, **kwargs) -> subprocess.Popen:
@@ -77,8 +112,9 @@ def _advisor(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def test_postgres_study_shared_by_worker_processes_loses_no_trial(postgres_url):
-    workers = [_advisor(*ARGS, "--storage", postgres_url, "--trials", str(n), "--seed", str(i))
-               for i, n in enumerate((48, 64, 80))]
+    name = f"test-{uuid.uuid4().hex[:8]}"  # a server given by env may keep old studies
+    workers = [_advisor(*ARGS, "--storage", postgres_url, "--trials", str(n), "--study-name",
+                        name) for n in (48, 64, 80)]
     results = []
     for w in workers:
         out, err = w.communicate(timeout=300)

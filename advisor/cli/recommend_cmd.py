@@ -73,15 +73,18 @@ def recommend(
             "--search", help="auto (exhaustive when it takes about a second, Optuna "
             "otherwise), exhaustive, or optuna.")] = "auto",
         trials: Annotated[int | None, typer.Option(
-            "--trials", min=1, help="Optuna trials this process runs (default 600).")] = None,
+            "--trials", min=1, help="Optuna trials this process runs (default 600; implies "
+            "--search optuna).")] = None,
         storage: Annotated[str | None, typer.Option(
             "--storage", help="Share an Optuna study between workers: a journal file path, or "
             "a database URL (postgresql+psycopg2://user:pw@host/db). Implies --search "
             "optuna.")] = None,
         study_name: Annotated[str | None, typer.Option(
-            "--study-name", help="Optuna study name (default: derived from the job, objective "
-            "and constraints, so identical commands share a study).")] = None,
-        seed: Annotated[int, typer.Option("--seed", help="Optuna sampler seed.")] = 0,
+            "--study-name", help="Optuna study name (default: derived from the job, objective, "
+            "constraints and pins, so identical commands share a study).")] = None,
+        seed: Annotated[int | None, typer.Option(
+            "--seed", help="Optuna sampler seed (default 0; workers sharing --storage each "
+            "draw their own unless given).")] = None,
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
         json_out: JsonOpt = False) -> None:
     """Recommend how to train MODEL on GPUS × PLATFORM: the best parallel layouts, predicted
@@ -119,7 +122,7 @@ def recommend(
                   predictor=predictor, engine=search, trials=trials, storage=storage,
                   study_name=study_name, seed=seed, progress=progress)
     elapsed = time.perf_counter() - start
-    launch = _emit(emit, rec.choices[0].config, job) if emit else None
+    launch, launch_note = _emit(emit, rec.choices, job) if emit else (None, "")
     if plot:
         from advisor.cli.plots import plot_candidates
 
@@ -127,14 +130,18 @@ def recommend(
     if json_out:
         from advisor.cli.render import recommendation_json
 
-        emit_json(recommendation_json(rec, launch=launch, emitter=emit, seconds=elapsed))
-        return
-    from advisor.cli.render import print_recommendation
+        emit_json(recommendation_json(rec, launch=launch, emitter=emit, seconds=elapsed,
+                                      launch_note=launch_note))
+    else:
+        from advisor.cli.render import print_recommendation
 
-    print_recommendation(Console(), rec, seconds=elapsed)
-    if launch:
-        Console().print(f"\nLaunch ({emit}):", style="bold")
-        typer.echo(launch)
+        print_recommendation(Console(), rec, seconds=elapsed)
+        if launch:
+            Console().print(f"\nLaunch ({emit}){': ' + launch_note if launch_note else ''}",
+                            style="bold")
+            typer.echo(launch)
+    if emit and launch is None:
+        raise ConfigError(f"--emit {emit}: {launch_note}")
 
 
 @guard
@@ -189,10 +196,26 @@ def _check_emit(emit: str | None) -> None:
         raise ConfigError(f"--emit {emit!r} is unknown; use one of {', '.join(EMITTERS)}.")
 
 
-def _emit(kind: str, config, job) -> str:
+def _emit(kind: str, choices, job) -> tuple[str | None, str]:
+    """The launch command of the best choice the framework can express, and a note naming
+    the ones it refused (None and the reasons when it refuses them all)."""
     from advisor.emit import emit
 
-    return emit(kind, config, job)
+    refused: dict[str, list[int]] = {}
+    for choice in choices:
+        try:
+            text = emit(kind, choice.config, job)
+        except ConfigError as e:
+            refused.setdefault(str(e), []).append(choice.rank)
+            continue
+        return text, (f"#{choice.rank}, the best {kind} can express ({_reasons(refused)})"
+                      if refused else "")
+    return None, f"{kind} cannot express any recommended configuration: {_reasons(refused)}"
+
+
+def _reasons(refused: dict[str, list[int]]) -> str:
+    return "; ".join(f"#{', #'.join(map(str, ranks))}: {reason.rstrip('.')}"
+                     for reason, ranks in refused.items())
 
 
 class _progress:

@@ -14,6 +14,9 @@ from advisor.objective import TIE_TOLERANCE
 from advisor.rationale import describe, settings, short
 from advisor.recommend import Choice, Recommendation
 
+FRONT_ROWS = 8
+"""Rows of a Pareto front shown in the terminal (JSON and --plot get all of it)."""
+
 
 def _band(p: dict) -> str:
     return (f"{p['pred_tokens_per_sec_per_gpu']:,.0f}\n"
@@ -31,7 +34,8 @@ def _headline(rec: Recommendation, seconds: float) -> str:
             f"{j.platform.display_name}, seq {j.seq_len}, gbs {j.gbs}, {j.precision}; objective "
             f"{rec.objective}{'; ' + '; '.join(limits) if limits else ''}"
             f"{'; pinned ' + pins if pins else ''}.\n"
-            f"{rec.num_valid:,} valid configurations, {rec.num_fit:,} fit in memory, "
+            f"{rec.num_valid:,} valid configurations{' tried' if rec.engine == 'optuna' else ''}"
+            f", {rec.num_fit:,} fit in memory, "
             f"{rec.num_feasible:,} meet the constraints ({search}, {seconds:.1f} s).")
 
 
@@ -79,6 +83,9 @@ def _print_front(console: Console, front: pd.DataFrame, cost: str, label: str,
                  rec: Recommendation) -> None:
     if len(front) < 2:
         return
+    if len(front) > FRONT_ROWS:  # evenly along the front, both ends kept
+        picks = sorted({round(i * (len(front) - 1) / (FRONT_ROWS - 1)) for i in range(FRONT_ROWS)})
+        front = front.iloc[picks]
     fmt = "{:.3f}" if "energy" in cost else "{:.0f}"
     table = Table(title=f"Pareto front: throughput against {label}", title_justify="left",
                   box=box.SIMPLE_HEAD)
@@ -105,7 +112,7 @@ def _front_json(front: pd.DataFrame, cost: str, model) -> list[dict]:
 
 
 def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str | None,
-                        seconds: float) -> dict:
+                        seconds: float, launch_note: str = "") -> dict:
     j = rec.job
     return {
         "model": j.model.name, "platform": j.platform.name, "num_gpus": j.num_gpus,
@@ -122,7 +129,8 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "tradeoffs": rec.tradeoffs,
         "pareto_peak_power": _front_json(rec.pareto_power, "pred_peak_power_w", j.model),
         "pareto_energy": _front_json(rec.pareto_energy, "pred_energy_j_per_token", j.model),
-        "launch": {"framework": emitter, "command": launch} if launch else None,
+        "launch": ({"framework": emitter, "command": launch, "note": launch_note} if launch
+                   else None),
     }
 
 
