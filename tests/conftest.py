@@ -2,6 +2,7 @@ import os
 from pathlib import Path
 
 import pytest
+from slurm_cluster import slurm  # noqa: F401  (fixture: a one-node Slurm cluster on localhost)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"

@@ -1,8 +1,8 @@
 import json
 import os
-import uuid
 import subprocess
 import sys
+import uuid
 
 import optuna
 import pytest

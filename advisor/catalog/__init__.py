@@ -3,13 +3,14 @@ Hugging Face `config.json` files, resolved by name, alias or path."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from advisor.errors import CatalogError, UnknownNameError, suggest
+from advisor.errors import AdvisorError, CatalogError, UnknownNameError, suggest
 from advisor.model import MODEL_FIELDS, ModelSpec
 from advisor.platform import Platform, platform_from_dict
 
@@ -174,9 +175,50 @@ def _model_index() -> dict[str, str]:
     return index
 
 
+SCALE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                "num_kv_heads", "vocab_size", "max_seq_len")
+"""Shape fields a scaled-down model may override (campaigns shrink models to fit a CPU)."""
+
+
+def scaled_model_name(base: str, overrides: dict[str, int]) -> str:
+    """`llama3-8b@hidden_size=64,num_layers=2`: a catalog model with its shape overridden; the
+    name is canonical (sorted keys), so rows of one scaled model share it."""
+    if not overrides:
+        return base
+    return base + "@" + ",".join(f"{k}={int(v)}" for k, v in sorted(overrides.items()))
+
+
+def scaled_model(base: ModelSpec, overrides: dict[str, int]) -> ModelSpec:
+    """`base` with shape fields replaced; derived and published counts no longer apply."""
+    bad = sorted(set(overrides) - set(SCALE_FIELDS))
+    if bad:
+        raise CatalogError(f"cannot scale {', '.join(bad)} of {base.name}; scalable fields: "
+                           f"{', '.join(SCALE_FIELDS)}.")
+    if base.layer_pattern or base.is_moe or base.is_mla:
+        raise CatalogError(f"{base.name}: only dense attention models can be scaled down "
+                           f"(hybrid, MoE and MLA shapes have more fields than these).")
+    values = {k: int(v) for k, v in overrides.items()}
+    return dataclasses.replace(
+        base, name=scaled_model_name(base.name, values), display_name=
+        f"{base.display_name or base.name} (scaled: {scaled_model_name('', values)[1:]})",
+        head_dim=0, published_total_params=0.0, published_active_params=0.0, **values)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
-    """A catalog model by name, alias or reference-data spelling (case-insensitive), or a
-    Hugging Face `config.json` path."""
+    """A catalog model by name, alias or reference-data spelling (case-insensitive), a scaled
+    catalog model (`llama3-8b@num_layers=2,hidden_size=64`), or a Hugging Face `config.json`
+    path."""
+    if "@" in name_or_path:
+        base, _, spec = name_or_path.partition("@")
+        overrides = {}
+        for item in filter(None, spec.split(",")):
+            key, sep, value = item.partition("=")
+            if not sep or not value.strip().isdigit():
+                raise CatalogError(f"{name_or_path!r}: scaled models are written "
+                                   f"NAME@field=int,field=int (e.g. "
+                                   f"llama3-8b@num_layers=2,hidden_size=64).")
+            overrides[key.strip()] = int(value)
+        return scaled_model(load_model(base), overrides)
     if name_or_path.endswith(".json") or Path(name_or_path).is_dir():
         from advisor.hf_config import model_from_hf_config
 
@@ -192,5 +234,10 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 def find_model(name: str) -> ModelSpec | None:
     """Like `load_model` for catalog names, but None when unknown."""
+    if "@" in str(name):
+        try:
+            return load_model(str(name))
+        except AdvisorError:
+            return None
     key = _model_index().get(str(name).strip().lower())
     return models()[key] if key else None

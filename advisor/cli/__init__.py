@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from advisor.cli import catalog_cmd, dataset_cmd
+from advisor.cli.collect_cmd import collect
 from advisor.cli.learn_cmd import evaluate, train
 from advisor.cli.predict_cmd import explain, predict
 from advisor.cli.recommend_cmd import compare, recommend
@@ -25,6 +26,7 @@ app.command()(space)
 app.command()(memory)
 app.command()(predict)
 app.command()(explain)
+app.command()(collect)
 app.command()(train)
 app.command()(evaluate)
 

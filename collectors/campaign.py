@@ -1,0 +1,161 @@
+"""Campaign files: which models, platform, GPU counts and knob values to measure, within what
+budget, with which warm-up, measured steps, cool-down and timeout.
+
+    name = "cpu-smoke"
+    platform = "cpu"
+    device = "cpu"
+    [budget]
+    runs = 8
+    [[models]]
+    name = "llama3-8b"
+    scale = { num_layers = 2, hidden_size = 64, ffn_hidden_size = 128, num_attention_heads = 4,
+              num_kv_heads = 2, vocab_size = 256 }
+    [sweep]
+    num_gpus = [2]
+    seq_len = [32]
+    gbs = [8]
+    tp = [1, 2]
+    recompute = ["none", "full"]
+
+Built-in templates live in collectors/templates/*.toml (`load_campaign("paper-h200-parallelism")`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from advisor.errors import ConfigError
+
+TEMPLATES = Path(__file__).parent / "templates"
+SWEEP_KNOBS = ("num_gpus", "seq_len", "gbs", "precision", "tp", "pp", "dp", "cp", "ep", "etp",
+               "vp", "mbs", "recompute", "dp_sharding", "overlap")
+"""Keys of [sweep]: job fields (num_gpus, seq_len, gbs, precision) and configuration knobs."""
+STRATEGIES = ("grid", "active")
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class CampaignModel:
+    name: str
+    scale: dict[str, int] = field(default_factory=dict)
+    sweep: dict[str, tuple] = field(default_factory=dict)
+    """Per-model [sweep] entries that replace the campaign's (e.g. its sequence length)."""
+
+
+@dataclass(frozen=True)
+class Campaign:
+    name: str
+    platform: str
+    models: tuple[CampaignModel, ...]
+    sweep: dict[str, tuple]
+    device: str = "cpu"
+    max_runs: int | None = None
+    max_gpu_hours: float | None = None
+    warmup_steps: int = 2
+    measure_steps: int = 3
+    cooldown_s: float = 0.0
+    timeout_s: float = 600.0
+    telemetry: str = "auto"
+    telemetry_hz: float = 20.0
+    strategy: str = "active"
+    seed: int = 0
+    path: str = ""
+
+    def sweep_values(self, knob: str, default: object, model: CampaignModel | None = None
+                     ) -> tuple:
+        if model is not None and knob in model.sweep:
+            return model.sweep[knob]
+        return self.sweep.get(knob, (default,))
+
+
+def load_campaign(name_or_path: str) -> Campaign:
+    """A campaign TOML file, or a built-in template by name."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = TEMPLATES / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise ConfigError(f"no campaign template {name_or_path!r}; templates: "
+                              f"{', '.join(templates())}, or pass a .toml file.")
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the campaign ({e.strerror}).") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e}).") from None
+    return campaign_from_dict(data, where=str(path))
+
+
+def templates() -> list[str]:
+    return sorted(p.stem for p in TEMPLATES.glob("*.toml"))
+
+
+def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
+    """Validate a parsed campaign; errors name the file and the key."""
+    known = {"name", "platform", "device", "models", "sweep", "budget", "steps", "timing",
+             "telemetry", "strategy"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: "
+                          f"{', '.join(sorted(known))}.")
+    for key in ("name", "platform", "models", "sweep"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing {key!r} (see collectors/campaign.py).")
+    models = []
+    for i, m in enumerate(data["models"]):
+        if not isinstance(m, dict) or "name" not in m:
+            raise ConfigError(f"{where}: models[{i}] needs a name (a catalog model).")
+        models.append(CampaignModel(
+            str(m["name"]), {k: int(v) for k, v in m.get("scale", {}).items()},
+            _sweep(m.get("sweep", {}), f"{where}: models[{i}].sweep")))
+    sweep = _sweep(data["sweep"], f"{where}: [sweep]")
+    budget, steps = data.get("budget", {}), data.get("steps", {})
+    timing, telemetry = data.get("timing", {}), data.get("telemetry", {})
+    strategy = data.get("strategy", {})
+    campaign = Campaign(
+        name=str(data["name"]), platform=str(data["platform"]), models=tuple(models),
+        sweep=sweep, device=str(data.get("device", "cpu")),
+        max_runs=_opt(budget, "runs", int), max_gpu_hours=_opt(budget, "gpu_hours", float),
+        warmup_steps=int(steps.get("warmup", 2)), measure_steps=int(steps.get("measure", 3)),
+        cooldown_s=float(timing.get("cooldown_s", 0.0)),
+        timeout_s=float(timing.get("timeout_s", 600.0)),
+        telemetry=str(telemetry.get("kind", "auto")), telemetry_hz=float(telemetry.get("hz", 20)),
+        strategy=str(strategy.get("kind", "active")), seed=int(strategy.get("seed", 0)),
+        path=where)
+    _check(campaign, where)
+    return campaign
+
+
+def _sweep(table: dict, where: str) -> dict[str, tuple]:
+    out = {}
+    for knob, values in table.items():
+        if knob not in SWEEP_KNOBS:
+            raise ConfigError(f"{where} {knob} is not a knob; use {', '.join(SWEEP_KNOBS)}.")
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise ConfigError(f"{where} {knob} has no values.")
+        out[knob] = tuple(values)
+    return out
+
+
+def _opt(table: dict, key: str, kind: type):
+    return kind(table[key]) if key in table else None
+
+
+def _check(c: Campaign, where: str) -> None:
+    if c.device not in DEVICES:
+        raise ConfigError(f"{where}: device {c.device!r}; use {' or '.join(DEVICES)}.")
+    if c.strategy not in STRATEGIES:
+        raise ConfigError(f"{where}: [strategy] kind {c.strategy!r}; use "
+                          f"{' or '.join(STRATEGIES)}.")
+    if c.measure_steps < 1 or c.warmup_steps < 0:
+        raise ConfigError(f"{where}: [steps] needs measure >= 1 and warmup >= 0.")
+    if c.max_runs is not None and c.max_runs < 1:
+        raise ConfigError(f"{where}: [budget] runs must be at least 1.")
+    if c.max_gpu_hours is not None and c.max_gpu_hours <= 0:
+        raise ConfigError(f"{where}: [budget] gpu_hours must be positive.")
+    if not 1 <= c.telemetry_hz <= 100:
+        raise ConfigError(f"{where}: [telemetry] hz must be within 1..100 (default 20).")
+    if c.timeout_s <= 0 or c.cooldown_s < 0:
+        raise ConfigError(f"{where}: [timing] timeout_s must be positive, cooldown_s >= 0.")

@@ -1,0 +1,92 @@
+"""Run on this machine: `torchrun --standalone` with one process per GPU (per CPU worker on the
+`cpu` platform), killed as a whole process group when the run's timeout passes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from collectors.launchers import SOURCE_ROOT, failure, prepare, read_result, timed_out
+from collectors.spec import RunResult, RunSpec
+
+KILL_GRACE_S = 5.0
+"""Between SIGTERM (torchrun forwards it to its workers) and SIGKILL of the group."""
+
+
+class LocalLauncher:
+    """`python -m torch.distributed.run --standalone` in a new session, logging to `log.txt`.
+
+    Args:
+        module: The module torchrun runs with `-m` (tests point it at a stand-in).
+        python: The interpreter that runs torchrun and the workers.
+        env: Extra environment variables for the run.
+    """
+
+    name = "local"
+
+    def __init__(self, *, module: str = "collectors.workload", python: str = sys.executable,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.module = module
+        self.python = python
+        self.env = dict(env or {})
+
+    def command(self, spec: RunSpec, spec_path: Path, result_path: Path) -> list[str]:
+        # --tee: each rank's output reaches log.txt line by line with a rank prefix, so two
+        # ranks failing at once do not interleave mid-line.
+        return [self.python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                "--nproc-per-node", str(spec.num_gpus), "--tee", "3", "--log-dir",
+                str(spec_path.parent / "ranks"), "-m", self.module,
+                "--spec", str(spec_path), "--result", str(result_path)]
+
+    def launch(self, spec: RunSpec, workdir: Path) -> RunResult:
+        spec_path, result_path, log_path = prepare(spec, workdir)
+        command = self.command(spec, spec_path, result_path)
+        with log_path.open("wb") as log:
+            # A new session makes torchrun and its workers one process group, killed together.
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=self._environ(spec),
+                                    start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=spec.timeout_s)
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:  # also on KeyboardInterrupt, and for strays of a run that ended
+                _kill_group(proc)
+        result = read_result(spec, result_path)
+        if returncode is None:
+            return timed_out(spec, result, f"killed at the run's timeout of {spec.timeout_s:g} s")
+        if result is not None:
+            return result
+        return failure(spec, log_path, f"torchrun exited with code {returncode} and no result")
+
+    def _environ(self, spec: RunSpec) -> dict[str, str]:
+        env = {**os.environ, **self.env}
+        if SOURCE_ROOT is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(SOURCE_ROOT),
+                                                              env.get("PYTHONPATH"))))
+        if spec.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")  # N workers share the cores
+        return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group (torchrun forwards it to its workers), then SIGKILL whatever
+    is left of the group after a grace period, even once torchrun itself has gone."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # the group is empty
+        pass

@@ -1,0 +1,155 @@
+"""Which configurations a campaign measures, and in which order.
+
+`candidates` expands the campaign's sweep into valid configurations (advisor's own space and
+rules). `grid` orders them as enumerated. `active` picks, one at a time, the candidate where a
+measurement teaches the most: the widest predicted band (the surrogate's p10–p90, which widens
+outside its data) times the distance to everything already measured or picked, plus a bonus for
+predicted throughput near the best (the configurations users will be told to run are worth
+getting right). Out-of-memory candidates are measured by `grid` (the paper reports OOMs) but
+skipped by `active`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+
+from advisor.catalog import load_model, load_platform, scaled_model_name
+from advisor.errors import AdvisorError, ConfigError
+from advisor.parallel import PARALLEL_FIELDS, make_job
+from advisor.space import enumerate_space
+from collectors.campaign import Campaign
+from collectors.spec import RunSpec
+
+JOB_KNOBS = ("num_gpus", "seq_len", "gbs", "precision")
+DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "vp": 1, "mbs": 1,
+            "recompute": "none", "dp_sharding": "optimizer", "overlap": True}
+"""Knobs the sweep does not list stay at these (what `advisor.parallel.make_config` uses;
+dp_sharding is `none` where there is nothing to shard over)."""
+DISTANCE_KNOBS = ("tp", "pp", "cp", "ep", "vp", "mbs", "dp", "seq_len", "gbs", "num_gpus")
+PROMISE_WEIGHT = 0.5
+
+
+def candidates(campaign: Campaign) -> pd.DataFrame:
+    """Every valid configuration the sweep allows: `model`, `gpu`, `num_gpus`, `scale` and the
+    `ParallelConfig` columns."""
+    platform = load_platform(campaign.platform)
+    frames = []
+    for entry in campaign.models:
+        name = scaled_model_name(entry.name, entry.scale)
+        model = load_model(name)
+        for n, seq, gbs, precision in itertools.product(
+                *(campaign.sweep_values(k, None, entry) for k in JOB_KNOBS)):
+            if n is None:
+                raise ConfigError(f"{campaign.path}: [sweep] needs num_gpus.")
+            try:
+                job = make_job(model, platform, num_gpus=int(n), seq_len=seq, gbs=gbs,
+                               precision=precision or "bf16")
+            except AdvisorError as e:
+                raise ConfigError(f"{campaign.path}: {name} on {n} × {platform.name}: {e}") \
+                    from None
+            space = enumerate_space(job)
+            keep = np.ones(len(space), dtype=bool)
+            for knob, default in DEFAULTS.items():
+                if knob == "dp_sharding" and knob not in {*campaign.sweep, *entry.sweep}:
+                    # Unlisted: the distributed optimizer where there is data parallelism to
+                    # shard over, nothing to shard otherwise (as make_config would).
+                    replicas = (space["dp"] * space["cp"]).to_numpy()
+                    keep &= np.where(replicas > 1, space[knob] == "optimizer",
+                                     space[knob] == "none")
+                    continue
+                values = campaign.sweep_values(knob, default, entry)
+                column = (_overlap(space) if knob == "overlap" else space[knob])
+                keep &= column.isin(list(values)).to_numpy()
+            if "dp" in campaign.sweep or "dp" in entry.sweep:
+                keep &= space["dp"].isin(list(campaign.sweep_values("dp", None, entry))
+                                         ).to_numpy()
+            part = space[keep].drop(columns=["tp_beyond_nvlink"])
+            frames.append(part.assign(model=name, gpu=platform.name, num_gpus=int(n),
+                                      base_model=entry.name, scale=json.dumps(entry.scale)))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if out.empty:
+        raise ConfigError(f"{campaign.path}: the sweep leaves no valid configuration; check "
+                          f"that tp·pp·cp divides num_gpus and the other rules "
+                          f"(`advisor space` lists what is valid).")
+    out["run_id"] = [run_id(campaign.name, row) for row in out.to_dict(orient="records")]
+    return out.drop_duplicates("run_id").reset_index(drop=True)
+
+
+def _overlap(space: pd.DataFrame) -> pd.Series:
+    return space["overlap_grad_reduce"] | space["overlap_param_gather"] | space["tp_comm_overlap"]
+
+
+def run_id(campaign: str, row: dict) -> str:
+    """Stable across processes and machines: the campaign, model, platform and configuration."""
+    key = {"model": row["model"], "gpu": row["gpu"], "num_gpus": int(row["num_gpus"]),
+           **{k: _plain(row[k]) for k in PARALLEL_FIELDS}}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{campaign}-{digest}"
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def spec_for(campaign: Campaign, row: pd.Series | dict) -> RunSpec:
+    return RunSpec(
+        run_id=str(row["run_id"]), campaign=campaign.name, model=str(row["base_model"]),
+        scale=json.loads(row["scale"]), platform=str(row["gpu"]),
+        num_gpus=int(row["num_gpus"]),
+        config={k: _plain(row[k]) for k in PARALLEL_FIELDS}, warmup_steps=campaign.warmup_steps,
+        measure_steps=campaign.measure_steps, telemetry=campaign.telemetry,
+        telemetry_hz=campaign.telemetry_hz, device=campaign.device, timeout_s=campaign.timeout_s)
+
+
+def predicted(cands: pd.DataFrame, predictor) -> pd.DataFrame:
+    """The Predictor's view of every candidate (band, throughput, memory fit)."""
+    frame = cands[[*PARALLEL_FIELDS, "model", "gpu"]]
+    return predictor.predict(frame).set_index(cands.index)
+
+
+def next_run(cands: pd.DataFrame, preds: pd.DataFrame, done: set[str], *, strategy: str,
+             seed: int = 0) -> int | None:
+    """Index of the next candidate to measure (None when nothing is left)."""
+    left = ~cands["run_id"].isin(done).to_numpy()
+    if strategy == "grid":
+        positions = np.flatnonzero(left)
+        return int(positions[0]) if len(positions) else None
+    fits = preds.get("pred_fits")
+    usable = left & (fits.fillna(False).to_numpy(bool) if fits is not None else True)
+    if not usable.any():
+        return None
+    return int(np.argmax(np.where(usable, acquisition(cands, preds, done, seed=seed), -np.inf)))
+
+
+def acquisition(cands: pd.DataFrame, preds: pd.DataFrame, done: set[str], *,
+                seed: int = 0) -> np.ndarray:
+    """Band width × novelty + PROMISE_WEIGHT × relative predicted throughput (see module doc)."""
+    p50 = preds["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    band = np.log(preds["pred_tokens_per_sec_per_gpu_p90"].to_numpy(float)
+                  / preds["pred_tokens_per_sec_per_gpu_p10"].to_numpy(float))
+    band = np.nan_to_num(band / max(np.nanmax(band), 1e-12))
+    novelty = _novelty(cands, cands["run_id"].isin(done).to_numpy())
+    promise = np.nan_to_num(p50 / max(np.nanmax(p50), 1e-12))
+    jitter = np.random.default_rng(seed).uniform(0, 1e-9, len(cands))  # seeded tie-break
+    return band * novelty + PROMISE_WEIGHT * promise + jitter
+
+
+def _novelty(cands: pd.DataFrame, measured: np.ndarray) -> np.ndarray:
+    """Distance to the nearest measured candidate (log2 knob differences plus one per
+    categorical mismatch), scaled to [0, 1]; 1 everywhere before the first measurement."""
+    if not measured.any():
+        return np.ones(len(cands))
+    numeric = np.log2(cands[list(DISTANCE_KNOBS)].to_numpy(float))
+    categorical = cands[["model", "recompute", "dp_sharding", "precision"]].astype(str).to_numpy()
+    overlap = _overlap(cands).to_numpy()
+    best = np.full(len(cands), np.inf)
+    for i in np.flatnonzero(measured):
+        d = (np.abs(numeric - numeric[i]).sum(axis=1)
+             + (categorical != categorical[i]).sum(axis=1) + (overlap != overlap[i]))
+        best = np.minimum(best, d)
+    return best / max(best.max(), 1e-12)

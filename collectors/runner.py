@@ -1,0 +1,160 @@
+"""Run a campaign: plan, launch each run, append each finished run to the dataset at once.
+
+A run that fails (OOM, NCCL/gloo error, timeout, crash) is a row with its status and error,
+and the campaign goes on. Every row is appended atomically the moment its run ends, keyed by a
+stable run id, so a campaign killed at any moment resumes (`resume=True`) with nothing lost
+and nothing measured twice; a run that was in flight when it was killed runs again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from advisor.catalog import load_platform
+from advisor.errors import ConfigError
+from advisor.parallel import PRECISIONS
+from collectors.campaign import Campaign
+from collectors.plan import candidates, next_run, predicted, spec_for
+from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
+
+Progress = Callable[[int, int, RunSpec, RunResult | None], None]
+FRAMEWORK = "pytorch"
+"""The `framework` of rows measured by collectors.workload (PyTorch-native parallelism)."""
+
+
+@dataclass
+class CampaignReport:
+    campaign: str
+    dataset: Path
+    planned: list[RunSpec] = field(default_factory=list)
+    results: list[RunResult] = field(default_factory=list)
+    skipped: int = 0
+    """Runs already in the dataset (resume)."""
+    stopped_by: str = ""
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+
+def existing_runs(dataset: Path, campaign: str) -> set[str]:
+    from advisor.dataset import load
+
+    if not dataset.exists():
+        return set()
+    frame = load(dataset)
+    return set(frame.loc[frame["source_ref"] == campaign, "run_id"].astype(str))
+
+
+def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
+                 resume: bool = False, dry_run: bool = False, predictor=None,
+                 progress: Progress | None = None) -> CampaignReport:
+    """Measure the campaign's runs (see module docstring); `dry_run` only plans."""
+    from advisor.predictor import Predictor
+
+    report = CampaignReport(campaign.name, dataset)
+    done = existing_runs(dataset, campaign.name)
+    if done and not resume and not dry_run:
+        raise ConfigError(f"{dataset} already has {len(done)} run(s) of campaign "
+                          f"{campaign.name!r}: pass --resume to continue it, or choose another "
+                          f"--dataset.")
+    report.skipped = len(done)
+    cands = candidates(campaign)
+    preds = predicted(cands, predictor or Predictor.load())
+    limit = campaign.max_runs if campaign.max_runs is not None else len(cands)
+    picked = set(done)
+    spent_gpu_h = 0.0
+    while len(report.planned) + len(done & set(cands["run_id"])) < limit:
+        index = next_run(cands, preds, picked, strategy=campaign.strategy, seed=campaign.seed)
+        if index is None:
+            report.stopped_by = "no candidates left"
+            break
+        row = cands.iloc[index]
+        estimate = _gpu_hours(campaign, preds.iloc[index], int(row["num_gpus"]))
+        if campaign.max_gpu_hours is not None and spent_gpu_h + estimate > campaign.max_gpu_hours:
+            report.stopped_by = f"GPU-hour budget ({campaign.max_gpu_hours:g})"
+            break
+        spec = spec_for(campaign, row)
+        picked.add(spec.run_id)
+        report.planned.append(spec)
+        if dry_run:
+            spent_gpu_h += estimate
+            continue
+        if progress:
+            progress(len(report.results), limit - len(done), spec, None)
+        started = time.monotonic()
+        result = launcher.launch(spec, _workdir(runs_dir, spec))
+        spent_gpu_h += (time.monotonic() - started) * spec.num_gpus / 3600
+        append_result(dataset, campaign, spec, result)
+        report.results.append(result)
+        if progress:
+            progress(len(report.results), limit - len(done), spec, result)
+        if campaign.cooldown_s:
+            time.sleep(campaign.cooldown_s)
+    else:
+        report.stopped_by = report.stopped_by or f"run budget ({limit})"
+    return report
+
+
+def _workdir(runs_dir: Path, spec: RunSpec) -> Path:
+    path = runs_dir / spec.run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _gpu_hours(campaign: Campaign, pred: pd.Series, num_gpus: int) -> float:
+    """Predicted steps plus a minute of start-up, times the GPUs."""
+    step = pred.get("pred_step_time_s")
+    step = float(step) if step is not None and pd.notna(step) else campaign.timeout_s
+    seconds = 60.0 + step * (campaign.warmup_steps + campaign.measure_steps)
+    return min(seconds, campaign.timeout_s) * num_gpus / 3600.0
+
+
+def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunResult) -> None:
+    """One dataset row for a finished run (any status), appended atomically."""
+    from advisor.dataset import append
+
+    append(dataset, [to_row(campaign, spec, result)])
+
+
+def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
+    from advisor.catalog import scaled_model_name
+
+    c = spec.config
+    platform = load_platform(spec.platform)
+    peak = platform.peak_flops_per_s.get(PRECISIONS[c["precision"]])
+    tflops = result.tflops_per_gpu
+    row = {
+        "run_id": spec.run_id, "source": "campaign", "source_ref": campaign.name,
+        "source_name": f"advisor collect {campaign.name}",
+        "collected_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "status": result.status, "model": scaled_model_name(spec.model, spec.scale),
+        "gpu": platform.name, "num_gpus": spec.num_gpus, "framework": FRAMEWORK,
+        "software": _torch_version(),
+        **{k: c[k] for k in ("precision", "seq_len", "gbs", "mbs", "tp", "pp", "cp", "ep",
+                             "etp", "vp", "dp", "recompute", "dp_sharding")},
+        "tokens_per_sec_per_gpu": result.tokens_per_sec_per_gpu,
+        "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak if tflops and peak else None,
+        "step_time_s": result.step_time_s, "peak_mem_gb": result.peak_mem_gb,
+        "notes": result.error or None,
+    }
+    for key in TELEMETRY_FIELDS:
+        row[key] = result.telemetry.get(key)
+    return row
+
+
+def _torch_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"torch {version('torch')}"
+    except PackageNotFoundError:
+        return ""

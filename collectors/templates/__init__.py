@@ -1,0 +1,1 @@
+"""Built-in campaign templates (TOML data)."""

@@ -1,0 +1,187 @@
+"""Campaigns end to end: plan, launch the real workload with torchrun/gloo (and through real
+Slurm), append rows, resume after a kill, then train on the rows and predict with them."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from advisor.dataset import load
+from advisor.errors import ConfigError
+from collectors.campaign import campaign_from_dict, load_campaign, templates
+from collectors.plan import acquisition, candidates, predicted
+from collectors.runner import run_campaign
+
+TINY = {"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4,
+        "num_kv_heads": 2, "vocab_size": 256}
+
+
+def _campaign(name: str, runs: int, **sweep) -> dict:
+    return {"name": name, "platform": "cpu", "device": "cpu", "budget": {"runs": runs},
+            "steps": {"warmup": 1, "measure": 2}, "timing": {"timeout_s": 240},
+            "telemetry": {"kind": "cpu", "hz": 20}, "strategy": {"kind": "active"},
+            "models": [{"name": "llama3-8b", "scale": TINY}],
+            "sweep": {"num_gpus": [2], "seq_len": [32], "gbs": [8], **sweep}}
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    lines = [f'name = "{data["name"]}"', 'platform = "cpu"', 'device = "cpu"']
+    for table in ("budget", "steps", "timing", "telemetry", "strategy"):
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in data[table].items()]
+    lines.append("[[models]]")
+    lines.append('name = "llama3-8b"')
+    lines.append("scale = { " + ", ".join(f"{k} = {v}" for k, v in TINY.items()) + " }")
+    lines.append("[sweep]")
+    lines += [f"{k} = {json.dumps(v)}" for k, v in data["sweep"].items()]
+    path = tmp_path / f"{data['name']}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_template_plans():
+    for name in templates():
+        campaign = load_campaign(name)
+        assert len(candidates(campaign)) > 0, name
+
+
+def test_bad_campaigns_name_the_key():
+    with pytest.raises(ConfigError, match=r"\[sweep\] tpp is not a knob"):
+        campaign_from_dict(_campaign("x", 2, tpp=[1]))
+    with pytest.raises(ConfigError, match="hz must be within 1..100"):
+        campaign_from_dict({**_campaign("x", 2), "telemetry": {"hz": 500}})
+    with pytest.raises(ConfigError, match="leaves no valid configuration"):
+        candidates(campaign_from_dict(_campaign("x", 2, tp=[3])))
+
+
+def test_active_planning_spreads_out_and_prefers_uncertain_configs():
+    from advisor.predictor import Predictor
+
+    campaign = campaign_from_dict(_campaign("plan", 4, tp=[1, 2], pp=[1, 2], mbs=[1, 2, 4],
+                                            recompute=["none", "full"],
+                                            dp_sharding=["none", "optimizer", "full"]))
+    cands = candidates(campaign)
+    preds = predicted(cands, Predictor.load())
+    first = acquisition(cands, preds, set())
+    pick = cands.iloc[int(first.argmax())]
+    after = acquisition(cands, preds, {pick["run_id"]})
+    # Measuring a configuration makes it and its neighbours less attractive.
+    assert after[int(first.argmax())] < first[int(first.argmax())]
+    same_layout = (cands["tp"] == pick["tp"]) & (cands["pp"] == pick["pp"]) & \
+        (cands["mbs"] == pick["mbs"])
+    assert (after[same_layout.to_numpy()] <= first[same_layout.to_numpy()] + 1e-12).all()
+
+
+def test_dry_run_plans_within_budget(tmp_path):
+    campaign = campaign_from_dict(_campaign("dry", 3, tp=[1, 2], mbs=[1, 2]))
+    report = run_campaign(campaign, launcher=None, dataset=tmp_path / "d.parquet",
+                          runs_dir=tmp_path / "runs", dry_run=True)
+    assert len(report.planned) == 3 and not report.results
+    assert len({s.run_id for s in report.planned}) == 3
+    assert not (tmp_path / "d.parquet").exists()
+
+
+def _collect(*args, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "advisor", "collect", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, **kwargs)
+
+
+def test_killed_campaign_resumes_without_loss_or_duplicates(tmp_path):
+    path = _write(tmp_path, _campaign("resume", 3, tp=[1, 2], mbs=[1, 2],
+                                      dp_sharding=["none", "optimizer"]))
+    dataset, runs = tmp_path / "rows.parquet", tmp_path / "runs"
+    args = ["--campaign", str(path), "--dataset", str(dataset), "--runs-dir", str(runs)]
+    first = _collect(*args)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (dataset.exists() and len(load(dataset)) >= 1):
+        time.sleep(0.5)
+    os.killpg(first.pid, signal.SIGKILL)  # mid-campaign, possibly mid-run
+    first.wait()
+    kept = load(dataset)
+    assert 1 <= len(kept) < 3
+    again = _collect(*args)  # without --resume: refuses rather than duplicating
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 2 and "--resume" in err
+    resumed = _collect(*args, "--resume")
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    rows = load(dataset)
+    assert len(rows) == 3 and rows["run_id"].is_unique
+    assert set(kept["run_id"]) <= set(rows["run_id"])
+    assert (rows["status"] == "ok").all(), rows[["status", "notes"]]
+    ok = rows.iloc[0]
+    assert ok["tokens_per_sec_per_gpu"] > 0 and ok["step_time_s"] > 0
+    assert ok["source"] == "campaign" and ok["gpu"] == "cpu" and "@" in ok["model"]
+
+
+def test_failures_are_rows_and_the_campaign_goes_on(tmp_path):
+    from collectors.launchers import make_launcher
+
+    data = _campaign("fail", 2, tp=[1], mbs=[1, 2])
+    data["timing"] = {"timeout_s": 1}  # torchrun cannot even import torch in a second
+    campaign = campaign_from_dict(data)
+    report = run_campaign(campaign, launcher=make_launcher("local"),
+                          dataset=tmp_path / "f.parquet", runs_dir=tmp_path / "runs")
+    rows = load(tmp_path / "f.parquet")
+    assert len(report.results) == 2 == len(rows)
+    assert set(rows["status"]) == {"timeout"} and rows["notes"].notna().all()
+
+
+def test_collect_train_predict_closes_the_loop(tmp_path):
+    """Measure on CPU, train on the rows, and see `advisor predict` use them for `cpu`."""
+    from advisor.learn.train import train
+
+    data = _campaign("loop", 32, tp=[1, 2], pp=[1, 2], mbs=[1, 2, 4, 8],
+                     recompute=["none", "selective", "full"],
+                     dp_sharding=["none", "optimizer", "full"])
+    data["steps"] = {"warmup": 1, "measure": 1}
+    data["telemetry"] = {"kind": "none", "hz": 20}
+    path = _write(tmp_path, data)
+    dataset = tmp_path / "loop.parquet"
+    proc = _collect("--campaign", str(path), "--dataset", str(dataset), "--runs-dir",
+                    str(tmp_path / "runs"))
+    _, err = proc.communicate(timeout=1800)
+    assert proc.returncode == 0, err
+    rows = load(dataset)
+    assert (rows["status"] == "ok").sum() >= 30, rows["status"].value_counts()
+    models = tmp_path / "models"
+    report = train([dataset], models)
+    assert report.rows_used >= 30
+    row = rows[rows["status"] == "ok"].iloc[0]
+    args = ["predict", "-m", row["model"], "-p", "cpu", "-g", "2", "--seq-len", "32",
+            "--gbs", "8", "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--mbs",
+            str(row["mbs"]), "--recompute", row["recompute"], "--dp-sharding",
+            row["dp_sharding"], "--json"]
+    bundled = json.loads(subprocess.run([sys.executable, "-m", "advisor", *args],
+                                        capture_output=True, text=True, check=True).stdout)
+    learned = json.loads(subprocess.run([sys.executable, "-m", "advisor", *args, "--models",
+                                         str(models)], capture_output=True, text=True,
+                                        check=True).stdout)
+    assert bundled["learned"]["pred_source"] == "analytical"  # cpu never measured before
+    assert learned["learned"]["pred_source"] == "surrogate"
+    measured = float(row["tokens_per_sec_per_gpu"])
+    err_before = abs(bundled["learned"]["pred_tokens_per_sec_per_gpu"] / measured - 1)
+    err_after = abs(learned["learned"]["pred_tokens_per_sec_per_gpu"] / measured - 1)
+    assert err_after < err_before
+
+
+def test_cpu_campaign_through_real_slurm(tmp_path, slurm):
+    env = slurm
+    path = _write(tmp_path, _campaign("slurm", 2, tp=[1, 2]))
+    dataset = tmp_path / "s.parquet"
+    proc = subprocess.run([sys.executable, "-m", "advisor", "collect", "--campaign", str(path),
+                           "--launcher", "slurm", "--dataset", str(dataset), "--runs-dir",
+                           str(tmp_path / "runs")], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    rows = load(dataset)
+    assert len(rows) == 2 and (rows["status"] == "ok").all(), rows[["status", "notes"]]
+    assert pd.to_numeric(rows["tokens_per_sec_per_gpu"]).gt(0).all()
