@@ -185,3 +185,53 @@ def test_cpu_campaign_through_real_slurm(tmp_path, slurm):
     rows = load(dataset)
     assert len(rows) == 2 and (rows["status"] == "ok").all(), rows[["status", "notes"]]
     assert pd.to_numeric(rows["tokens_per_sec_per_gpu"]).gt(0).all()
+
+
+def test_h200_script_plans_its_sixteen_runs():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "h200_campaign.sh"
+    out = subprocess.run([str(script), "--dry-run", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["campaign"] == "h200-single" and len(plan["planned"]) == 16
+
+
+FAKE_NVML = '''
+import sys
+sys.path.insert(0, {tests!r})
+from fakes import ScriptedTrace
+from fakes import fake_pynvml as _fake
+from fakes.fake_pynvml import *  # noqa: F403
+from fakes.fake_pynvml import FakeGpu
+
+# Two H200s at 650 W and 72 C, clocks capped by the power limit a quarter of the time.
+_fake.configure([FakeGpu(ScriptedTrace.constant(650.0, temp_c=72.0, reasons=0)),
+                 FakeGpu(ScriptedTrace.constant(650.0, temp_c=72.0, reasons=0x4))])
+'''
+
+
+def test_nvml_telemetry_reaches_the_dataset_through_the_workload(tmp_path):
+    """The H200 script's path (workload → NvmlSampler → dataset row), on CPU, with the fake
+    NVML importable as `pynvml` by the workload's processes."""
+    fake_dir = tmp_path / "fake_nvml"
+    fake_dir.mkdir()
+    tests = str(Path(__file__).resolve().parent)
+    (fake_dir / "pynvml.py").write_text(FAKE_NVML.format(tests=tests))
+    data = _campaign("nvml", 1, tp=[1])
+    data["telemetry"] = {"kind": "nvml", "hz": 50}
+    data["steps"] = {"warmup": 1, "measure": 3}
+    path = _write(tmp_path, data)
+    dataset = tmp_path / "nvml.parquet"
+    env = {**os.environ, "PYTHONPATH": f"{fake_dir}{os.pathsep}"
+           f"{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "advisor", "collect", "--campaign", str(path),
+                           "--dataset", str(dataset), "--runs-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    row = load(dataset).iloc[0]
+    assert row["status"] == "ok", row["notes"]
+    assert row["avg_power_w"] == pytest.approx(650.0, rel=0.02)
+    assert row["max_temp_c"] == pytest.approx(72.0)
+    assert row["throttle_frac_power"] == pytest.approx(0.5, abs=0.05)  # one GPU of two
+    assert row["telemetry_hz"] == pytest.approx(50, rel=0.3)
+    assert row["energy_j"] > 0
