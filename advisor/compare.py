@@ -33,7 +33,7 @@ class Side:
 
     @property
     def tokens_per_sec_per_gpu(self) -> float:
-        return float(self.best.predicted["pred_tokens_per_sec_per_gpu"])
+        return self.best.predicted.tokens_per_sec_per_gpu
 
     @property
     def tokens_per_sec(self) -> float:
@@ -41,12 +41,12 @@ class Side:
 
     @property
     def energy_j_per_token(self) -> float:
-        return float(self.best.predicted["pred_energy_j_per_token"])
+        return self.best.predicted.energy_j_per_token
 
     @property
     def peak_power_per_node_w(self) -> float:
         per_node = min(self.num_gpus, self.platform.num_gpus_per_node)
-        return float(self.best.predicted["pred_peak_power_w"]) * per_node
+        return self.best.predicted.peak_power_w * per_node
 
     @property
     def comm_share(self) -> float:

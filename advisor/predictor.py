@@ -13,6 +13,7 @@ a band from the analytical model's own cross-validated error, and `pred_source` 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +25,40 @@ from advisor.errors import AdvisorError, ConfigError
 Z90 = 1.2816
 """Standard-normal quantile of 0.9: p10/p90 = median · exp(∓Z90 · σ) for a log-normal error."""
 JOB_COLUMNS = ("model", "gpu")
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The Predictor's values for one configuration: one row of `Predictor.predict` without
+    the `pred_` prefix."""
+
+    step_time_s: float
+    tokens_per_sec_per_gpu: float
+    tokens_per_sec_per_gpu_p10: float
+    tokens_per_sec_per_gpu_p90: float
+    tflops_per_gpu: float
+    mfu: float
+    memory_gb: float
+    fits: bool
+    avg_power_w: float
+    peak_power_w: float
+    energy_j_per_token: float
+    throttle_risk: float
+    source: str
+    """surrogate, or analytical where the data has no support."""
+    power_source: str
+    extrapolation: bool
+    calibrated: bool
+
+    @classmethod
+    def from_row(cls, row) -> Predicted:
+        values = {}
+        for f in fields(cls):
+            value = row[f"pred_{f.name}"]
+            value = value.item() if hasattr(value, "item") else value
+            values[f.name] = (bool(value) if f.type == "bool" else str(value)
+                              if f.type == "str" else float(value))
+        return cls(**values)
 
 
 def bundled_models_dir() -> Path:

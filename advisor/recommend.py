@@ -17,6 +17,7 @@ from advisor.errors import AdvisorError, ConfigError
 from advisor.objective import Constraints, check_objective, pareto_front, rank
 from advisor.parallel import Job, ParallelConfig, make_job
 from advisor.perf.analytical import Prediction, predict_config
+from advisor.predictor import Predicted
 from advisor.rationale import (
     contributions_in_words,
     describe,
@@ -44,8 +45,8 @@ class Choice:
     config: ParallelConfig
     """The configuration to launch."""
     summary: str
-    predicted: dict[str, float | str | bool]
-    """The Predictor's `pred_*` values (throughput with p10/p90, memory, power, risk, source)."""
+    predicted: Predicted
+    """Throughput with p10/p90, memory, power, energy, throttle risk, and their source."""
     analytical: Prediction
     """The analytical breakdown behind the explanation."""
     reasons: list[str]
@@ -125,7 +126,7 @@ def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: s
     config = config_from_row(row)
     analytical = predict_config(job.model, job.platform, config,
                                 calibration=predictor.calibration)
-    predicted = {k: _plain(v) for k, v in row.items() if str(k).startswith("pred_")}
+    predicted = Predicted.from_row(row)
     return Choice(rank=position, config=config, summary=describe(row, job.model),
                   predicted=predicted, analytical=analytical,
                   reasons=layout_reasons(analytical, job.model, job.platform),

@@ -1,3 +1,4 @@
+import pandas as pd
 import pytest
 
 from advisor.catalog import load_model, load_platform
@@ -32,7 +33,7 @@ def test_recommendations_are_valid_fit_and_ranked(rec70, job70):
         validate(c.config, job70.model, job70.platform, num_gpus=64)
         memory = estimate_memory(job70.model, parallel=c.config, platform=job70.platform)
         assert memory.fits, c.summary
-        assert c.reasons and c.predicted["pred_fits"]
+        assert c.reasons and c.predicted.fits
     layouts = {(c.config.tp, c.config.pp, c.config.vp, c.config.cp, c.config.mbs)
                for c in rec70.choices}
     assert len(layouts) == 5  # one row per layout
@@ -48,7 +49,7 @@ def test_pick_is_within_the_tie_band_of_the_best_fitting_configuration(rec70, jo
     fits = space[memory_table(job70.model, platform=job70.platform, configs=space)["fits"]]
     p10 = predictor.predict(fits.assign(model=job70.model, gpu=job70.platform))[
         "pred_tokens_per_sec_per_gpu_p10"]
-    pick = rec70.choices[0].predicted["pred_tokens_per_sec_per_gpu_p10"]
+    pick = rec70.choices[0].predicted.tokens_per_sec_per_gpu_p10
     assert pick >= 0.95 * p10.max()
     assert rec70.num_fit == len(fits)
 
@@ -67,9 +68,9 @@ def test_user_constraints_are_never_violated(job70, predictor):
                                             memory_margin=0.2))
     capacity = job70.platform.memory_capacity_bytes / 1e9
     for c in rec.choices:
-        assert c.predicted["pred_peak_power_w"] <= 700
-        assert c.predicted["pred_throttle_risk"] <= 0.5
-        assert c.predicted["pred_memory_gb"] <= 0.8 * capacity
+        assert c.predicted.peak_power_w <= 700
+        assert c.predicted.throttle_risk <= 0.5
+        assert c.predicted.memory_gb <= 0.8 * capacity
     assert (rec.ranked["pred_peak_power_w"] <= 700).all()
 
 
@@ -116,8 +117,11 @@ def test_too_few_gpus_names_the_smallest_count_that_fits(predictor):
 
 
 def _pessimistic_energy(p):
-    return p["pred_energy_j_per_token"] * p["pred_tokens_per_sec_per_gpu"] / \
-        p["pred_tokens_per_sec_per_gpu_p10"]
+    """For a frame of pred_* columns, or one Predicted."""
+    if isinstance(p, pd.DataFrame):
+        return p["pred_energy_j_per_token"] * p["pred_tokens_per_sec_per_gpu"] / \
+            p["pred_tokens_per_sec_per_gpu_p10"]
+    return p.energy_j_per_token * p.tokens_per_sec_per_gpu / p.tokens_per_sec_per_gpu_p10
 
 
 def test_energy_objective_picks_fewer_joules(job70, predictor, rec70):
@@ -130,8 +134,8 @@ def test_balanced_objective_sits_between(job70, predictor, rec70):
     rec = recommend(job70, predictor=predictor, objective="balanced", top=1)
     energy = recommend(job70, predictor=predictor, objective="energy", top=1)
     b = rec.choices[0].predicted
-    assert b["pred_tokens_per_sec_per_gpu_p10"] >= \
-        energy.choices[0].predicted["pred_tokens_per_sec_per_gpu_p10"] * 0.95
+    assert b.tokens_per_sec_per_gpu_p10 >= \
+        energy.choices[0].predicted.tokens_per_sec_per_gpu_p10 * 0.95
     assert _pessimistic_energy(b) <= _pessimistic_energy(rec70.choices[0].predicted) / 0.95
 
 

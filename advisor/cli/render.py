@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pandas as pd
 from rich import box
@@ -18,10 +19,10 @@ FRONT_ROWS = 8
 """Rows of a Pareto front shown in the terminal (JSON and --plot get all of it)."""
 
 
-def _band(p: dict) -> str:
-    return (f"{p['pred_tokens_per_sec_per_gpu']:,.0f}\n"
-            f"{p['pred_tokens_per_sec_per_gpu_p10']:,.0f}–"
-            f"{p['pred_tokens_per_sec_per_gpu_p90']:,.0f}")
+def _band(p) -> str:
+    return (f"{p.tokens_per_sec_per_gpu:,.0f}\n"
+            f"{p.tokens_per_sec_per_gpu_p10:,.0f}–"
+            f"{p.tokens_per_sec_per_gpu_p90:,.0f}")
 
 
 def _headline(rec: Recommendation, seconds: float) -> str:
@@ -48,14 +49,14 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for c in rec.choices:
         p = c.predicted
-        free = 1 - p["pred_memory_gb"] / capacity
+        free = 1 - p.memory_gb / capacity
         row = c.config.to_dict()
         table.add_row(str(c.rank), f"{short(row, rec.job.model)}\n{settings(row)}", _band(p),
-                      f"{p['pred_mfu']:.0%}", f"{p['pred_memory_gb']:.0f}\n({free:.0%})",
-                      f"{p['pred_avg_power_w']:.0f}\n{p['pred_peak_power_w']:.0f}",
-                      f"{p['pred_energy_j_per_token']:.2f}", f"{p['pred_throttle_risk']:.0%}")
+                      f"{p.mfu:.0%}", f"{p.memory_gb:.0f}\n({free:.0%})",
+                      f"{p.avg_power_w:.0f}\n{p.peak_power_w:.0f}",
+                      f"{p.energy_j_per_token:.2f}", f"{p.throttle_risk:.0%}")
     console.print(table)
-    sources = sorted({str(c.predicted["pred_source"]) for c in rec.choices})
+    sources = sorted({c.predicted.source for c in rec.choices})
     console.print(f"Throughput from the {' and '.join(sources)} model; power and throttle risk "
                   f"analytical.", style="dim")
     console.print(f"Ranked by pessimistic (p10) {rec.objective}; within {TIE_TOLERANCE:.0%} of "
@@ -123,7 +124,7 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "study_name": rec.study_name, "seconds": round(seconds, 3),
         "choices": [{
             "rank": c.rank, "summary": c.summary, "config": c.config.to_dict(),
-            "predicted": {k.removeprefix("pred_"): _clean(v) for k, v in c.predicted.items()},
+            "predicted": {k: _clean(v) for k, v in asdict(c.predicted).items()},
             "breakdown_s": c.analytical.step.components(), "reasons": c.reasons,
             "warnings": c.warnings, "contributions": c.contributions} for c in rec.choices],
         "tradeoffs": rec.tradeoffs,
@@ -149,8 +150,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
         table.add_row(f"{s.label}{' ✓ best' if s is result.winner else ''}\n"
                       f"{short(row, m)}\n{settings(row)}",
                       f"{s.tokens_per_sec:,.0f}\n{s.tokens_per_sec_per_gpu:,.0f}",
-                      f"{p['pred_mfu']:.0%}", f"{s.energy_j_per_token:.3f}",
-                      f"{s.peak_power_per_node_w:,.0f}", f"{p['pred_throttle_risk']:.0%}",
+                      f"{p.mfu:.0%}", f"{s.energy_j_per_token:.3f}",
+                      f"{s.peak_power_per_node_w:,.0f}", f"{p.throttle_risk:.0%}",
                       f"{s.comm_share:.0%}")
     console.print(table)
     console.print("Verdict:", style="bold")
@@ -169,7 +170,7 @@ def comparison_json(result: Comparison) -> dict:
             "tokens_per_sec": s.tokens_per_sec, "tokens_per_sec_per_gpu": s.tokens_per_sec_per_gpu,
             "energy_j_per_token": s.energy_j_per_token,
             "peak_power_per_node_w": s.peak_power_per_node_w,
-            "throttle_risk": _clean(s.best.predicted["pred_throttle_risk"]),
+            "throttle_risk": s.best.predicted.throttle_risk,
             "comm_share": s.comm_share, "reasons": s.best.reasons,
             "warnings": s.best.warnings} for s in result.sides],
     }
