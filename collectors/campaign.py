@@ -17,7 +17,9 @@ budget, with which warm-up, measured steps, cool-down and timeout.
     tp = [1, 2]
     recompute = ["none", "full"]
 
-Built-in templates live in collectors/templates/*.toml (`load_campaign("paper-h200-parallelism")`).
+`seq_len` and `gbs` left out of [sweep] take advisor's defaults for the model (its native
+sequence length capped at 8192; about 2M tokens per step). Built-in templates live in
+collectors/templates/*.toml (`load_campaign("paper-h200-parallelism")`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import ConfigError
+from advisor.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
 
 TEMPLATES = Path(__file__).parent / "templates"
 SWEEP_KNOBS = ("num_gpus", "seq_len", "gbs", "precision", "tp", "pp", "dp", "cp", "ep", "etp",
@@ -102,17 +105,31 @@ def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
     for key in ("name", "platform", "models", "sweep"):
         if key not in data:
             raise ConfigError(f"{where}: missing {key!r} (see collectors/campaign.py).")
+    if not isinstance(data["models"], list):
+        raise ConfigError(f"{where}: models is a list of tables: write [[models]], not "
+                          f"[models].")
     models = []
     for i, m in enumerate(data["models"]):
         if not isinstance(m, dict) or "name" not in m:
             raise ConfigError(f"{where}: models[{i}] needs a name (a catalog model).")
-        models.append(CampaignModel(
-            str(m["name"]), {k: int(v) for k, v in m.get("scale", {}).items()},
-            _sweep(m.get("sweep", {}), f"{where}: models[{i}].sweep")))
+        _keys(m, {"name", "scale", "sweep"}, f"{where}: models[{i}]")
+        scale = _ints(m.get("scale", {}), f"{where}: models[{i}].scale")
+        models.append(CampaignModel(str(m["name"]), scale,
+                                    _sweep(m.get("sweep", {}), f"{where}: models[{i}].sweep")))
     sweep = _sweep(data["sweep"], f"{where}: [sweep]")
-    budget, steps = data.get("budget", {}), data.get("steps", {})
-    timing, telemetry = data.get("timing", {}), data.get("telemetry", {})
-    strategy = data.get("strategy", {})
+    tables = {name: data.get(name, {}) for name in TABLE_KEYS}
+    for name, allowed in TABLE_KEYS.items():
+        _keys(tables[name], allowed, f"{where}: [{name}]")
+    budget, steps, timing = tables["budget"], tables["steps"], tables["timing"]
+    telemetry, strategy = tables["telemetry"], tables["strategy"]
+    try:
+        return _build(data, models, sweep, budget, steps, timing, telemetry, strategy, where)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: a value has the wrong type ({e}); numbers are TOML "
+                          f"numbers, names are strings.") from None
+
+
+def _build(data, models, sweep, budget, steps, timing, telemetry, strategy, where) -> Campaign:
     campaign = Campaign(
         name=str(data["name"]), platform=str(data["platform"]), models=tuple(models),
         sweep=sweep, device=str(data.get("device", "cpu")),
@@ -127,6 +144,32 @@ def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
     return campaign
 
 
+TABLE_KEYS = {"budget": {"runs", "gpu_hours"}, "steps": {"warmup", "measure"},
+              "timing": {"cooldown_s", "timeout_s"}, "telemetry": {"kind", "hz"},
+              "strategy": {"kind", "seed"}}
+TELEMETRY_KINDS = ("auto", "nvml", "amdsmi", "cpu", "none")
+_CHOICES = {"recompute": RECOMPUTE, "dp_sharding": DP_SHARDING, "precision": tuple(PRECISIONS),
+            "overlap": (True, False)}
+
+
+def _keys(table: dict, allowed: set[str], where: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table.")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: "
+                          f"{', '.join(sorted(allowed))}.")
+
+
+def _ints(table: dict, where: str) -> dict[str, int]:
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where}: {key} must be a positive whole number, got {value!r}.")
+        out[key] = value
+    return out
+
+
 def _sweep(table: dict, where: str) -> dict[str, tuple]:
     out = {}
     for knob, values in table.items():
@@ -135,6 +178,15 @@ def _sweep(table: dict, where: str) -> dict[str, tuple]:
         values = values if isinstance(values, list) else [values]
         if not values:
             raise ConfigError(f"{where} {knob} has no values.")
+        allowed = _CHOICES.get(knob)
+        for value in values:
+            ok = (value in allowed and type(value) is type(allowed[0])) if allowed else (
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+            if not ok:
+                expected = (", ".join(map(str, allowed)).lower() if allowed
+                            else "positive whole numbers")
+                raise ConfigError(f"{where} {knob} = {value!r} is not allowed; use "
+                                  f"{expected}.")
         out[knob] = tuple(values)
     return out
 
@@ -155,6 +207,9 @@ def _check(c: Campaign, where: str) -> None:
         raise ConfigError(f"{where}: [budget] runs must be at least 1.")
     if c.max_gpu_hours is not None and c.max_gpu_hours <= 0:
         raise ConfigError(f"{where}: [budget] gpu_hours must be positive.")
+    if c.telemetry not in TELEMETRY_KINDS and not c.telemetry.startswith("replay:"):
+        raise ConfigError(f"{where}: [telemetry] kind {c.telemetry!r}; use "
+                          f"{', '.join(TELEMETRY_KINDS)} or replay:PATH.")
     if not 1 <= c.telemetry_hz <= 100:
         raise ConfigError(f"{where}: [telemetry] hz must be within 1..100 (default 20).")
     if c.timeout_s <= 0 or c.cooldown_s < 0:

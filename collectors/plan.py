@@ -34,11 +34,32 @@ DISTANCE_KNOBS = ("tp", "pp", "cp", "ep", "vp", "mbs", "dp", "seq_len", "gbs", "
 PROMISE_WEIGHT = 0.5
 
 
+def workload_refuses(model, config: dict, device: str) -> str | None:
+    """Why collectors.workload cannot run this (a torch-free mirror of its own checks), or
+    None. Planning skips these instead of spending the budget on certain failures."""
+    if model.is_moe or model.is_mla or model.layer_pattern:
+        return "MoE, MLA and hybrid models (the workload trains dense decoders)"
+    if not (model.gated_mlp and model.position_embedding == "rope" and model.norm == "rmsnorm"):
+        return ("non-Llama-style models (it would train a Llama block of the same shape under "
+                "this model's name)")
+    if config["cp"] > 1:
+        return "cp > 1 (torch 2.13's context parallelism is GPU-only and not implemented)"
+    if config["ep"] > 1:
+        return "ep > 1 (no experts in a dense decoder)"
+    if model.num_kv_heads % config["tp"] or model.ffn_hidden_size % config["tp"]:
+        return "tp not dividing num_kv_heads and ffn_hidden_size"
+    if device == "cuda" and config["precision"] not in ("bf16", "fp16"):
+        return "FP8/FP4 precisions (the workload trains in BF16)"
+    return None
+
+
 def candidates(campaign: Campaign) -> pd.DataFrame:
-    """Every valid configuration the sweep allows: `model`, `gpu`, `num_gpus`, `scale` and the
-    `ParallelConfig` columns."""
+    """Every valid configuration the sweep allows that the workload can run: `model`, `gpu`,
+    `num_gpus`, `scale` and the `ParallelConfig` columns. `skipped` in `.attrs` counts the
+    others by reason."""
     platform = load_platform(campaign.platform)
     frames = []
+    skipped: dict[str, int] = {}
     for entry in campaign.models:
         name = scaled_model_name(entry.name, entry.scale)
         model = load_model(name)
@@ -69,15 +90,58 @@ def candidates(campaign: Campaign) -> pd.DataFrame:
                 keep &= space["dp"].isin(list(campaign.sweep_values("dp", None, entry))
                                          ).to_numpy()
             part = space[keep].drop(columns=["tp_beyond_nvlink"])
-            frames.append(part.assign(model=name, gpu=platform.name, num_gpus=int(n),
+            reasons = [workload_refuses(model, row, campaign.device)
+                       for row in part.to_dict(orient="records")]
+            for reason in filter(None, reasons):
+                skipped[reason] = skipped.get(reason, 0) + 1
+            part = part[np.array([r is None for r in reasons], dtype=bool)]
+            part = _one_label_per_run(part)
+            # `gpu` as the campaign wrote it: a catalog name, or a cluster file that
+            # load_platform reads again when the row is predicted or trained on.
+            frames.append(part.assign(model=name, gpu=campaign.platform, num_gpus=int(n),
                                       base_model=entry.name, scale=json.dumps(entry.scale)))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if out.empty and skipped:
+        why = "; ".join(f"{n} skipped for {r}" for r, n in skipped.items())
+        raise ConfigError(f"{campaign.path}: the workload cannot run any configuration of the "
+                          f"sweep: {why}.")
     if out.empty:
         raise ConfigError(f"{campaign.path}: the sweep leaves no valid configuration; check "
                           f"that tp·pp·cp divides num_gpus and the other rules "
                           f"(`advisor space` lists what is valid).")
     out["run_id"] = [run_id(campaign.name, row) for row in out.to_dict(orient="records")]
-    return out.drop_duplicates("run_id").reset_index(drop=True)
+    out = out.drop_duplicates("run_id").reset_index(drop=True)
+    out.attrs["skipped"] = skipped
+    return out
+
+
+def _one_label_per_run(part: pd.DataFrame) -> pd.DataFrame:
+    """Rows that would run identically get one label: the workload has no overlap switch
+    (PyTorch's DDP and FSDP2 overlap by themselves), and with tp or pp > 1 it shards DP as
+    FSDP2 without resharding (ZeRO-2) whatever dp_sharding says (DDP refuses DTensor
+    parameters in torch 2.13), recorded as `optimizer`."""
+    if part.empty:
+        return part
+    part = part.copy()
+    overlap = ~(part["overlap_grad_reduce"] | part["overlap_param_gather"]
+                | part["tp_comm_overlap"])
+    part = part[~overlap | ~_has_overlap_twin(part)]
+    meshed = ((part["tp"] > 1) | (part["pp"] > 1)) & (part["dp"] * part["cp"] > 1)
+    part.loc[meshed, "dp_sharding"] = "optimizer"
+    part.loc[meshed, "overlap_param_gather"] = part.loc[meshed, "overlap_grad_reduce"]
+    return part.drop_duplicates([c for c in part.columns if c not in (
+        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")])
+
+
+def _has_overlap_twin(part: pd.DataFrame) -> pd.Series:
+    """Per row: the same configuration exists with overlap on."""
+    keys = [c for c in PARALLEL_FIELDS if c not in (
+        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")]
+    on = part[part["overlap_grad_reduce"] | part["overlap_param_gather"]
+              | part["tp_comm_overlap"]]
+    seen = set(map(tuple, on[keys].astype(str).to_numpy()))
+    return pd.Series([tuple(r) in seen for r in part[keys].astype(str).to_numpy()],
+                     index=part.index)
 
 
 def _overlap(space: pd.DataFrame) -> pd.Series:

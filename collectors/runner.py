@@ -8,6 +8,7 @@ and nothing measured twice; a run that was in flight when it was killed runs aga
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class CampaignReport:
     results: list[RunResult] = field(default_factory=list)
     skipped: int = 0
     """Runs already in the dataset (resume)."""
+    unsupported: dict[str, int] = field(default_factory=dict)
+    """Configurations of the sweep the workload cannot run, by reason (not planned)."""
     stopped_by: str = ""
 
     def counts(self) -> dict[str, int]:
@@ -68,10 +71,12 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
                           f"--dataset.")
     report.skipped = len(done)
     cands = candidates(campaign)
+    report.unsupported = dict(cands.attrs.get("skipped", {}))
     preds = predicted(cands, predictor or Predictor.load())
     limit = campaign.max_runs if campaign.max_runs is not None else len(cands)
     picked = set(done)
-    spent_gpu_h = 0.0
+    ledger = runs_dir / "gpu_hours.json"
+    spent_gpu_h = 0.0 if dry_run else _spent(ledger)
     while len(report.planned) + len(done & set(cands["run_id"])) < limit:
         index = next_run(cands, preds, picked, strategy=campaign.strategy, seed=campaign.seed)
         if index is None:
@@ -93,6 +98,7 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
         started = time.monotonic()
         result = launcher.launch(spec, _workdir(runs_dir, spec))
         spent_gpu_h += (time.monotonic() - started) * spec.num_gpus / 3600
+        _record_spent(ledger, spent_gpu_h)  # the GPU-hour budget survives --resume
         append_result(dataset, campaign, spec, result)
         report.results.append(result)
         if progress:
@@ -102,6 +108,20 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
     else:
         report.stopped_by = report.stopped_by or f"run budget ({limit})"
     return report
+
+
+def _spent(ledger: Path) -> float:
+    try:
+        return float(json.loads(ledger.read_text())["gpu_hours"])
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+def _record_spent(ledger: Path, gpu_hours: float) -> None:
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ledger.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"gpu_hours": gpu_hours}) + "\n")
+    tmp.replace(ledger)
 
 
 def _workdir(runs_dir: Path, spec: RunSpec) -> Path:
@@ -119,10 +139,22 @@ def _gpu_hours(campaign: Campaign, pred: pd.Series, num_gpus: int) -> float:
 
 
 def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunResult) -> None:
-    """One dataset row for a finished run (any status), appended atomically."""
-    from advisor.dataset import append
+    """One dataset row for a finished run (any status), appended atomically. A value outside
+    the schema's range (a sensor glitch, an MFU against a placeholder peak) is dropped and
+    named in `notes` rather than losing the run."""
+    from advisor.dataset import DatasetError, append
 
-    append(dataset, [to_row(campaign, spec, result)])
+    row = to_row(campaign, spec, result)
+    try:
+        append(dataset, [row])
+    except DatasetError as e:
+        dropped = [k for k in (*TELEMETRY_FIELDS, "mfu", "tflops_per_gpu", "peak_mem_gb")
+                   if row.get(k) is not None]
+        for key in dropped:
+            row[key] = None
+        row["notes"] = "; ".join(filter(None, [row.get("notes"), f"dropped {', '.join(dropped)}"
+                                               f" after a schema error: {e}"]))
+        append(dataset, [row])
 
 
 def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
@@ -144,11 +176,22 @@ def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
         "tokens_per_sec_per_gpu": result.tokens_per_sec_per_gpu,
         "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak if tflops and peak else None,
         "step_time_s": result.step_time_s, "peak_mem_gb": result.peak_mem_gb,
-        "notes": result.error or None,
+        "notes": "; ".join(filter(None, [result.error, *_what_ran(spec)])) or None,
     }
     for key in TELEMETRY_FIELDS:
         row[key] = result.telemetry.get(key)
     return row
+
+
+def _what_ran(spec: RunSpec) -> list[str]:
+    """Where the workload's run differs from the row's labels."""
+    c, notes = spec.config, []
+    if spec.device == "cpu":
+        notes.append(f"CPU run: computed in FP32 (labelled {c['precision']})")
+    if (c["tp"] > 1 or c["pp"] > 1) and c["dp"] * c["cp"] > 1:
+        notes.append("DP ran as FSDP2 without resharding (ZeRO-2): DDP refuses DTensor "
+                     "parameters in torch 2.13")
+    return notes
 
 
 def _torch_version() -> str:

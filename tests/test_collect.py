@@ -54,10 +54,46 @@ def test_every_template_plans():
 def test_bad_campaigns_name_the_key():
     with pytest.raises(ConfigError, match=r"\[sweep\] tpp is not a knob"):
         campaign_from_dict(_campaign("x", 2, tpp=[1]))
+    with pytest.raises(ConfigError, match=r"\[budget\]: unknown key\(s\) run; allowed"):
+        campaign_from_dict({**_campaign("x", 2), "budget": {"run": 2}})
+    with pytest.raises(ConfigError, match=r"recompute = 'fulll' is not allowed; use none"):
+        campaign_from_dict(_campaign("x", 2, recompute=["none", "fulll"]))
+    with pytest.raises(ConfigError, match=r"\[telemetry\] kind 'nvmll'"):
+        campaign_from_dict({**_campaign("x", 2), "telemetry": {"kind": "nvmll"}})
+    with pytest.raises(ConfigError, match="wrong type"):
+        campaign_from_dict({**_campaign("x", 2), "budget": {"runs": "lots"}})
+    with pytest.raises(ConfigError, match=r"write \[\[models\]\]"):
+        campaign_from_dict({**_campaign("x", 2), "models": {"name": "llama3-8b"}})
     with pytest.raises(ConfigError, match="hz must be within 1..100"):
         campaign_from_dict({**_campaign("x", 2), "telemetry": {"hz": 500}})
     with pytest.raises(ConfigError, match="leaves no valid configuration"):
         candidates(campaign_from_dict(_campaign("x", 2, tp=[3])))
+
+
+def test_acquisition_prefers_wide_bands_far_from_measurements():
+    cands = pd.DataFrame({"run_id": ["a", "b", "c"], "model": "m", "recompute": "none",
+                          "dp_sharding": "optimizer", "precision": "bf16",
+                          "overlap_grad_reduce": True, "overlap_param_gather": True,
+                          "tp_comm_overlap": False, "tp": [1, 1, 8], "pp": 1, "cp": 1,
+                          "ep": 1, "vp": 1, "mbs": [1, 2, 1], "dp": [8, 8, 1], "seq_len": 32,
+                          "gbs": 8, "num_gpus": 8})
+    preds = pd.DataFrame({"pred_tokens_per_sec_per_gpu": [100.0, 100.0, 100.0],
+                          "pred_tokens_per_sec_per_gpu_p10": [90.0, 50.0, 50.0],
+                          "pred_tokens_per_sec_per_gpu_p90": [110.0, 200.0, 200.0]})
+    first = acquisition(cands, preds, set())
+    assert first.argmax() in (1, 2) and first[0] < first[1]  # the wide bands first
+    after = acquisition(cands, preds, {"b"})
+    assert after.argmax() == 2  # equally uncertain, but far from what was just measured
+
+
+def test_planning_skips_what_the_workload_cannot_run():
+    campaign = campaign_from_dict(_campaign("skip", 4, tp=[1, 2], cp=[1, 2], mbs=[1, 2]))
+    cands = candidates(campaign)
+    assert (cands["cp"] == 1).all()
+    assert any("cp > 1" in reason for reason in cands.attrs["skipped"])
+    gpt = {**_campaign("gpt", 2), "models": [{"name": "gpt3-175b", "scale": TINY}]}
+    with pytest.raises(ConfigError, match="non-Llama-style"):
+        candidates(campaign_from_dict(gpt))
 
 
 def test_active_planning_spreads_out_and_prefers_uncertain_configs():
@@ -105,7 +141,7 @@ def test_killed_campaign_resumes_without_loss_or_duplicates(tmp_path):
         time.sleep(0.5)
     os.killpg(first.pid, signal.SIGKILL)  # mid-campaign, possibly mid-run
     first.wait()
-    kept = load(dataset)
+    kept = load(dataset).set_index("run_id")
     assert 1 <= len(kept) < 3
     again = _collect(*args)  # without --resume: refuses rather than duplicating
     _, err = again.communicate(timeout=120)
@@ -115,7 +151,11 @@ def test_killed_campaign_resumes_without_loss_or_duplicates(tmp_path):
     assert resumed.returncode == 0, err
     rows = load(dataset)
     assert len(rows) == 3 and rows["run_id"].is_unique
-    assert set(kept["run_id"]) <= set(rows["run_id"])
+    # The runs measured before the kill were not measured again (append would have replaced
+    # them silently): their timestamps and timings are untouched.
+    again = rows.set_index("run_id").loc[kept.index]
+    assert (again["collected_at"] == kept["collected_at"]).all()
+    assert (again["step_time_s"] == kept["step_time_s"]).all()
     assert (rows["status"] == "ok").all(), rows[["status", "notes"]]
     ok = rows.iloc[0]
     assert ok["tokens_per_sec_per_gpu"] > 0 and ok["step_time_s"] > 0

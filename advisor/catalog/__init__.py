@@ -176,7 +176,7 @@ def _model_index() -> dict[str, str]:
 
 
 SCALE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                "num_kv_heads", "vocab_size", "max_seq_len")
+                "num_kv_heads", "vocab_size", "head_dim", "max_seq_len")
 """Shape fields a scaled-down model may override (campaigns shrink models to fit a CPU)."""
 
 
@@ -197,11 +197,14 @@ def scaled_model(base: ModelSpec, overrides: dict[str, int]) -> ModelSpec:
     if base.layer_pattern or base.is_moe or base.is_mla:
         raise CatalogError(f"{base.name}: only dense attention models can be scaled down "
                            f"(hybrid, MoE and MLA shapes have more fields than these).")
-    values = {k: int(v) for k, v in overrides.items()}
+    values: dict[str, int] = {k: int(v) for k, v in overrides.items()}
+    derived = dict(values)
+    if {"hidden_size", "num_attention_heads"} & set(values) and "head_dim" not in values:
+        derived["head_dim"] = 0  # derived again from the new width and heads (as the workload)
     return dataclasses.replace(
         base, name=scaled_model_name(base.name, values), display_name=
         f"{base.display_name or base.name} (scaled: {scaled_model_name('', values)[1:]})",
-        head_dim=0, published_total_params=0.0, published_active_params=0.0, **values)
+        published_total_params=0.0, published_active_params=0.0, **derived)
 
 
 def load_model(name_or_path: str) -> ModelSpec:

@@ -3,6 +3,8 @@ imported only here, so the rest of the CLI never pulls in torch)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -18,8 +20,8 @@ from advisor.errors import AdvisorError
 def collect(
         campaign: Annotated[str, typer.Option(
             "--campaign", "-c", help="Campaign TOML file, or a built-in template: cpu-smoke, "
-            "paper-h200-parallelism, paper-h100-parallelism, paper-h200-optimisation, "
-            "paper-h200-microbatch.")],
+            "h200-single, paper-h200-parallelism, paper-h100-parallelism, "
+            "paper-h200-optimisation, paper-h200-microbatch.")],
         launcher: Annotated[str, typer.Option(
             "--launcher", help="local (torchrun on this machine) or slurm (sbatch, one job "
             "per run).")] = "local",
@@ -35,6 +37,12 @@ def collect(
         resume: Annotated[bool, typer.Option(
             "--resume", help="Continue a campaign: runs already in the dataset are skipped, "
             "a run that was cut off runs again.")] = False,
+        gpus_per_node: Annotated[int | None, typer.Option(
+            "--gpus-per-node", min=1, help="Slurm: GPUs (processes) per node (default: the "
+            "platform's).")] = None,
+        partition: Annotated[str | None, typer.Option(
+            "--partition", help="Slurm partition.")] = None,
+        account: Annotated[str | None, typer.Option("--account", help="Slurm account.")] = None,
         json_out: JsonOpt = False) -> None:
     """Measure a campaign of configurations on your own GPUs (or CPUs) and grow the dataset.
 
@@ -49,6 +57,7 @@ def collect(
     out of memory or timed out included — is appended to the dataset at once; then
     `advisor train --data DATASET` learns from it.
     """
+    from advisor.catalog import scaled_model_name
     from collectors.campaign import load_campaign
     from collectors.launchers import make_launcher
     from collectors.runner import run_campaign
@@ -56,17 +65,24 @@ def collect(
     spec = load_campaign(campaign)
     dataset = dataset or Path("datasets") / "campaigns" / f"{spec.name}.parquet"
     runs_dir = runs_dir or Path("runs") / spec.name
+    options = {k: v for k, v in dict(gpus_per_node=gpus_per_node, partition=partition,
+                                      account=account).items() if v is not None}
+    if options and launcher != "slurm":
+        raise AdvisorError(f"--{', --'.join(k.replace('_', '-') for k in options)} apply to "
+                           f"--launcher slurm only.")
     try:
-        chosen = make_launcher(launcher)
+        chosen = None if dry_run else make_launcher(launcher, **options)
     except ValueError as e:
         raise AdvisorError(str(e)) from None
     console = Console(stderr=True)
-    with _Progress(console, enabled=not (json_out or dry_run)) as progress:
+    with _campaign_lock(runs_dir, spec.name, enabled=not dry_run), _terminate_as_interrupt(), \
+            _Progress(console, enabled=not (json_out or dry_run)) as progress:
         report = run_campaign(spec, launcher=chosen, dataset=dataset, runs_dir=runs_dir,
                               resume=resume, dry_run=dry_run, progress=progress)
     if json_out:
         emit_json({"campaign": spec.name, "dataset": str(dataset), "dry_run": dry_run,
-                   "skipped": report.skipped, "stopped_by": report.stopped_by,
+                   "skipped": report.skipped, "unsupported": report.unsupported,
+                   "stopped_by": report.stopped_by,
                    "planned": [s.run_id for s in report.planned],
                    "results": [r.__dict__ for r in report.results]})
         return
@@ -79,15 +95,61 @@ def collect(
             table.add_column(col)
         for i, s in enumerate(report.planned, 1):
             c = s.config
-            table.add_row(str(i), s.run_id, s.model, str(s.num_gpus), str(c["tp"]),
+            table.add_row(str(i), s.run_id, scaled_model_name(s.model, s.scale),
+                          str(s.num_gpus), str(c["tp"]),
                           str(c["pp"]), str(c["dp"]), str(c["mbs"]), c["recompute"],
                           c["dp_sharding"])
         out.print(table)
+        _print_unsupported(out, report.unsupported)
         return
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
     out.print(f"{spec.name}: {len(report.results)} runs ({counts or 'none'}); "
               f"{report.skipped} already measured; stopped by {report.stopped_by}. Rows "
               f"appended to {dataset}.")
+    _print_unsupported(out, report.unsupported)
+
+
+def _print_unsupported(out: Console, unsupported: dict[str, int]) -> None:
+    for reason, n in unsupported.items():
+        out.print(f"not planned: {n} configuration(s) with {reason}; the PyTorch workload "
+                  f"cannot run them.", style="yellow")
+
+
+@contextlib.contextmanager
+def _campaign_lock(runs_dir: Path, name: str, *, enabled: bool):
+    """One collector per campaign at a time: a second one would measure the same runs."""
+    if not enabled:
+        yield
+        return
+    from filelock import FileLock, Timeout
+
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(runs_dir / ".collect.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise AdvisorError(f"another `advisor collect` is running campaign {name!r} "
+                           f"(lock {runs_dir / '.collect.lock'}); wait for it, or stop it "
+                           f"and use --resume.") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM/SIGHUP (a scheduler's time limit, `timeout`) unwind like Ctrl-C, so the run in
+    flight is killed (local) or cancelled (Slurm) instead of orphaned."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Progress:

@@ -75,14 +75,39 @@ class LocalLauncher:
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM the process group (torchrun forwards it to its workers), then SIGKILL whatever
-    is left of the group after a grace period, even once torchrun itself has gone."""
+    is left after a grace period — the group and every descendant, since torchrun starts each
+    worker in its own session and a rank stuck in a collective ignores SIGTERM."""
+    workers = _descendants(proc.pid)
     _signal_group(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
         pass
     _signal_group(proc.pid, signal.SIGKILL)
+    for pid in workers | _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     proc.wait()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of `pid`, from /proc (Linux; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

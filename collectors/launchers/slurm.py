@@ -61,7 +61,8 @@ class SlurmLauncher:
         env: Extra environment for `sbatch` and `scontrol` (e.g. `SLURM_CONF`); jobs inherit it.
         partition: `--partition`, else the cluster's default.
         account: `--account`, else the user's default.
-        gpus_per_node: Processes per node at most; None puts a whole run on one node.
+        gpus_per_node: Processes per node at most; None takes the platform's GPUs per node
+            for cuda runs (a whole run on one node for CPU runs).
         cpus_per_task: CPUs for each node's torchrun; None gives one per worker process.
         sbatch_args: More `#SBATCH` options, e.g. `("--qos=short",)`.
         rdzv_port: Port of the c10d rendezvous on a multi-node job's first node.
@@ -163,7 +164,7 @@ class SlurmLauncher:
 
     def _layout(self, spec: RunSpec) -> tuple[int, int]:
         """(nodes, processes per node) for `spec.num_gpus` processes."""
-        per_node = self.gpus_per_node or spec.num_gpus
+        per_node = self.gpus_per_node or _platform_per_node(spec) or spec.num_gpus
         num_nodes = math.ceil(spec.num_gpus / per_node)
         if spec.num_gpus % num_nodes:
             raise LauncherError(f"num_gpus ({spec.num_gpus}) of {spec.run_id} does not split "
@@ -246,3 +247,16 @@ def _outcome(spec: RunSpec, workdir: Path, end: JobEnd | None, minutes: int) -> 
         return failure(spec, log, "the Slurm job ended without a result and its record is gone")
     return failure(spec, log, f"Slurm job {end.job_id} ended {end.state} "
                               f"(exit code {end.exit_code}) without a result")
+
+
+def _platform_per_node(spec: RunSpec) -> int | None:
+    """GPUs per node of the run's platform (cuda runs only; CPU runs share one node)."""
+    if spec.device != "cuda":
+        return None
+    from advisor.catalog import load_platform
+    from advisor.errors import AdvisorError
+
+    try:
+        return load_platform(spec.platform).num_gpus_per_node
+    except AdvisorError:
+        return None

@@ -89,7 +89,10 @@ def _open_sampler(spec: RunSpec) -> Any:
     except ImportError as exc:
         print(f"workload: no telemetry ({exc})", file=sys.stderr, flush=True)
         return None
-    return open_sampler(spec.telemetry, rate_hz=spec.telemetry_hz)
+    # The run's own GPUs: on a shared node the others' power is not this run's.
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", spec.num_gpus))
+    devices = list(range(local)) if spec.device == "cuda" else None
+    return open_sampler(spec.telemetry, rate_hz=spec.telemetry_hz, devices=devices)
 
 
 def _flops_per_token(model: Any, seq_len: int) -> float:

@@ -22,7 +22,8 @@ from torch import nn
 from advisor.model import ModelSpec
 
 SCALE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                "num_kv_heads", "vocab_size", "head_dim")
+                "num_kv_heads", "vocab_size", "head_dim", "max_seq_len")
+"""advisor.catalog.SCALE_FIELDS: the same names, so a scaled model means one thing."""
 """`RunSpec.scale` keys: `ModelSpec` fields a campaign may override to shrink a model."""
 ROPE_THETA = 10000.0  # Llama 2's base (Touvron et al. 2023); the base does not change cost
 
