@@ -215,6 +215,10 @@ class _Nearest:
             self.index.setdefault(tuple(_plain(v) for v in row), i)
         self.sizes = np.log2(space[list(self.NUMERIC)].to_numpy(float))
         self.categories = space[list(self.CATEGORICAL)].astype(str).to_numpy()
+        # Repairs search among rows with the sampled tp and pp first (a big MoE space has
+        # millions of rows; most repairs only need to fix the sizes that follow).
+        self.by_layout = {key: np.asarray(rows) for key, rows in
+                          space.groupby(["tp", "pp"]).indices.items()}
 
     def __call__(self, p: dict) -> int:
         exact = self.index.get(_key(p))
@@ -222,9 +226,12 @@ class _Nearest:
             return exact
         sizes = np.log2(np.array([p[k] for k in self.NUMERIC], dtype=float))
         categories = np.array([str(p[k]) for k in self.CATEGORICAL])
-        distance = (np.abs(self.sizes - sizes).sum(axis=1)
-                    + (self.categories != categories).sum(axis=1))
-        return int(np.argmin(distance))
+        rows = self.by_layout.get((p["tp"], p["pp"]))
+        if rows is None:
+            rows = np.arange(len(self.sizes))
+        distance = (np.abs(self.sizes[rows] - sizes).sum(axis=1)
+                    + (self.categories[rows] != categories).sum(axis=1))
+        return int(rows[np.argmin(distance)])
 
 
 def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraints,
