@@ -30,6 +30,7 @@ from pathlib import Path
 
 from advisor.errors import ConfigError
 from advisor.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
+from collectors.spec import FRAMEWORKS
 
 TEMPLATES = Path(__file__).parent / "templates"
 SWEEP_KNOBS = ("num_gpus", "seq_len", "gbs", "precision", "tp", "pp", "dp", "cp", "ep", "etp",
@@ -64,6 +65,9 @@ class Campaign:
     telemetry_hz: float = 20.0
     strategy: str = "active"
     seed: int = 0
+    framework: str = "pytorch"
+    """pytorch (collectors.workload), megatron (a Megatron-LM checkout in $MEGATRON_LM) or
+    nemo (`nemo` on PATH)."""
     path: str = ""
 
     def sweep_values(self, knob: str, default: object, model: CampaignModel | None = None
@@ -96,8 +100,8 @@ def templates() -> list[str]:
 
 def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
     """Validate a parsed campaign; errors name the file and the key."""
-    known = {"name", "platform", "device", "models", "sweep", "budget", "steps", "timing",
-             "telemetry", "strategy"}
+    known = {"name", "platform", "device", "framework", "models", "sweep", "budget", "steps",
+             "timing", "telemetry", "strategy"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: "
@@ -139,7 +143,7 @@ def _build(data, models, sweep, budget, steps, timing, telemetry, strategy, wher
         timeout_s=float(timing.get("timeout_s", 600.0)),
         telemetry=str(telemetry.get("kind", "auto")), telemetry_hz=float(telemetry.get("hz", 20)),
         strategy=str(strategy.get("kind", "active")), seed=int(strategy.get("seed", 0)),
-        path=where)
+        framework=str(data.get("framework", "pytorch")), path=where)
     _check(campaign, where)
     return campaign
 
@@ -198,6 +202,11 @@ def _opt(table: dict, key: str, kind: type):
 def _check(c: Campaign, where: str) -> None:
     if c.device not in DEVICES:
         raise ConfigError(f"{where}: device {c.device!r}; use {' or '.join(DEVICES)}.")
+    if c.framework not in FRAMEWORKS:
+        raise ConfigError(f"{where}: framework {c.framework!r}; use {', '.join(FRAMEWORKS)}.")
+    if c.framework != "pytorch" and c.device != "cuda":
+        raise ConfigError(f"{where}: framework {c.framework} trains on GPUs: set device = "
+                          f'"cuda" (CPU campaigns use framework "pytorch").')
     if c.strategy not in STRATEGIES:
         raise ConfigError(f"{where}: [strategy] kind {c.strategy!r}; use "
                           f"{' or '.join(STRATEGIES)}.")

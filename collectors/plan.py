@@ -53,6 +53,19 @@ def workload_refuses(model, config: dict, device: str) -> str | None:
     return None
 
 
+def _refuses(campaign: Campaign, job, model, row: dict) -> str | None:
+    if campaign.framework == "pytorch":
+        return workload_refuses(model, row, campaign.device)
+    from advisor.emit import emit
+    from advisor.space import config_from_row
+
+    try:  # what the framework's launch command cannot express
+        emit(campaign.framework, config_from_row(row), job)
+    except AdvisorError as e:
+        return f"what {campaign.framework} cannot express ({str(e).split(';')[0][:80]})"
+    return None
+
+
 def candidates(campaign: Campaign) -> pd.DataFrame:
     """Every valid configuration the sweep allows that the workload can run: `model`, `gpu`,
     `num_gpus`, `scale` and the `ParallelConfig` columns. `skipped` in `.attrs` counts the
@@ -90,12 +103,13 @@ def candidates(campaign: Campaign) -> pd.DataFrame:
                 keep &= space["dp"].isin(list(campaign.sweep_values("dp", None, entry))
                                          ).to_numpy()
             part = space[keep].drop(columns=["tp_beyond_nvlink"])
-            reasons = [workload_refuses(model, row, campaign.device)
+            reasons = [_refuses(campaign, job, model, row)
                        for row in part.to_dict(orient="records")]
             for reason in filter(None, reasons):
                 skipped[reason] = skipped.get(reason, 0) + 1
             part = part[np.array([r is None for r in reasons], dtype=bool)]
-            part = _one_label_per_run(part)
+            if campaign.framework == "pytorch":
+                part = _one_label_per_run(part)
             # `gpu` as the campaign wrote it: a catalog name, or a cluster file that
             # load_platform reads again when the row is predicted or trained on.
             frames.append(part.assign(model=name, gpu=campaign.platform, num_gpus=int(n),
@@ -167,7 +181,8 @@ def spec_for(campaign: Campaign, row: pd.Series | dict) -> RunSpec:
         num_gpus=int(row["num_gpus"]),
         config={k: _plain(row[k]) for k in PARALLEL_FIELDS}, warmup_steps=campaign.warmup_steps,
         measure_steps=campaign.measure_steps, telemetry=campaign.telemetry,
-        telemetry_hz=campaign.telemetry_hz, device=campaign.device, timeout_s=campaign.timeout_s)
+        telemetry_hz=campaign.telemetry_hz, device=campaign.device, timeout_s=campaign.timeout_s,
+        framework=campaign.framework)
 
 
 def predicted(cands: pd.DataFrame, predictor) -> pd.DataFrame:

@@ -169,8 +169,9 @@ def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
         "source_name": f"advisor collect {campaign.name}",
         "collected_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "status": result.status, "model": scaled_model_name(spec.model, spec.scale),
-        "gpu": platform.name, "num_gpus": spec.num_gpus, "framework": FRAMEWORK,
-        "software": _torch_version(),
+        "gpu": spec.platform, "num_gpus": spec.num_gpus,
+        "framework": FRAMEWORK if spec.framework == "pytorch" else "megatron",
+        "software": _torch_version() if spec.framework == "pytorch" else spec.framework,
         **{k: c[k] for k in ("precision", "seq_len", "gbs", "mbs", "tp", "pp", "cp", "ep",
                              "etp", "vp", "dp", "recompute", "dp_sharding")},
         "tokens_per_sec_per_gpu": result.tokens_per_sec_per_gpu,
@@ -186,6 +187,8 @@ def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
 def _what_ran(spec: RunSpec) -> list[str]:
     """Where the workload's run differs from the row's labels."""
     c, notes = spec.config, []
+    if spec.framework != "pytorch":
+        return notes
     if spec.device == "cpu":
         notes.append(f"CPU run: computed in FP32 (labelled {c['precision']})")
     if (c["tp"] > 1 or c["pp"] > 1) and c["dp"] * c["cp"] > 1:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+FRAMEWORKS = ("pytorch", "megatron", "nemo")
 STATUSES = ("ok", "oom", "failed", "timeout")
 """Dataset `status` values (advisor.dataset.SCHEMA)."""
 TELEMETRY_FIELDS = ("avg_power_w", "peak_power_w", "energy_j", "max_temp_c", "max_mem_temp_c",
@@ -43,6 +44,9 @@ class RunSpec:
     device: str = "cpu"
     """cpu (gloo) or cuda (nccl)."""
     timeout_s: float = 600.0
+    framework: str = "pytorch"
+    """What trains: pytorch (collectors.workload), or megatron / nemo through their own
+    launch command and logs (collectors.frameworks), where they are installed."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -275,3 +275,59 @@ def test_nvml_telemetry_reaches_the_dataset_through_the_workload(tmp_path):
     assert row["throttle_frac_power"] == pytest.approx(0.5, abs=0.05)  # one GPU of two
     assert row["telemetry_hz"] == pytest.approx(50, rel=0.3)
     assert row["energy_j"] > 0
+
+
+STANDIN_PRETRAIN_GPT = '''
+import os
+import sys
+
+# Stands in for Megatron-LM's pretrain_gpt.py: prints its iteration and memory log lines
+# (formats of megatron/training/training.py training_log and utils.py report_memory).
+args = sys.argv[1:]
+iters = int(args[args.index("--train-iters") + 1])
+gbs = int(args[args.index("--global-batch-size") + 1])
+assert "--tensor-model-parallel-size" in args and "--mock-data" in args
+if os.environ.get("RANK", "0") == "0":
+    for i in range(1, iters + 1):
+        ms = 900.0 if i == 1 else 500.0
+        print(f" [2026-11-30 12:00:{i:02d}.000000] iteration {i:8d}/{iters:8d} | consumed "
+              f"samples: {i * gbs:12d} | elapsed time per iteration (ms): {ms:.1f} | "
+              f"throughput per GPU (TFLOP/s/GPU): 321.0 | learning rate: 3.000000E-04 | "
+              f"global batch size: {gbs:5d} | lm loss: 9.000000E+00 | loss scale: 1.0 | "
+              f"grad norm: 1.000 | number of skipped iterations:   0 | number of nan "
+              f"iterations:   0 |", flush=True)
+        if i == 1:
+            print("[Rank 0] (after 1 iterations) memory (MB) | allocated: 1000.0 | max "
+                  "allocated: 2000.0 | reserved: 3000.0 | max reserved: 3000.0", flush=True)
+'''
+
+
+def test_campaign_drives_megatron_through_its_launch_command_and_log(tmp_path):
+    """framework = "megatron": the run is the emitter's command (torchrun pretrain_gpt.py ...)
+    from $MEGATRON_LM, and the row comes from parsing Megatron's log. A stand-in
+    pretrain_gpt.py plays Megatron-LM (not installable here)."""
+    checkout = tmp_path / "Megatron-LM"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text(STANDIN_PRETRAIN_GPT)
+    data = {"name": "mlm", "platform": "h100", "device": "cuda", "framework": "megatron",
+            "budget": {"runs": 2}, "steps": {"warmup": 1, "measure": 3},
+            "timing": {"timeout_s": 240}, "telemetry": {"kind": "none"},
+            "strategy": {"kind": "grid"},
+            "models": [{"name": "llama3-8b", "scale": {"num_layers": 2}}],
+            "sweep": {"num_gpus": [2], "seq_len": [2048], "gbs": [8], "tp": [1, 2]}}
+    from collectors.launchers import make_launcher
+
+    campaign = campaign_from_dict(data)
+    os.environ["MEGATRON_LM"] = str(checkout)
+    try:
+        report = run_campaign(campaign, launcher=make_launcher("local"),
+                              dataset=tmp_path / "mlm.parquet", runs_dir=tmp_path / "runs")
+    finally:
+        del os.environ["MEGATRON_LM"]
+    rows = load(tmp_path / "mlm.parquet")
+    assert len(report.results) == 2 and (rows["status"] == "ok").all(), rows["notes"].tolist()
+    assert rows["step_time_s"].tolist() == [0.5, 0.5]  # median after the warm-up iteration
+    assert rows["tokens_per_sec_per_gpu"].tolist() == [8 * 2048 / 0.5 / 2] * 2
+    assert (rows["framework"] == "megatron").all() and set(rows["tp"]) == {1, 2}
+    script = (tmp_path / "runs" / report.planned[0].run_id / "run.sh").read_text()
+    assert "torchrun --nproc-per-node=2" in script and "pretrain_gpt.py" in script

@@ -10,7 +10,14 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from collectors.launchers import SOURCE_ROOT, failure, prepare, read_result, timed_out
+from collectors.launchers import (
+    SOURCE_ROOT,
+    LauncherError,
+    failure,
+    prepare,
+    read_result,
+    timed_out,
+)
 from collectors.spec import RunResult, RunSpec
 
 KILL_GRACE_S = 5.0
@@ -44,6 +51,8 @@ class LocalLauncher:
 
     def launch(self, spec: RunSpec, workdir: Path) -> RunResult:
         spec_path, result_path, log_path = prepare(spec, workdir)
+        if spec.framework != "pytorch":
+            return self._launch_framework(spec, workdir, log_path)
         command = self.command(spec, spec_path, result_path)
         with log_path.open("wb") as log:
             # A new session makes torchrun and its workers one process group, killed together.
@@ -62,6 +71,36 @@ class LocalLauncher:
         if result is not None:
             return result
         return failure(spec, log_path, f"torchrun exited with code {returncode} and no result")
+
+    def _launch_framework(self, spec: RunSpec, workdir: Path, log_path: Path) -> RunResult:
+        """Megatron-LM or NeMo: their own launch command (collectors.frameworks, the same as
+        `recommend --emit`), run by bash; the result is parsed from their log."""
+        import importlib
+
+        adapter = importlib.import_module(f"collectors.frameworks.{spec.framework}")
+        cwd = workdir
+        if spec.framework == "megatron":
+            checkout = os.environ.get("MEGATRON_LM", "")
+            if not (checkout and (Path(checkout) / "pretrain_gpt.py").is_file()):
+                raise LauncherError("framework megatron runs pretrain_gpt.py from a Megatron-LM "
+                                    "checkout: set MEGATRON_LM to its directory.")
+            cwd = Path(checkout)
+        script = workdir / "run.sh"
+        script.write_text("set -euo pipefail\n" + adapter.command(spec) + "\n")
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(["bash", str(script)], cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **self.env}, start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=spec.timeout_s)
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:
+                _kill_group(proc)
+        text = log_path.read_text(errors="replace")
+        if returncode is None:
+            return timed_out(spec, None, f"killed at the run's timeout of {spec.timeout_s:g} s")
+        return adapter.run_result(text, spec)
 
     def _environ(self, spec: RunSpec) -> dict[str, str]:
         env = {**os.environ, **self.env}

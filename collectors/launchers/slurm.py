@@ -88,6 +88,9 @@ class SlurmLauncher:
 
     def launch(self, spec: RunSpec, workdir: Path) -> RunResult:
         """Run `spec` as one batch job; its output goes to `workdir/log.txt`."""
+        if spec.framework != "pytorch":
+            raise LauncherError(f"framework {spec.framework} campaigns run with --launcher "
+                                f"local for now (on an allocated node).")
         prepare(spec, workdir)
         script = self.script([spec], [workdir], array=False)
         (workdir / SCRIPT_FILE).write_text(script)
