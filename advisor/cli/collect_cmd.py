@@ -75,10 +75,16 @@ def collect(
     except ValueError as e:
         raise AdvisorError(str(e)) from None
     console = Console(stderr=True)
-    with _campaign_lock(runs_dir, spec.name, enabled=not dry_run), _terminate_as_interrupt(), \
-            _Progress(console, enabled=not (json_out or dry_run)) as progress:
-        report = run_campaign(spec, launcher=chosen, dataset=dataset, runs_dir=runs_dir,
-                              resume=resume, dry_run=dry_run, progress=progress)
+    try:
+        with _campaign_lock(runs_dir, spec.name, enabled=not dry_run), \
+                _terminate_as_interrupt(), \
+                _Progress(console, enabled=not (json_out or dry_run)) as progress:
+            report = run_campaign(spec, launcher=chosen, dataset=dataset, runs_dir=runs_dir,
+                                  resume=resume, dry_run=dry_run, progress=progress)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: the run in flight was stopped; finished runs are in "
+                      f"{dataset}. Continue with --resume.")
+        raise typer.Exit(code=130) from None
     if json_out:
         emit_json({"campaign": spec.name, "dataset": str(dataset), "dry_run": dry_run,
                    "skipped": report.skipped, "unsupported": report.unsupported,
