@@ -125,7 +125,8 @@ class Predictor:
     def contributions(self, model, platform, configs: pd.DataFrame, *,
                       framework: str = "megatron") -> pd.DataFrame | None:
         """The surrogate's SHAP values (log-ratio units, one column per feature) for
-        configurations of one model on one platform; None without a surrogate or support."""
+        configurations of one model on one platform; None without a surrogate (callers use
+        them only for rows whose `pred_source` is surrogate)."""
         from advisor.learn.features import group_features
         from advisor.parallel import PARALLEL_FIELDS
         from advisor.perf.analytical import analytical_table
