@@ -12,9 +12,9 @@ a band from the analytical model's own cross-validated error, and `pred_source` 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, fields
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -63,11 +63,16 @@ class Predicted:
 
 def bundled_models_dir() -> Path:
     """Where the shipped artifacts are: inside an installed wheel (advisor/_models), else the
-    checkout's models/ directory."""
+    checkout's models/ directory. advisor/_models is data only (no __init__.py), so it is a
+    namespace package: its location comes from the import system, not `resources.files`
+    (whose MultiplexedPath is not a filesystem path)."""
     try:
-        return Path(str(resources.files("advisor._models")))
+        spec = importlib.util.find_spec("advisor._models")
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[1] / "models"
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[1] / "models"
 
 
 class Predictor:
