@@ -215,8 +215,11 @@ def _invalid(model, configs: pd.DataFrame) -> np.ndarray:
     tp, pp, cp, dp = (configs[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
     ep, etp, mbs, gbs = (configs[k].to_numpy() for k in ("ep", "etp", "mbs", "gbs"))
     seq, vp = configs["seq_len"].to_numpy(), configs["vp"].to_numpy()
-    # pp·vp may reach layers + 2: Megatron can count the embedding and loss as layers.
-    bad = (model.num_attention_heads % tp != 0) | (pp * vp > model.num_layers + 2)
+    from advisor.space import PIPELINE_EXTRA_LAYERS
+
+    # pp·vp may exceed the layers: Megatron can count the embedding and loss as layers.
+    most_stages = model.num_layers + max(PIPELINE_EXTRA_LAYERS)
+    bad = (model.num_attention_heads % tp != 0) | (pp * vp > most_stages)
     bad |= gbs % (mbs * dp) != 0
     bad |= (cp > 1) & (seq % (2 * cp) != 0)
     if model.is_moe:

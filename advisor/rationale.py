@@ -40,31 +40,36 @@ def knob_values(row: pd.Series | dict) -> dict[str, object]:
     return values
 
 
+def _layout(row: pd.Series | dict, model: ModelSpec, *, spaced: bool) -> list[str]:
+    """The layout's sizes: `TP 8`, `PP 2 (VP 5)`, ... or tight: `TP8`, `PP2/VP5`, ..."""
+    k = knob_values(row)
+    gap = " " if spaced else ""
+
+    def size(name: str, inner: str = "", inner_fmt: str = "") -> str:
+        text = f"{name}{gap}{k[name.lower()]}"
+        if inner and k[inner.lower()] > 1:
+            text += inner_fmt.format(f"{inner}{gap}{k[inner.lower()]}")
+        return text
+
+    parts = [size("TP"), size("PP", "VP", " ({})" if spaced else "/{}"), size("DP")]
+    if k["cp"] > 1:
+        parts.append(size("CP"))
+    if model.is_moe:
+        parts.append(size("EP", "ETP", " {}" if spaced else "/{}"))
+    parts.append(size("MBS"))
+    return parts
+
+
 def describe(row: pd.Series | dict, model: ModelSpec) -> str:
     """`TP 8 · PP 2 (VP 5) · DP 4 · MBS 1 · recompute none · distributed optimizer · overlap`."""
     k = knob_values(row)
-    parts = [f"TP {k['tp']}", f"PP {k['pp']}" + (f" (VP {k['vp']})" if k["vp"] > 1 else ""),
-             f"DP {k['dp']}"]
-    if k["cp"] > 1:
-        parts.append(f"CP {k['cp']}")
-    if model.is_moe:
-        parts.append(f"EP {k['ep']}" + (f" ETP {k['etp']}" if k["etp"] > 1 else ""))
-    parts += [f"MBS {k['mbs']}", f"recompute {k['recompute']}", SHARDING[k["dp_sharding"]],
-              "overlap" if k["overlap"] else "no overlap"]
-    return " · ".join(parts)
+    return " · ".join([*_layout(row, model, spaced=True), f"recompute {k['recompute']}",
+                       SHARDING[k["dp_sharding"]], "overlap" if k["overlap"] else "no overlap"])
 
 
 def short(row: pd.Series | dict, model: ModelSpec) -> str:
     """`TP2 PP4/VP5 DP4 MBS1` (the layout; recompute, sharding and overlap go elsewhere)."""
-    k = knob_values(row)
-    parts = [f"TP{k['tp']}", f"PP{k['pp']}" + (f"/VP{k['vp']}" if k["vp"] > 1 else ""),
-             f"DP{k['dp']}"]
-    if k["cp"] > 1:
-        parts.append(f"CP{k['cp']}")
-    if model.is_moe:
-        parts.append(f"EP{k['ep']}" + (f"/ETP{k['etp']}" if k["etp"] > 1 else ""))
-    parts.append(f"MBS{k['mbs']}")
-    return " ".join(parts)
+    return " ".join(_layout(row, model, spaced=False))
 
 
 SHORT_SHARDING = {"none": "DDP", "optimizer": "ZeRO-1", "full": "FSDP"}

@@ -146,10 +146,6 @@ def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
             for i in range(len(rows))]
 
 
-def _plain(value):
-    return value.item() if hasattr(value, "item") else value
-
-
 # --- pins and infeasibility -------------------------------------------------------------------
 
 PIN_FLAGS = {"tp": "--tp", "pp": "--pp", "cp": "--cp", "dp": "--dp", "ep": "--ep",

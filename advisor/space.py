@@ -19,7 +19,7 @@ from advisor.platform import Platform
 #: Megatron can count the embedding and the loss as pipeline "layers"
 #: (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a
 #: split is valid when layers + 0, 1 or 2 divides evenly.
-_PIPELINE_EXTRA_LAYERS = (0, 1, 2)
+PIPELINE_EXTRA_LAYERS = (0, 1, 2)
 
 
 def _fmt(values: list[int], limit: int = 10) -> str:
@@ -47,7 +47,7 @@ def _tp_error(model: ModelSpec, tp: int) -> str | None:
 
 def splits_evenly(model: ModelSpec, num_chunks: int) -> bool:
     """The layers (counting embedding/loss stages if needed) split into equal chunks."""
-    return any((model.num_layers + k) % num_chunks == 0 for k in _PIPELINE_EXTRA_LAYERS)
+    return any((model.num_layers + k) % num_chunks == 0 for k in PIPELINE_EXTRA_LAYERS)
 
 
 def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
@@ -57,7 +57,7 @@ def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
 
 def vp_choices(model: ModelSpec, pp: int) -> list[int]:
     """Every vp that splits the layers per stage evenly (1 when there is no pipeline)."""
-    most = (model.num_layers + max(_PIPELINE_EXTRA_LAYERS)) // pp
+    most = (model.num_layers + max(PIPELINE_EXTRA_LAYERS)) // pp
     return [v for v in range(1, most + 1) if vp_allowed(model, pp, v)]
 
 
@@ -98,7 +98,7 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
                           f"{_fmt(tp_choices(model))}.")
     if config.pp > model.num_layers:
         raise ConfigError(f"pp ({config.pp}) exceeds the {model.num_layers} layers of {name}.")
-    if config.pp * config.vp > model.num_layers + max(_PIPELINE_EXTRA_LAYERS):
+    if config.pp * config.vp > model.num_layers + max(PIPELINE_EXTRA_LAYERS):
         ok = vp_choices(model, config.pp)
         raise ConfigError(f"pp × vp ({config.pp} × {config.vp}) exceeds the {model.num_layers} "
                           f"layers of {name} (plus embedding and loss stages): every virtual "
