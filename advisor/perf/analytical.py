@@ -14,9 +14,10 @@ import pandas as pd
 from advisor.model import ModelSpec
 from advisor.parallel import ParallelConfig
 from advisor.perf.calibration import Calibration, load_calibration
-from advisor.perf.memory import MemoryBreakdown, memory_table
-from advisor.perf.power import power_table
-from advisor.perf.step import DEFAULT_FRAMEWORK, step_table
+from advisor.perf.columns import Columns, config_columns
+from advisor.perf.memory import MemoryBreakdown, memory_arrays
+from advisor.perf.power import power_arrays
+from advisor.perf.step import DEFAULT_FRAMEWORK, step_arrays
 from advisor.platform import Platform
 
 SOURCE = "analytical"
@@ -88,17 +89,26 @@ def analytical_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame
                      framework: str = DEFAULT_FRAMEWORK) -> pd.DataFrame:
     """Memory, step-time breakdown, power and thermal columns for every row of `configs`
     (run by `framework`'s kernels: Megatron-Core unless said)."""
+    return pd.DataFrame(analytical_arrays(model, platform, config_columns(configs),
+                                          calibration=calibration, framework=framework),
+                        index=configs.index)
+
+
+def analytical_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
+                      calibration: Calibration | None = None,
+                      framework: str = DEFAULT_FRAMEWORK) -> dict[str, np.ndarray]:
+    """`analytical_table`'s columns, from and to arrays."""
     calibration = calibration or load_calibration()
-    step = step_table(model, platform, configs, calibration=calibration, framework=framework)
-    world = (configs["tp"] * configs["pp"] * configs["cp"] * configs["dp"]).to_numpy(float)
-    tokens = configs["gbs"].to_numpy(float) * configs["seq_len"].to_numpy(float)
-    power = power_table(platform, step, num_gpus=world, tokens_per_step=tokens,
-                        gemm_utilization=step["gemm_utilization"].to_numpy(),
-                        forward_burst_s=step["forward_burst_s"].to_numpy())
-    power["samples_per_mj"] = configs["gbs"].to_numpy(float) / (
-        power["avg_power_w"] * step["step_time_s"] * world / 1e6)
-    memory = memory_table(model, platform=platform, configs=configs)
-    return pd.concat([step, power, memory], axis=1)
+    step = step_arrays(model, platform, cols, calibration=calibration, framework=framework)
+    world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
+    gbs = cols["gbs"].astype(float)
+    tokens = gbs * cols["seq_len"].astype(float)
+    power = power_arrays(platform, step, num_gpus=world, tokens_per_step=tokens,
+                         gemm_utilization=step["gemm_utilization"],
+                         forward_burst_s=step["forward_burst_s"])
+    power["samples_per_mj"] = gbs / (power["avg_power_w"] * step["step_time_s"] * world / 1e6)
+    memory = memory_arrays(model, platform=platform, cols=cols)
+    return step | power | memory
 
 
 def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig, *,

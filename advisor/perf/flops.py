@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from advisor.model import ModelSpec
 
@@ -33,6 +34,24 @@ class Gemm:
     """How many such GEMMs (e.g. shared experts)."""
 
 
+class SublayerCounts(NamedTuple):
+    """How many of a model's sublayers have each mixer and each FFN kind."""
+
+    attention: int
+    mamba: int
+    mlp: int
+    moe: int
+
+
+@functools.lru_cache(maxsize=512)
+def sublayer_counts(model: ModelSpec) -> SublayerCounts:
+    kinds = model.sublayers
+    return SublayerCounts(attention=sum(s.mixer == "attention" for s in kinds),
+                          mamba=sum(s.mixer == "mamba" for s in kinds),
+                          mlp=sum(s.ffn == "mlp" for s in kinds),
+                          moe=sum(s.ffn == "moe" for s in kinds))
+
+
 def attention_span(model: ModelSpec, seq_len: int, window: int = 0) -> float:
     """Mean number of keys a query attends to under a causal mask (optionally windowed)."""
     if window and window < seq_len:
@@ -46,7 +65,7 @@ def attention_core_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     heads = model.num_attention_heads
     qk = model.q_dim
     v = heads * (model.v_head_dim if model.is_mla else model.attention_head_dim)
-    num_attn = sum(s.mixer == "attention" for s in model.sublayers) or 1
+    num_attn = sublayer_counts(model).attention or 1
     windowed = min(model.num_sliding_window_layers, num_attn) if model.sliding_window else 0
     span = ((num_attn - windowed) * attention_span(model, seq_len)
             + windowed * attention_span(model, seq_len, model.sliding_window)) / num_attn

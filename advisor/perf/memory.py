@@ -37,6 +37,7 @@ import pandas as pd
 
 from advisor.model import ModelSpec
 from advisor.parallel import PRECISIONS, ParallelConfig
+from advisor.perf.columns import Columns, config_columns, num_rows, pipeline_groups, take
 from advisor.perf.layout import stage_layout
 from advisor.platform import Platform
 
@@ -112,27 +113,33 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
 
     Returns a frame aligned with `configs` with the `MemoryBreakdown` columns.
     """
-    n = len(configs)
+    return pd.DataFrame(memory_arrays(model, platform=platform, cols=config_columns(configs)),
+                        index=configs.index)
+
+
+def memory_arrays(model: ModelSpec, *, platform: Platform, cols: Columns) -> dict[str, np.ndarray]:
+    """`memory_table`'s columns, from and to arrays."""
+    n = num_rows(cols)
     out = {c: np.zeros(n) for c in COLUMNS}
-    pp_vp = configs[["pp", "vp"]].to_numpy()
-    for pp, vp in np.unique(pp_vp.astype(int), axis=0).tolist():
-        idx = np.flatnonzero((pp_vp[:, 0] == pp) & (pp_vp[:, 1] == vp))
-        part = _stage_memory(model, configs.iloc[idx], pp=pp, vp=vp)
+    for pp, vp, idx in pipeline_groups(cols):
+        part = _stage_memory(model, take(cols, idx), pp=pp, vp=vp)
         for c, v in part.items():
-            out[c][idx] = v
+            if idx is None:
+                out[c][:] = v
+            else:
+                out[c][idx] = v
     capacity = platform.memory_capacity_bytes
     out["capacity_bytes"][:] = capacity
     out["fits"] = out["total_bytes"] <= capacity
-    frame = pd.DataFrame(out, index=configs.index)
-    frame["stage"] = frame["stage"].astype(int)
-    return frame
+    out["stage"] = out["stage"].astype(int)
+    return out
 
 
-def _col(configs: pd.DataFrame, name: str) -> np.ndarray:
-    return configs[name].to_numpy()[:, None]  # (configs, 1): broadcasts against stages
+def _col(configs: Columns, name: str) -> np.ndarray:
+    return configs[name][:, None]  # (configs, 1): broadcasts against stages
 
 
-def _stage_memory(model: ModelSpec, configs: pd.DataFrame, *, pp: int,
+def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int,
                   vp: int) -> dict[str, np.ndarray]:
     layout = stage_layout(model, pp, vp)
     tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
@@ -210,7 +217,7 @@ def _stage_memory(model: ModelSpec, configs: pd.DataFrame, *, pp: int,
     reserve = RESERVE_FIXED_BYTES + RESERVE_FRACTION * (activations + fsdp_buffers)
     total = tensors + reserve
     heaviest = np.argmax(total, axis=1)
-    pick = (np.arange(len(configs)), heaviest)
+    pick = (np.arange(len(tp)), heaviest)
     return {"weights_bytes": weights[pick], "gradients_bytes": grads[pick],
             "optimizer_bytes": optimizer[pick], "activations_bytes": activations[pick],
             "reserve_bytes": reserve[pick], "total_bytes": total[pick],

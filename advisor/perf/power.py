@@ -21,6 +21,8 @@ campaign telemetry (issue 6) replaces.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -74,6 +76,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
 
 
+STEP_COLUMNS = ("step_time_s", "gemm_s", "attention_s", "memory_bound_s", "tp_comm_s",
+                "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "hidden_comm_s")
+"""The `step_table` columns the power model reads."""
+
+
 def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
                 tokens_per_step: np.ndarray, gemm_utilization: np.ndarray,
                 forward_burst_s: np.ndarray) -> pd.DataFrame:
@@ -82,26 +89,36 @@ def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
     `gemm_utilization` is the GEMMs' shape efficiency relative to the best the family reaches
     (0..1); `forward_burst_s` the length of one micro-batch's forward on the slowest stage.
     """
+    return pd.DataFrame(power_arrays(platform, {c: step[c].to_numpy() for c in STEP_COLUMNS},
+                                     num_gpus=num_gpus, tokens_per_step=tokens_per_step,
+                                     gemm_utilization=gemm_utilization,
+                                     forward_burst_s=forward_burst_s), index=step.index)
+
+
+def power_arrays(platform: Platform, step: Mapping[str, np.ndarray], *, num_gpus: np.ndarray,
+                 tokens_per_step: np.ndarray, gemm_utilization: np.ndarray,
+                 forward_burst_s: np.ndarray) -> dict[str, np.ndarray]:
+    """`power_table`'s columns from the step breakdown's arrays."""
     idle, tdp = platform.idle_power_w, platform.tdp_w
     span = tdp - idle
-    step_s = step["step_time_s"].to_numpy()
+    step_s = step["step_time_s"]
     gemm_demand = idle + span * (GEMM_BASE_ACTIVITY + (GEMM_DEMAND_AT_FULL_EFFICIENCY
                                                        - GEMM_BASE_ACTIVITY) * gemm_utilization)
     power_capped = np.minimum(gemm_demand, tdp)
     phases = {
-        "gemm": (step["gemm_s"].to_numpy(), power_capped),
-        "attention": (step["attention_s"].to_numpy(), idle + span * ACTIVITY["attention"]),
-        "memory_bound": (step["memory_bound_s"].to_numpy(), idle + span
+        "gemm": (step["gemm_s"], power_capped),
+        "attention": (step["attention_s"], idle + span * ACTIVITY["attention"]),
+        "memory_bound": (step["memory_bound_s"], idle + span
                          * ACTIVITY["memory_bound"]),
     }
     busy = sum(t for t, _ in phases.values())
-    exposed = (step[["tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s"]]
-               .to_numpy().sum(axis=1))
+    exposed = (step["tp_comm_s"] + step["cp_comm_s"] + step["ep_comm_s"] + step["pp_comm_s"]
+               + step["dp_comm_s"])
     idle_time = np.maximum(step_s - busy - exposed, 0.0)
     energy = sum(t * p for t, p in phases.values())
     energy = energy + exposed * (idle + span * ACTIVITY["exposed_comm"])
     energy = energy + idle_time * (idle + span * ACTIVITY["idle"])
-    hidden = np.minimum(step["hidden_comm_s"].to_numpy(), busy)
+    hidden = np.minimum(step["hidden_comm_s"], busy)
     energy = energy + hidden * span * HIDDEN_COMM_ACTIVITY
     avg = np.minimum(energy / step_s, tdp)
 
@@ -131,7 +148,7 @@ def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
     loss = clock_loss * compute_share
 
     world_energy = avg * step_s * num_gpus
-    return pd.DataFrame({
+    return {
         "avg_power_w": avg,
         "peak_power_w": peak,
         "gemm_power_demand_w": gemm_demand,
@@ -142,4 +159,4 @@ def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
         "throttle_risk_power": p_power,
         "throttle_risk_thermal": p_thermal,
         "throttle_loss": loss,
-    }, index=step.index)
+    }

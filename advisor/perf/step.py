@@ -56,12 +56,14 @@ from advisor.perf.collectives import (
     SEND_RECV,
     CollectiveModel,
 )
+from advisor.perf.columns import Columns, config_columns, num_rows, pipeline_groups, take
 from advisor.perf.flops import (
     Gemm,
     attention_core_flops_per_token,
     layer_gemms,
     mamba_scan_flops_per_token,
     model_flops_per_token,
+    sublayer_counts,
 )
 from advisor.perf.layout import StageLayout, stage_layout
 from advisor.platform import Platform
@@ -98,13 +100,17 @@ attention, HBM-bound kernels, and communication running under compute."""
 
 def per_value(values: np.ndarray, fn) -> np.ndarray:
     """`fn` applied once per distinct value, broadcast back to `values`' shape."""
+    flat = values.ravel()
+    if flat.size == 1 or (flat.size and (flat == flat[0]).all()):
+        # One value (the common case): no sort.
+        return np.repeat(np.array([fn(flat[0])]), flat.size).reshape(values.shape)
     uniq, inverse = np.unique(values, return_inverse=True)
     mapped = np.array([fn(u) for u in uniq])
     return mapped[inverse].reshape(values.shape)
 
 
-def _col(configs: pd.DataFrame, name: str, dtype: type = float) -> np.ndarray:
-    return configs[name].to_numpy().astype(dtype)[:, None]
+def _col(cols: Columns, name: str, dtype: type = float) -> np.ndarray:
+    return cols[name].astype(dtype)[:, None]
 
 
 def step_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
@@ -113,34 +119,42 @@ def step_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
     """Step time, throughput and the breakdown for every row of `configs` (`ParallelConfig`
     columns, plus an optional `framework` column overriding `framework` per row). Returns a
     frame aligned with `configs`."""
+    return pd.DataFrame(step_arrays(model, platform, config_columns(configs),
+                                    calibration=calibration, framework=framework),
+                        index=configs.index)
+
+
+def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
+                calibration: Calibration | None = None,
+                framework: str = DEFAULT_FRAMEWORK) -> dict[str, np.ndarray]:
+    """`step_table`'s columns, from and to arrays."""
     calibration = calibration or load_calibration()
-    frameworks = (configs["framework"].to_numpy().astype(str) if "framework" in configs
-                  else np.full(len(configs), framework))
+    n = num_rows(cols)
+    frameworks = (cols["framework"].astype(str) if "framework" in cols
+                  else np.full(n, framework))
     eff = calibration.efficiency(platform.family)
-    n = len(configs)
     columns = COMPONENTS + PHASES + ("step_time_s", "microbatch_s", "num_microbatches",
                                      "forward_burst_s", "gemm_utilization")
     out = {c: np.zeros(n) for c in columns}
-    pp_vp = configs[["pp", "vp"]].to_numpy()
-    for pp, vp in np.unique(pp_vp.astype(int), axis=0).tolist():
-        idx = np.flatnonzero((pp_vp[:, 0] == pp) & (pp_vp[:, 1] == vp))
-        part = _step(model, platform, configs.iloc[idx], eff, calibration.collectives,
-                     stage_layout(model, pp, vp), pp=pp, vp=vp, frameworks=frameworks[idx],
+    for pp, vp, idx in pipeline_groups(cols):
+        part = _step(model, platform, take(cols, idx), eff, calibration.collectives,
+                     stage_layout(model, pp, vp), pp=pp, vp=vp,
+                     frameworks=frameworks if idx is None else frameworks[idx],
                      framework=calibration.framework)
         for c, v in part.items():
-            out[c][idx] = v
-    frame = pd.DataFrame(out, index=configs.index)
-    tokens = configs["gbs"].to_numpy(float) * configs["seq_len"].to_numpy(float)
-    world = (configs["tp"] * configs["pp"] * configs["cp"] * configs["dp"]).to_numpy(float)
-    frame["tokens_per_sec_per_gpu"] = tokens / frame["step_time_s"] / world
-    flops = per_value(configs["seq_len"].to_numpy(),
-                       lambda s: model_flops_per_token(model, int(s)))
-    frame["tflops_per_gpu"] = frame["tokens_per_sec_per_gpu"] * flops / 1e12
-    peak = per_value(configs["precision"].to_numpy(),
-                      lambda p: platform.peak_flops(PRECISIONS[p]))
-    frame["mfu"] = frame["tflops_per_gpu"] * 1e12 / peak
-    frame["calibrated"] = eff.calibrated
-    return frame
+            if idx is None:
+                out[c][:] = v
+            else:
+                out[c][idx] = v
+    tokens = cols["gbs"].astype(float) * cols["seq_len"].astype(float)
+    world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
+    out["tokens_per_sec_per_gpu"] = tokens / out["step_time_s"] / world
+    flops = per_value(cols["seq_len"], lambda s: model_flops_per_token(model, int(s)))
+    out["tflops_per_gpu"] = out["tokens_per_sec_per_gpu"] * flops / 1e12
+    peak = per_value(cols["precision"], lambda p: platform.peak_flops(PRECISIONS[p]))
+    out["mfu"] = out["tflops_per_gpu"] * 1e12 / peak
+    out["calibrated"] = np.full(n, eff.calibrated)
+    return out
 
 
 class _GemmClock:
@@ -179,28 +193,28 @@ class _GemmClock:
         return np.asarray(self.ideal) / np.maximum(np.asarray(self.actual), 1e-30)
 
 
-def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Efficiency,
+def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficiency,
           coll: CollectiveModel, layout: StageLayout, *, pp: int, vp: int,
           frameworks: np.ndarray,
           framework: Callable[[str], FrameworkEfficiency]) -> dict:
     tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
     ep, etp = _col(configs, "ep"), _col(configs, "etp")
     mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")
-    recompute = configs["recompute"].to_numpy()[:, None]
-    sharding = configs["dp_sharding"].to_numpy()[:, None]
+    recompute = configs["recompute"][:, None]
+    sharding = configs["dp_sharding"][:, None]
     sp = _col(configs, "sequence_parallel", bool)
     tp_overlap = _col(configs, "tp_comm_overlap", bool)
     grad_overlap = _col(configs, "overlap_grad_reduce", bool)
     param_overlap = _col(configs, "overlap_param_gather", bool)
     grad_bytes = np.where(_col(configs, "grad_reduce_in_fp32", bool), 4.0, 2.0)
-    precision = configs["precision"].to_numpy()
+    precision = configs["precision"]
     pclass = per_value(precision[:, None], PRECISIONS.__getitem__).astype(str)
     domain = platform.nvlink_domain_size
     h = model.hidden_size
     gemms = layer_gemms(model)
 
     # ---- peaks ---------------------------------------------------------------------------
-    ratio = np.select([pclass == "fp8", pclass == "fp4"], [eff.fp8_ratio, eff.fp4_ratio], 1.0)
+    ratio = np.where(pclass == "fp8", eff.fp8_ratio, np.where(pclass == "fp4", eff.fp4_ratio, 1.0))
     gemm_kernels = per_value(frameworks[:, None], lambda f: framework(f).gemm)
     attn_kernels = per_value(frameworks[:, None], lambda f: framework(f).attention)
     gemm_peak = per_value(pclass, platform.peak_flops) * ratio * gemm_kernels
@@ -210,14 +224,13 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
 
     # ---- one micro-batch, forward, per layer kind (configs × 1) --------------------------
     rows = mbs * seq / cp                  # token rows of every GEMM (SP gathers the sequence)
-    element = np.select([pclass == "fp8", pclass == "fp4"], [1.0, 0.5], 2.0)
+    element = np.where(pclass == "fp8", 1.0, np.where(pclass == "fp4", 0.5, 2.0))
     clock = _GemmClock(eff, gemm_peak, element, hbm)
-    kinds = model.sublayers
-    t_attn_gemm = clock.time(gemms["attention"], rows, tp,
-                             sum(s.mixer == "attention" for s in kinds))
-    t_mlp_gemm = clock.time(gemms["mlp"], rows, tp, sum(s.ffn == "mlp" for s in kinds))
-    t_mamba_gemm = clock.time(gemms["mamba"], rows, tp, sum(s.mixer == "mamba" for s in kinds))
-    num_moe = sum(s.ffn == "moe" for s in kinds)
+    kinds = sublayer_counts(model)
+    t_attn_gemm = clock.time(gemms["attention"], rows, tp, kinds.attention)
+    t_mlp_gemm = clock.time(gemms["mlp"], rows, tp, kinds.mlp)
+    t_mamba_gemm = clock.time(gemms["mamba"], rows, tp, kinds.mamba)
+    num_moe = kinds.moe
     t_moe_dense = clock.time(gemms["moe_dense"], rows, tp, num_moe)
     t_output_gemm = clock.time(gemms["output"], rows, tp)
     if model.is_moe:
@@ -237,7 +250,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
         # attention's does (ATTENTION_BACKWARD_RATIO).
         # The score GEMMs run in 16-bit whatever the weights' recipe (ParallelConfig refuses
         # unfused attention with context parallelism, so every GPU holds whole sequences).
-        unfused = configs["attention"].to_numpy()[:, None] == "unfused"
+        unfused = configs["attention"][:, None] == "unfused"
         heads = model.num_attention_heads / tp
         head_dim = float(model.attention_head_dim)
         score_peak = per_value(attn_class, platform.peak_flops) * gemm_kernels
@@ -366,7 +379,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
         a2a = np.maximum(a2a_in, a2a_net)
         ep_raw = nmoe * a2a * (4.0 + np.where(is_full, 2.0, 0.0))
     else:
-        ep_raw = np.zeros((len(configs), pp))
+        ep_raw = np.zeros((len(tp), pp))
 
     # ---- pipeline send/recv -----------------------------------------------------------------
     if pp > 1:
@@ -379,7 +392,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
                                                     tp_local), 0.0)
         pp_raw = 2.0 * vp * (p2p + gather) * np.ones((1, pp))
     else:
-        pp_raw = np.zeros((len(configs), pp))
+        pp_raw = np.zeros((len(tp), pp))
 
     compute_mb = gemm_mb + attn_mb + mem_mb
     recompute_mb = re_gemm + re_attn + re_mem
@@ -395,7 +408,7 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
     edp_local = np.clip(domain // (ep * etp * 1.0), 1.0, edp_group)
     full = sharding == "full"
     shard_opt = sharding != "none"
-    param_bytes = np.where(configs["precision"].to_numpy()[:, None] == "mxfp8", 1.0, ACT)
+    param_bytes = np.where(precision[:, None] == "mxfp8", 1.0, ACT)
     rs = (coll.time(REDUCE_SCATTER, dense_params * grad_bytes, dp_group, dp_in, platform,
                              dp_local)
           + coll.time(REDUCE_SCATTER, expert_params * grad_bytes, edp_group, dp_in,
@@ -458,12 +471,12 @@ def _step(model: ModelSpec, platform: Platform, configs: pd.DataFrame, eff: Effi
 
     # ---- assemble: the slowest stage sets the pace ---------------------------------------------
     slowest = np.argmax(microbatch, axis=1)
-    pick = (np.arange(len(configs)), slowest)
+    pick = (np.arange(len(tp)), slowest)
     t_mb = microbatch[pick]
     bubble_mb = (pp - 1) / vp
     m1 = m[:, 0]
     tail = np.max(dp_exposed + optimizer, axis=1)
-    dp_worst = dp_exposed[np.arange(len(configs)), np.argmax(dp_exposed + optimizer, axis=1)]
+    dp_worst = dp_exposed[np.arange(len(tp)), np.argmax(dp_exposed + optimizer, axis=1)]
     step_time = (m1 + bubble_mb) * t_mb + tail
     fsdp_exp = fsdp_exposed_mb[pick]
 

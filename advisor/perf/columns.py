@@ -1,0 +1,51 @@
+"""Tables of configurations as NumPy columns.
+
+The perf model reads a frame's columns once and works on arrays from there: pandas' cost per
+column access (microseconds) dominated a prediction for one configuration. Public functions
+still take and return DataFrames; the `*_arrays` functions behind them take `Columns`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from advisor.parallel import PARALLEL_FIELDS
+
+Columns = Mapping[str, np.ndarray]
+"""One array per column, all of the same length (`ParallelConfig` fields, optional
+`framework`)."""
+_READ = (*PARALLEL_FIELDS, "framework")
+
+
+def config_columns(configs: pd.DataFrame | Columns) -> dict[str, np.ndarray]:
+    """The columns the perf model reads, as arrays (a mapping of arrays is taken as it is)."""
+    if isinstance(configs, pd.DataFrame):
+        return {k: configs[k].to_numpy() for k in _READ if k in configs}
+    return dict(configs)
+
+
+def num_rows(cols: Columns) -> int:
+    return len(cols["tp"])
+
+
+def take(cols: Columns, rows: np.ndarray | None) -> Columns:
+    """The rows `rows` (positions or a mask) of every column; all of them for None."""
+    return cols if rows is None else {k: v[rows] for k, v in cols.items()}
+
+
+def pipeline_groups(cols: Columns) -> list[tuple[int, int, np.ndarray | None]]:
+    """(pp, vp, row positions) for each distinct pipeline shape, in (pp, vp) order; positions
+    are None when every row has the same shape."""
+    pp, vp = np.asarray(cols["pp"]), np.asarray(cols["vp"])
+    if not (len(pp) and pp.dtype.kind in "iu" and vp.dtype.kind in "iu"):
+        pp_vp = np.stack([pp, vp], axis=1)
+        return [(p, v, np.flatnonzero((pp_vp[:, 0] == p) & (pp_vp[:, 1] == v)))
+                for p, v in np.unique(pp_vp.astype(int), axis=0).tolist()]
+    if (pp == pp[0]).all() and (vp == vp[0]).all():
+        return [(int(pp[0]), int(vp[0]), None)]
+    order = np.lexsort((vp, pp))           # stable: positions stay ascending within a shape
+    change = np.flatnonzero((np.diff(pp[order]) != 0) | (np.diff(vp[order]) != 0)) + 1
+    return [(int(pp[rows[0]]), int(vp[rows[0]]), rows) for rows in np.split(order, change)]
