@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
+from advisor.perf.columns import Columns, take
 
 Z90 = 1.2816
 """Standard-normal quantile of 0.9: p10/p90 = median · exp(∓Z90 · σ) for a log-normal error."""
@@ -107,23 +108,26 @@ class Predictor:
         `gpu` (catalog names, or `ModelSpec` / `Platform` objects) and `ParallelConfig`
         columns, optional `framework` and `software`; or a list of (ParallelConfig, Job)
         pairs. Rows that cannot be predicted get `pred_error` and the others are predicted."""
-        frame, objects = _as_frame(configs)
-        index = frame.index
-        frame = frame.reset_index(drop=True)
-        if frame.empty:
+        cols, index, objects = _as_columns(configs)
+        if not len(index):
             return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
+        groups = _groups(cols)
         parts = []
-        for key, part in frame.groupby(["model", "gpu", "framework"], sort=False,
-                                       dropna=False):
+        for (model_key, gpu_key, framework), rows in groups:
             try:
-                model, platform = _resolve(key[0], key[1], objects)
-                parts.append(self._predict_group(model, platform, key[2], part))
+                model, platform = _resolve(model_key, gpu_key, objects)
+                parts.append(self._predict_group(
+                    model, platform, framework, cols if len(groups) == 1 else take(cols, rows),
+                    rows))
             except (AdvisorError, KeyError, ValueError, TypeError) as e:
                 message = str(e) if isinstance(e, AdvisorError) else (
                     f"cannot predict this row: {type(e).__name__}: {e}")
-                parts.append(pd.DataFrame({"pred_error": message}, index=part.index))
-        out = pd.concat(parts).reindex(frame.index)
-        out["pred_error"] = out["pred_error"].fillna("")
+                parts.append(pd.DataFrame({"pred_error": message}, index=rows))
+        if len(parts) == 1 and parts[0].index.is_monotonic_increasing:
+            out = parts[0]           # every row, in order: nothing to put back in place
+        else:
+            out = pd.concat(parts).reindex(pd.RangeIndex(len(index)))
+            out["pred_error"] = out["pred_error"].fillna("")
         out.index = index
         return out
 
@@ -145,37 +149,43 @@ class Predictor:
                                software="")
         return self.surrogate.contributions(feats)
 
-    def _predict_group(self, model, platform, framework: str,
-                       part: pd.DataFrame) -> pd.DataFrame:
-        from advisor.learn.features import group_features
-        from advisor.parallel import PARALLEL_FIELDS
-        from advisor.perf.analytical import analytical_table
-
-        configs = part[list(PARALLEL_FIELDS)]
-        invalid = _invalid(model, configs)
+    def _predict_group(self, model, platform, framework: str, cols: Columns,
+                       rows: np.ndarray) -> pd.DataFrame:
+        """Predictions for configurations of one model on one platform run by one framework;
+        `rows` are their positions in the input."""
+        invalid = _invalid(model, cols)
         if invalid.any():
-            good = part[~invalid]
-            bad = pd.DataFrame({"pred_error": _why_invalid(model, platform,
-                                                           configs[invalid])},
-                               index=part.index[invalid])
-            if good.empty:
+            bad = pd.DataFrame({"pred_error": _why_invalid(model, platform, take(cols, invalid))},
+                               index=rows[invalid])
+            if invalid.all():
                 return bad
-            return pd.concat([self._predict_group(model, platform, framework, good)
-                              .assign(pred_error=""), bad])
-        table = analytical_table(model, platform, configs, calibration=self.calibration,
-                                 framework=framework)
-        tps = table["tokens_per_sec_per_gpu"].to_numpy()
-        n = len(part)
+            good = ~invalid
+            return pd.concat([self._predict_group(model, platform, framework, take(cols, good),
+                                                  rows[good]), bad])
+        return pd.DataFrame(self._predict_arrays(model, platform, framework, cols), index=rows)
+
+    def _predict_arrays(self, model, platform, framework: str,
+                        cols: Columns) -> dict[str, np.ndarray]:
+        from advisor.learn.features import FEATURES, feature_matrix
+        from advisor.perf.analytical import analytical_arrays
+
+        # The group's framework for every row (not a per-row column: the group has one).
+        perf_cols = {k: v for k, v in cols.items() if k != "framework"}
+        table = analytical_arrays(model, platform, perf_cols, calibration=self.calibration,
+                                  framework=framework)
+        tps = table["tokens_per_sec_per_gpu"]
+        n = len(tps)
         source = np.full(n, "analytical", dtype=object)
         low = tps * math.exp(-Z90 * self.analytical_log_sd)
         high = tps * math.exp(Z90 * self.analytical_log_sd)
         extrapolation = np.zeros(n, dtype=bool)
         learned = tps.copy()
         if self.surrogate is not None:
-            feats = group_features(model, platform, configs, table, framework=framework,
-                                   software=part["software"].to_numpy())
+            feats = feature_matrix(model, platform, cols, table, framework=framework,
+                                   software=cols["software"])
             ratio = self.surrogate.predict_ratio(
-                feats, np.full(n, platform.family), np.full(n, model.family or model.name))
+                pd.DataFrame(feats, columns=list(FEATURES)), np.full(n, platform.family),
+                np.full(n, model.family or model.name))
             ok = ratio["supported"].to_numpy()
             learned = np.where(ok, tps * ratio["p50"].to_numpy(), tps)
             low = np.where(ok, tps * ratio["p10"].to_numpy(), low)
@@ -185,36 +195,36 @@ class Predictor:
         else:
             extrapolation[:] = True
         scale = learned / tps
-        gpus = (configs["tp"] * configs["pp"] * configs["cp"] * configs["dp"]).to_numpy()
-        step = table["step_time_s"].to_numpy() / scale
-        avg = table["avg_power_w"].to_numpy()
-        return pd.DataFrame({
+        gpus = cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]
+        step = table["step_time_s"] / scale
+        avg = table["avg_power_w"]
+        return {
             "pred_step_time_s": step,
             "pred_tokens_per_sec_per_gpu": learned,
             "pred_tokens_per_sec_per_gpu_p10": low,
             "pred_tokens_per_sec_per_gpu_p90": high,
-            "pred_tflops_per_gpu": table["tflops_per_gpu"].to_numpy() * scale,
-            "pred_mfu": table["mfu"].to_numpy() * scale,
-            "pred_memory_gb": table["total_bytes"].to_numpy() / 1e9,
-            "pred_fits": table["fits"].to_numpy(),
+            "pred_tflops_per_gpu": table["tflops_per_gpu"] * scale,
+            "pred_mfu": table["mfu"] * scale,
+            "pred_memory_gb": table["total_bytes"] / 1e9,
+            "pred_fits": table["fits"],
             "pred_avg_power_w": avg,
-            "pred_peak_power_w": table["peak_power_w"].to_numpy(),
-            "pred_energy_j_per_token": avg * step * gpus / (
-                configs["gbs"].to_numpy() * configs["seq_len"].to_numpy()),
-            "pred_throttle_risk": table["throttle_risk"].to_numpy(),
+            "pred_peak_power_w": table["peak_power_w"],
+            "pred_energy_j_per_token": avg * step * gpus / (cols["gbs"] * cols["seq_len"]),
+            "pred_throttle_risk": table["throttle_risk"],
             "pred_source": source,
             "pred_power_source": "analytical",
             "pred_extrapolation": extrapolation,
-            "pred_calibrated": bool(table["calibrated"].iloc[0]),
-        }, index=part.index).assign(pred_error="")
+            "pred_calibrated": bool(table["calibrated"][0]),
+            "pred_error": "",
+        }
 
 
-def _invalid(model, configs: pd.DataFrame) -> np.ndarray:
+def _invalid(model, configs: Columns) -> np.ndarray:
     """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the
     same one configuration at a time)."""
-    tp, pp, cp, dp = (configs[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
-    ep, etp, mbs, gbs = (configs[k].to_numpy() for k in ("ep", "etp", "mbs", "gbs"))
-    seq, vp = configs["seq_len"].to_numpy(), configs["vp"].to_numpy()
+    tp, pp, cp, dp = (configs[k] for k in ("tp", "pp", "cp", "dp"))
+    ep, etp, mbs, gbs = (configs[k] for k in ("ep", "etp", "mbs", "gbs"))
+    seq, vp = configs["seq_len"], configs["vp"]
     from advisor.space import PIPELINE_EXTRA_LAYERS
 
     # pp·vp may exceed the layers: Megatron can count the embedding and loss as layers.
@@ -229,14 +239,14 @@ def _invalid(model, configs: pd.DataFrame) -> np.ndarray:
     return bad
 
 
-def _why_invalid(model, platform, configs: pd.DataFrame) -> list[str]:
-    from advisor.parallel import ParallelConfig
+def _why_invalid(model, platform, configs: Columns) -> list[str]:
+    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
     from advisor.space import validate
 
     out = []
-    for row in configs.to_dict(orient="records"):
+    for values in zip(*(configs[k].tolist() for k in PARALLEL_FIELDS), strict=True):
         try:
-            config = ParallelConfig(**row)
+            config = ParallelConfig(**dict(zip(PARALLEL_FIELDS, values, strict=True)))
             validate(config, model, platform, num_gpus=config.world_size)
             out.append("invalid configuration for this model")
         except AdvisorError as e:
@@ -259,66 +269,173 @@ def _resolve(model_key, gpu_key, objects: dict):
     return model, platform
 
 
-def _as_frame(configs: pd.DataFrame | list) -> tuple[pd.DataFrame, dict]:
-    """The rows with every column `predict` needs (ParallelConfig defaults for empty cells),
-    and the `ModelSpec` / `Platform` objects rows refer to by key."""
+def _groups(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
+    """((model, gpu, framework), row positions) for each distinct key, in order of first
+    appearance (as `groupby(sort=False, dropna=False)`)."""
+    keys = [cols[k] for k in ("model", "gpu", "framework")]
+    n = len(keys[0])
+    if n == 1:
+        return [((keys[0][0], keys[1][0], keys[2][0]), np.zeros(1, dtype=np.intp))]
+    group = np.zeros(n, dtype=np.int64)
+    for key in keys:
+        codes, uniques = pd.factorize(key, use_na_sentinel=False)
+        group, _ = pd.factorize(group * len(uniques) + codes)
+    if not group.any():
+        return [((keys[0][0], keys[1][0], keys[2][0]), np.arange(n))]
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.diff(group[order], prepend=-1))
+    out = []
+    for rows in np.split(order, starts[1:]):
+        first = rows[0]
+        out.append(((keys[0][first], keys[1][first], keys[2][first]), rows))
+    return out
+
+
+def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.Index, dict]:
+    """Every column `predict` needs as an array (ParallelConfig defaults for empty cells; model
+    and gpu as names or keys into the returned `ModelSpec` / `Platform` objects), and the
+    input's index."""
     from advisor.model import ModelSpec
     from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
     from advisor.platform import Platform
 
     if isinstance(configs, list):
-        rows = []
-        for item in configs:
-            if not (isinstance(item, tuple) and len(item) == 2
-                    and isinstance(item[0], ParallelConfig)):
-                raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, "
-                                  "Job) pairs.")
-            config, job = item
-            rows.append(config.to_dict() | {
-                "model": job.model, "gpu": job.platform,
-                "framework": getattr(job, "framework", "megatron"),
-                "software": getattr(job, "software", "")})
-        configs = pd.DataFrame(rows, columns=[*PARALLEL_FIELDS, "model", "gpu", "framework",
-                                              "software"])
+        pairs = _pair_columns(configs)
+        if isinstance(pairs, tuple):
+            return pairs
+        configs = pairs
     if not isinstance(configs, pd.DataFrame):
         raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, Job) "
                           "pairs.")
-    frame = configs.copy()
+    frame = configs
     if "gpu" not in frame and "platform" in frame:
-        frame["gpu"] = frame["platform"]
+        frame = frame.assign(gpu=frame["platform"])
     missing = [c for c in JOB_COLUMNS if c not in frame]
     if missing:
         raise ConfigError(f"predict() needs column(s) {', '.join(missing)} besides the "
                           f"ParallelConfig columns.")
+    n = len(frame)
     objects: dict = {}
+    cols: dict[str, np.ndarray] = {}
     for column, kind in (("model", ModelSpec), ("gpu", Platform)):
-        keys = []
-        for value in frame[column].tolist():
-            if isinstance(value, kind):
-                key = f"{value.name}#{id(value)}"
-                objects[key] = value
-                keys.append(key)
-            else:
-                keys.append(value)
-        frame[column] = pd.Series(keys, index=frame.index, dtype=object)
+        if isinstance(frame[column].dtype, pd.StringDtype):   # names only, no objects
+            cols[column] = frame[column].to_numpy(dtype=object)
+        else:
+            cols[column] = _object_keys(frame[column].tolist(), kind, objects)
     defaults = ParallelConfig().to_dict()
     for name in PARALLEL_FIELDS:
+        default = defaults[name]
         if name not in frame:
-            frame[name] = defaults[name]
-        elif frame[name].isna().any():
-            frame[name] = frame[name].astype(object).where(frame[name].notna(), defaults[name])
+            cols[name] = np.full(n, default, dtype=object if isinstance(default, str)
+                                 else type(default))
+            continue
+        cols[name] = _plain(frame[name], default)
+        if cols[name] is not None:
+            continue
+        column = frame[name]
+        if column.isna().any():
+            column = column.astype(object).where(column.notna(), default)
         try:
-            if isinstance(defaults[name], bool):
-                frame[name] = frame[name].astype(bool)
-            elif isinstance(defaults[name], int):
-                frame[name] = frame[name].astype(float).astype(int)
+            if isinstance(default, bool):
+                column = column.astype(bool)
+            elif isinstance(default, int):
+                column = column.astype(float).astype(int)
             else:
-                frame[name] = frame[name].astype(str).str.lower()
+                column = column.astype(str).str.lower()
         except (TypeError, ValueError) as e:
             raise ConfigError(f"column {name}: {e}") from None
+        cols[name] = column.to_numpy()
     for name, default in (("framework", "megatron"), ("software", "")):
-        if name not in frame:
-            frame[name] = default
-        frame[name] = frame[name].astype(object).where(frame[name].notna(), default)
-        frame[name] = frame[name].replace("", default) if default else frame[name]
-    return frame, objects
+        values = (frame[name].to_numpy(dtype=object) if name in frame
+                  else np.full(n, default, dtype=object))
+        values = np.where(pd.isna(values), default, values)
+        if default:
+            values[values == ""] = default
+        cols[name] = values
+    return cols, frame.index, objects
+
+
+def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:
+    """`values` with each `kind` object replaced by a key under which it goes into `objects`."""
+    keys = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        if isinstance(value, kind):
+            key = f"{value.name}#{id(value)}"
+            objects[key] = value
+            value = key
+        keys[i] = value
+    return keys
+
+
+SMALL = 256
+"""Up to this many rows `predict` converts string columns in Python rather than through
+pandas (whose cost per call dominates small inputs)."""
+
+
+def _plain(column: pd.Series, default) -> np.ndarray | None:
+    """`column` as the array `predict` needs, where its dtype makes that a cheap conversion
+    with the same result as the general one (None where it does not)."""
+    dtype = column.dtype
+    if isinstance(default, bool):
+        return column.to_numpy() if isinstance(dtype, np.dtype) and dtype.kind == "b" else None
+    if isinstance(default, int):
+        if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+            return column.to_numpy().astype(float).astype(int)
+        return None
+    if len(column) > SMALL:
+        return None
+    values = column.tolist()
+    if not all(isinstance(v, str) and v.isascii() for v in values):
+        return None
+    out = np.empty(len(values), dtype=object)
+    out[:] = [v.lower() for v in values]
+    return out
+
+
+def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] | pd.DataFrame:
+    """The columns of a list of (ParallelConfig, Job) pairs; a DataFrame of them where some
+    value is not of its field's plain type (the DataFrame path converts those)."""
+    from advisor.model import ModelSpec
+    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.platform import Platform
+
+    for item in pairs:
+        if not (isinstance(item, tuple) and len(item) == 2
+                and isinstance(item[0], ParallelConfig)):
+            raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, "
+                              "Job) pairs.")
+    configs = [config for config, _ in pairs]
+    jobs = [job for _, job in pairs]
+    defaults = ParallelConfig().to_dict()
+    cols: dict[str, np.ndarray] = {}
+    for name in PARALLEL_FIELDS:
+        values = [getattr(config, name) for config in configs]
+        kind = type(defaults[name])
+        if not all(type(v) is kind and (kind is not int or 0 < v < 2**53)
+                   and (kind is not str or v.isascii()) for v in values):
+            break
+        if kind is str:
+            cols[name] = np.empty(len(values), dtype=object)
+            cols[name][:] = [v.lower() for v in values]
+        else:
+            cols[name] = np.array(values, dtype=kind)
+    else:
+        objects: dict = {}
+        cols["model"] = _object_keys([job.model for job in jobs], ModelSpec, objects)
+        cols["gpu"] = _object_keys([job.platform for job in jobs], Platform, objects)
+        for name, default in (("framework", "megatron"), ("software", "")):
+            values = np.empty(len(jobs), dtype=object)
+            values[:] = [getattr(job, name, default) for job in jobs]
+            values = np.where(pd.isna(values), default, values)
+            if default:
+                values[values == ""] = default
+            cols[name] = values
+        return cols, pd.RangeIndex(len(pairs)), objects
+    rows = []
+    for config, job in pairs:
+        rows.append(config.to_dict() | {
+            "model": job.model, "gpu": job.platform,
+            "framework": getattr(job, "framework", "megatron"),
+            "software": getattr(job, "software", "")})
+    return pd.DataFrame(rows, columns=[*PARALLEL_FIELDS, "model", "gpu", "framework",
+                                       "software"])

@@ -3,6 +3,8 @@ and the analytical model's own breakdown (what it thinks limits the step)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -10,7 +12,9 @@ from advisor.model import ModelSpec
 from advisor.parallel import PRECISIONS
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
+from advisor.perf.columns import Columns, config_columns, num_rows
 from advisor.perf.fit import Reference
+from advisor.perf.flops import sublayer_counts
 from advisor.perf.step import per_value
 from advisor.platform import Platform
 
@@ -52,12 +56,27 @@ def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
                    software: np.ndarray | str = "") -> pd.DataFrame:
     """Features for configurations of one model on one platform; `table` is their
     `analytical_table` (aligned)."""
-    n = len(configs)
-    c = {k: configs[k].to_numpy() for k in configs.columns}
+    table_cols = {k: table[k].to_numpy() for k in TABLE_COLUMNS}
+    x = feature_matrix(model, platform, config_columns(configs), table_cols,
+                       framework=framework, software=software)
+    return pd.DataFrame(x, columns=list(FEATURES), index=configs.index)
+
+
+TABLE_COLUMNS = ("step_time_s", "num_microbatches", "tokens_per_sec_per_gpu", "mfu", "bubble_s",
+                 "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "recompute_s",
+                 "overhead_s", "total_bytes", "capacity_bytes", "gemm_utilization")
+"""The `analytical_table` columns the features read."""
+
+
+def feature_matrix(model: ModelSpec, platform: Platform, c: Columns,
+                   table: Mapping[str, np.ndarray], *, framework: np.ndarray | str = "megatron",
+                   software: np.ndarray | str = "") -> np.ndarray:
+    """`group_features` as a (configurations × FEATURES) array, from arrays."""
+    n = num_rows(c)
     gpus = c["tp"] * c["pp"] * c["cp"] * c["dp"]
-    step = table["step_time_s"].to_numpy()
+    step = table["step_time_s"]
     params = model.params
-    kinds = model.sublayers
+    kinds = sublayer_counts(model)
     framework = np.broadcast_to(np.asarray(framework, dtype=object), (n,))
     software = np.broadcast_to(np.asarray(software, dtype=object), (n,))
     out = {
@@ -66,17 +85,17 @@ def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
         "log2_vp": np.log2(c["vp"]), "log2_mbs": np.log2(c["mbs"]),
         "log2_gbs": np.log2(c["gbs"]), "log2_seq_len": np.log2(c["seq_len"]),
         "log2_gpus": np.log2(gpus.astype(float)),
-        "recompute": pd.Series(c["recompute"]).map({"none": 0, "selective": 1, "full": 2}),
-        "dp_sharding": pd.Series(c["dp_sharding"]).map({"none": 0, "optimizer": 1, "full": 2}),
-        "precision": pd.Series(c["precision"]).map(lambda p: PRECISION_CODES[PRECISIONS[p]]),
+        "recompute": _codes(c["recompute"], {"none": 0, "selective": 1, "full": 2}),
+        "dp_sharding": _codes(c["dp_sharding"], {"none": 0, "optimizer": 1, "full": 2}),
+        "precision": per_value(c["precision"], lambda p: PRECISION_CODES[PRECISIONS[p]]),
         "overlap": (c["overlap_grad_reduce"].astype(int) + c["overlap_param_gather"].astype(int)
                     + c["tp_comm_overlap"].astype(int)),
         "tp_beyond_domain": (c["tp"] > platform.nvlink_domain_size).astype(int),
-        "microbatches_log2": np.log2(table["num_microbatches"].to_numpy()),
+        "microbatches_log2": np.log2(table["num_microbatches"]),
         "log10_params": np.log10(params.total), "log10_active": np.log10(params.active),
         "hidden": model.hidden_size, "layers": model.num_layers, "moe": int(model.is_moe),
         "experts": model.num_experts, "top_k": model.moe_top_k,
-        "mamba_share": sum(s.mixer == "mamba" for s in kinds) / len(kinds),
+        "mamba_share": kinds.mamba / len(model.sublayers),
         "mla": int(model.is_mla),
         "family": FAMILIES.index(platform.family) if platform.family in FAMILIES else -1,
         "log10_peak_flops": np.log10(platform.peak_flops("bf16")),
@@ -87,24 +106,31 @@ def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
         "framework": per_value(np.asarray(framework, dtype=str),
                                lambda f: FRAMEWORKS.index(f) if f in FRAMEWORKS else -1),
         "release": per_value(np.asarray(software, dtype=str), release_number),
-        "log_analytical_tokens_s": np.log(table["tokens_per_sec_per_gpu"].to_numpy()),
-        "analytical_mfu": table["mfu"].to_numpy(),
-        "bubble_share": table["bubble_s"].to_numpy() / step,
-        "tp_share": table["tp_comm_s"].to_numpy() / step,
-        "cp_share": table["cp_comm_s"].to_numpy() / step,
-        "ep_share": table["ep_comm_s"].to_numpy() / step,
-        "pp_share": table["pp_comm_s"].to_numpy() / step,
-        "dp_share": table["dp_comm_s"].to_numpy() / step,
-        "recompute_share": table["recompute_s"].to_numpy() / step,
-        "overhead_share": table["overhead_s"].to_numpy() / step,
-        "memory_headroom": 1.0 - table["total_bytes"].to_numpy() / table["capacity_bytes"]
-        .to_numpy(),
-        "gemm_utilization": table["gemm_utilization"].to_numpy(),
+        "log_analytical_tokens_s": np.log(table["tokens_per_sec_per_gpu"]),
+        "analytical_mfu": table["mfu"],
+        "bubble_share": table["bubble_s"] / step,
+        "tp_share": table["tp_comm_s"] / step,
+        "cp_share": table["cp_comm_s"] / step,
+        "ep_share": table["ep_comm_s"] / step,
+        "pp_share": table["pp_comm_s"] / step,
+        "dp_share": table["dp_comm_s"] / step,
+        "recompute_share": table["recompute_s"] / step,
+        "overhead_share": table["overhead_s"] / step,
+        "memory_headroom": 1.0 - table["total_bytes"] / table["capacity_bytes"],
+        "gemm_utilization": table["gemm_utilization"],
         "log2_tokens_per_microbatch": np.log2(c["mbs"] * c["seq_len"] / c["cp"]),
     }
-    frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v, dtype=float), (n,))
-                          for k, v in out.items()}, index=configs.index)
-    return frame[list(FEATURES)]
+    x = np.empty((n, len(FEATURES)))
+    for j, name in enumerate(FEATURES):
+        x[:, j] = np.asarray(out[name], dtype=float)
+    return x
+
+
+def _codes(values: np.ndarray, codes: dict[str, int]) -> np.ndarray:
+    """`codes[value]` for every value, NaN for values not in `codes` (as `Series.map`)."""
+    index, uniques = pd.factorize(values)
+    table = np.array([codes.get(u, np.nan) for u in uniques] + [np.nan], dtype=float)
+    return table[index]
 
 
 def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:

@@ -63,9 +63,15 @@ class ThroughputSurrogate:
     def predict_ratio(self, features: pd.DataFrame, families: np.ndarray,
                       model_families: np.ndarray) -> pd.DataFrame:
         """Columns p10, p50, p90 of measured/analytical, `supported`, `extrapolation`."""
-        x = features[list(FEATURES)].to_numpy(dtype=float)
+        names = list(FEATURES)
+        x = (features.to_numpy(dtype=float) if features.columns.tolist() == names
+             else features[names].to_numpy(dtype=float))
         # One thread for a handful of rows (thread start-up dominates), every core for a batch.
-        self.booster.set_param({"nthread": 1 if len(x) < 2048 else 0})  # type: ignore
+        # Set only on a change: the booster reconfigures itself after set_param (~0.1 ms).
+        threads = (id(self.booster), 1 if len(x) < 2048 else 0)
+        if getattr(self, "_threads", None) != threads:
+            self.booster.set_param({"nthread": threads[1]})  # type: ignore[attr-defined]
+            self._threads = threads
         raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
         raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
         supported, outside = self.support.check(families, model_families, features)
