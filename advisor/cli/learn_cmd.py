@@ -32,8 +32,9 @@ def train(data: DataOpt = None,
 
     The throughput surrogate learns log(measured / analytical) tokens/s per GPU from the
     configuration, model, platform, software release and the analytical breakdown. Power and
-    throttling surrogates need campaign rows that measured them; without those they report
-    "no data" and predictions stay analytical.
+    throttling surrogates (average and peak power, power-cap and thermal throttle fractions)
+    each need 30 usable runs that measured them; with fewer they report "no data", no
+    artifact is kept and predictions stay analytical.
     """
     from advisor.learn.train import train as run_train
 
@@ -41,14 +42,15 @@ def train(data: DataOpt = None,
     if json_out:
         emit_json({"rows_used": report.rows_used, "rows_skipped": report.rows_skipped,
                    "skipped_reasons": report.skipped_reasons, "targets": report.targets,
-                   "data_sha256": report.data_sha256, "output": str(report.output)})
+                   "data_sha256": report.data_sha256, "output": str(report.output),
+                   "artifacts": report.artifacts})
         return
     console = Console()
     console.print(f"{report.rows_used} runs used, {report.rows_skipped} skipped "
                   f"({report.skipped_reasons}); data sha256 {report.data_sha256[:16]}")
     for target, what in report.targets.items():
         console.print(f"  {target}: {what}")
-    console.print(f"wrote {report.output}/throughput.ubj and throughput.json")
+    console.print(f"wrote {', '.join(report.artifacts)} (.ubj + .json) to {report.output}")
 
 
 @guard

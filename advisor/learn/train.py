@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from advisor.dataset import DatasetError, load
+from advisor.learn import power_surrogate
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import load_calibration
 from advisor.perf.fit import reference_from_frame
 
-POWER_TARGETS = ("avg_power_w", "peak_power_w", "throttle_frac_power", "throttle_frac_thermal")
-"""Learned only from rows that measured them (campaign rows); never from numbers the
-analytical model produced."""
+POWER_TARGETS = tuple(power_surrogate.TARGETS)
+"""Learned only from the dataset's measured columns (telemetry of campaign runs); the
+analytical model's numbers are the prior and features, never a target."""
 MIN_ROWS = 30
+"""Fewest usable runs to train any surrogate on (a judgement, not tuned): depth-3 trees have up
+to 8 leaves, so fewer runs leave about a handful per leaf and the prior is the safer answer."""
 
 
 @dataclass
@@ -30,6 +33,8 @@ class TrainReport:
     """Per target: "trained on N rows" or "no data: ..."."""
     data_sha256: str
     output: Path
+    artifacts: list[str] = field(default_factory=list)
+    """Stems of the artifacts written to `output` (<stem>.ubj and <stem>.json)."""
 
 
 def data_hash(frame: pd.DataFrame) -> str:
@@ -65,15 +70,13 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
     surrogate.save(output)
     targets["tokens_per_sec_per_gpu"] = (f"trained on {len(ref.rows)} rows "
                                          f"(in-sample MAPE {in_sample:.1f} %)")
-    for target in POWER_TARGETS:
-        measured = int(data[target].notna().sum()) if target in data else 0
-        targets[target] = (f"no data: {measured} measured rows (need {MIN_ROWS}); predictions "
-                           f"stay analytical" if measured < MIN_ROWS else
-                           f"{measured} measured rows: training not implemented yet; "
-                           f"predictions stay analytical")
+    metadata = {"data_sha256": digest, "datasets": [str(p) for p in datasets]}
+    power, written = _train_power(data, ref, calibration, output, seed=seed, metadata=metadata)
+    targets.update(power)
     return TrainReport(rows_used=int(len(ref.rows)), rows_skipped=int(len(ref.skipped)),
                        skipped_reasons={str(k): int(v) for k, v in reasons.items()},
-                       targets=targets, data_sha256=digest, output=output)
+                       targets=targets, data_sha256=digest, output=output,
+                       artifacts=["throughput", *written])
 
 
 def _in_sample(features: pd.DataFrame, ref, surrogate) -> float:
@@ -81,3 +84,39 @@ def _in_sample(features: pd.DataFrame, ref, surrogate) -> float:
                                     ref.rows["model_family"].to_numpy())
     pred = features["analytical"] * ratio["p50"]
     return float(np.mean(np.abs(pred / features["measured"] - 1.0)) * 100)
+
+
+def _train_power(data: pd.DataFrame, ref, calibration, output: Path, *, seed: int,
+                 metadata: dict) -> tuple[dict[str, str], list[str]]:
+    """Train each power/throttle target on the usable runs that measured it; below `MIN_ROWS`
+    write nothing and delete a stale artifact, so predictions fall back to analytical.
+    Returns the per-target report and the artifact stems written."""
+    feats = None
+    families, model_families = (ref.rows["family"].to_numpy(),
+                                ref.rows["model_family"].to_numpy())
+    out, written = {}, []
+    for column in POWER_TARGETS:
+        target = power_surrogate.TARGETS[column]
+        measured = data[column].reindex(ref.rows.index).astype(float).to_numpy()
+        ok = power_surrogate.usable(target, measured)
+        n, skipped = int(ok.sum()), int((~ok).sum())
+        if n < MIN_ROWS:
+            removed = power_surrogate.remove_artifacts(output, column)
+            out[column] = (f"no data: {n} usable runs measured it (need {MIN_ROWS}); "
+                           f"predictions stay analytical"
+                           + ("; removed the stale artifact" if removed else ""))
+            continue
+        if feats is None:
+            feats = power_surrogate.reference_power_features(ref, calibration)
+        s = power_surrogate.train_power(
+            column, feats[ok], measured[ok], families[ok], model_families[ok], seed=seed,
+            metadata={**metadata, "rows_without_target": skipped})
+        error = s.error(feats[ok], measured[ok], families[ok], model_families[ok])
+        metric = "in_sample_mape_pct" if target.prior else "in_sample_mae"
+        s.metadata[metric] = error
+        s.save(output)
+        written.append(target.name)
+        shown = f"MAPE {error:.1f} %" if target.prior else f"MAE {error:.3f}"
+        out[column] = (f"trained on {n} rows (in-sample {shown}); {skipped} runs without "
+                       f"it skipped")
+    return out, written

@@ -1,0 +1,272 @@
+"""Power and throttling surrogates: XGBoost quantile trees (p10/p50/p90) that learn what
+campaign telemetry measured where the analytical power model (`advisor/perf/power.py`) is
+wrong.
+
+* `avg_power_w`, `peak_power_w`: log(measured / analytical) watts, as the throughput surrogate
+  learns its ratio, so that the prior carries the physics and the trees the residual.
+* `throttle_frac_power`, `throttle_frac_thermal`: the measured share of telemetry samples with
+  the power-cap (resp. thermal) throttle reason set, learned directly, clipped to [0, 1]. Two
+  targets, not their maximum: the collectors pool each reason over all GPUs' samples, so the
+  maximum of the two is not the share of time throttled by either, the causes differ (demand
+  above the cap against heat), the analytical model has a risk for each, and a row may have
+  measured only one. A caller wanting one number takes the larger p50 (a lower bound on "any").
+  The analytical `throttle_risk` is a probability, not a share of time, so it is a feature
+  here, never the target's prior.
+
+Features: the throughput surrogate's `FEATURES` plus the analytical power and thermal view
+(`POWER_EXTRA`), built by `power_features` from an `analytical_table`. Support, range flags,
+artifacts (XGBoost UBJSON + JSON metadata, never pickle) and their strict loading follow
+`advisor/learn/surrogate.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from advisor.learn.features import FEATURES, group_features
+from advisor.learn.surrogate import (
+    EXTRAPOLATION_WIDENING,
+    PARAMS,
+    QUANTILES,
+    RANGE_FEATURES,
+    ROUNDS,
+    ArtifactError,
+    Support,
+)
+from advisor.perf.analytical import analytical_table
+from advisor.perf.calibration import Calibration
+from advisor.perf.fit import Reference
+from advisor.platform import Platform
+
+POWER_EXTRA = (
+    "analytical_avg_power_frac",   # the prior's average power / TDP: comparable across GPUs
+    "analytical_peak_power_frac",  # the prior's sampled peak / TDP
+    "gemm_demand_frac",            # GEMM-phase demand / TDP: above 1 the prior expects capping
+    "throttle_risk", "throttle_risk_power", "throttle_risk_thermal",  # the prior's risks, 0..1
+    "thermal_margin_c",            # slowdown temperature − the prior's rear-GPU temperature
+    "tdp_w",                       # the power limit itself (W)
+    "liquid_cooled",               # 1 for cold plates: no chassis position effect
+)
+POWER_FEATURES = (*FEATURES, *POWER_EXTRA)
+FORMAT_VERSION = 1
+"""Raised whenever the artifact layout or target definitions change; older files are refused."""
+
+
+@dataclass(frozen=True)
+class Target:
+    column: str
+    """The dataset column telemetry fills (the measurement learned)."""
+    name: str
+    """Artifact stem: models/<name>.ubj and <name>.json."""
+    prior: str | None
+    """Column of the `power_features` frame holding the analytical value the log-ratio is
+    taken against; None: the measured fraction itself is learned."""
+
+
+TARGETS = {t.column: t for t in (
+    Target("avg_power_w", "avg_power", "analytical_avg_power_w"),
+    Target("peak_power_w", "peak_power", "analytical_peak_power_w"),
+    Target("throttle_frac_power", "throttle_power", None),
+    Target("throttle_frac_thermal", "throttle_thermal", None),
+)}
+
+
+def power_features(features: pd.DataFrame, platform: Platform,
+                   table: pd.DataFrame) -> pd.DataFrame:
+    """`features` (from `group_features`, one platform) with `POWER_EXTRA` and the analytical
+    watts (`analytical_avg_power_w`, `analytical_peak_power_w`) added; `table` is the aligned
+    `analytical_table`."""
+    tdp = platform.tdp_w
+    extra = pd.DataFrame({
+        "analytical_avg_power_frac": table["avg_power_w"].to_numpy() / tdp,
+        "analytical_peak_power_frac": table["peak_power_w"].to_numpy() / tdp,
+        "gemm_demand_frac": table["gemm_power_demand_w"].to_numpy() / tdp,
+        "throttle_risk": table["throttle_risk"].to_numpy(),
+        "throttle_risk_power": table["throttle_risk_power"].to_numpy(),
+        "throttle_risk_thermal": table["throttle_risk_thermal"].to_numpy(),
+        "thermal_margin_c": platform.thermal_slowdown_c - table["temp_rear_c"].to_numpy(),
+        "tdp_w": float(tdp),
+        "liquid_cooled": float(platform.cooling == "liquid"),
+        "analytical_avg_power_w": table["avg_power_w"].to_numpy(),
+        "analytical_peak_power_w": table["peak_power_w"].to_numpy(),
+    }, index=features.index, dtype=float)
+    return pd.concat([features[list(FEATURES)], extra], axis=1)
+
+
+def reference_power_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
+    """`power_features` for every reference row, in `ref.rows` order."""
+    from advisor.catalog import load_model, load_platform
+
+    parts = []
+    for (model_name, platform_name), (idx, configs) in ref.groups.items():
+        model, platform = load_model(model_name), load_platform(platform_name)
+        for framework, rows in ref.rows.loc[idx].groupby("framework"):
+            part = configs.loc[rows.index].drop(columns="framework")
+            table = analytical_table(model, platform, part, calibration=calibration,
+                                     framework=framework)
+            feats = group_features(model, platform, part, table, framework=framework,
+                                   software=rows["software"].to_numpy())
+            parts.append(power_features(feats, platform, table))
+    return pd.concat(parts).loc[ref.rows.index]
+
+
+def usable(target: Target, measured: np.ndarray) -> np.ndarray:
+    """Rows whose measurement can be learned: finite, and positive where a log is taken (a
+    0 W reading is a sensor gap, not a power)."""
+    ok = np.isfinite(measured)
+    return ok & (measured > 0) if target.prior else ok
+
+
+@dataclass
+class PowerSurrogate:
+    target: Target
+    booster: object
+    support: Support
+    metadata: dict = field(default_factory=dict)
+
+    def predict(self, features: pd.DataFrame, families: np.ndarray,
+                model_families: np.ndarray) -> pd.DataFrame:
+        """Columns p10, p50, p90 in the target's units (W, or a fraction in [0, 1]),
+        `supported` and `extrapolation`. Rows not `supported` (platform or model family never
+        measured) must fall back to the analytical value."""
+        x = features[list(POWER_FEATURES)].to_numpy(dtype=float)
+        # One thread for a handful of rows (thread start-up dominates), every core for a batch.
+        self.booster.set_param({"nthread": 1 if len(x) < 2048 else 0})  # type: ignore
+        raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
+        raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
+        supported, outside = self.support.check(families, model_families, features)
+        mid = raw[:, 1]
+        widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0)
+        bands = np.stack([mid - (mid - raw[:, 0]) * widen, mid, mid + (raw[:, 2] - mid) * widen])
+        if self.target.prior:
+            bands = features[self.target.prior].to_numpy(dtype=float) * np.exp(bands)
+        else:
+            bands = np.clip(bands, 0.0, 1.0)
+        return pd.DataFrame({"p10": bands[0], "p50": bands[1], "p90": bands[2],
+                             "supported": supported, "extrapolation": outside & supported},
+                            index=features.index)
+
+    def error(self, features: pd.DataFrame, measured: np.ndarray, families: np.ndarray,
+              model_families: np.ndarray) -> float:
+        """Median-prediction error: MAPE (%) for watts, mean absolute error for fractions
+        (a percentage of a zero fraction is undefined)."""
+        p50 = self.predict(features, families, model_families)["p50"].to_numpy()
+        if self.target.prior:
+            return float(np.mean(np.abs(p50 / measured - 1.0)) * 100)
+        return float(np.mean(np.abs(p50 - measured)))
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        model_path, meta_path = _paths(directory, self.target)
+        self.booster.save_model(str(model_path))  # type: ignore[attr-defined]
+        meta = dict(self.metadata)
+        meta.update(format_version=FORMAT_VERSION, features=list(POWER_FEATURES),
+                    quantiles=list(QUANTILES), target=self.target.column,
+                    prior=self.target.prior, model_sha256=_sha(model_path),
+                    support={"families": self.support.families,
+                             "model_families": self.support.model_families,
+                             "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
+        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _paths(directory: Path, target: Target) -> tuple[Path, Path]:
+    return directory / f"{target.name}.ubj", directory / f"{target.name}.json"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, families: np.ndarray,
+                model_families: np.ndarray, *, seed: int = 0,
+                metadata: dict | None = None) -> PowerSurrogate:
+    """Fit the quantile trees for `column` on rows of `power_features` and the measured values
+    (every row must be `usable`: the caller drops the others)."""
+    import xgboost as xgb
+
+    target = TARGETS[column]
+    measured = np.asarray(measured, dtype=float)
+    if not usable(target, measured).all():
+        raise ValueError(f"{column}: {int((~usable(target, measured)).sum())} rows without a "
+                         f"usable measurement; drop them before training.")
+    y = (np.log(measured / features[target.prior].to_numpy(dtype=float)) if target.prior
+         else np.clip(measured, 0.0, 1.0))
+    x = features[list(POWER_FEATURES)].to_numpy(dtype=float)
+    booster = xgb.train({**PARAMS, "seed": seed},
+                        xgb.DMatrix(x, label=y, feature_names=list(POWER_FEATURES)),
+                        num_boost_round=ROUNDS)
+    support = Support(families=sorted(set(families)), model_families=sorted(set(model_families)),
+                      ranges={k: (float(features[k].min()), float(features[k].max()))
+                              for k in RANGE_FEATURES})
+    meta = {"rows": int(len(features)), "seed": seed, "params": PARAMS, "rounds": ROUNDS,
+            "target_definition": (f"log(measured / analytical) {column}" if target.prior
+                                  else f"measured {column}, clipped to [0, 1]"),
+            "versions": {"xgboost": xgb.__version__, "numpy": np.__version__,
+                         "pandas": pd.__version__}, **(metadata or {})}
+    return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta)
+
+
+def load_power_surrogate(directory: Path, column: str) -> PowerSurrogate:
+    """Load the artifact for `column`; refuses anything missing, altered or mismatched."""
+    import xgboost as xgb
+
+    target = TARGETS[column]
+    model_path, meta_path = _paths(Path(directory), target)
+    for p in (meta_path, model_path):
+        if not p.is_file():
+            raise ArtifactError(f"{p}: missing; rebuild the surrogates with `advisor train`.")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{meta_path}: not valid JSON ({e}); rebuild with "
+                            f"`advisor train`.") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("support"), dict):
+        raise ArtifactError(f"{meta_path}: not advisor surrogate metadata; rebuild with "
+                            f"`advisor train`.")
+    if (meta.get("format_version") != FORMAT_VERSION
+            or meta.get("features") != list(POWER_FEATURES)
+            or meta.get("quantiles") != list(QUANTILES)):
+        raise ArtifactError(f"{meta_path}: written for another advisor version (format "
+                            f"{meta.get('format_version')}, {len(meta.get('features', []))} "
+                            f"features); rebuild with `advisor train`.")
+    if meta.get("target") != column:
+        raise ArtifactError(f"{meta_path}: holds the surrogate for {meta.get('target')!r}, "
+                            f"not {column!r}; rebuild with `advisor train`.")
+    if meta.get("model_sha256") != _sha(model_path):
+        raise ArtifactError(f"{model_path}: does not match its metadata (altered or "
+                            f"corrupted); rebuild with `advisor train`.")
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(model_path))
+    except xgb.core.XGBoostError as e:
+        raise ArtifactError(f"{model_path}: not a readable XGBoost model ({str(e)[:80]}).") \
+            from None
+    support = Support(families=meta["support"]["families"],
+                      model_families=meta["support"]["model_families"],
+                      ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
+    return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta)
+
+
+def load_power_surrogates(directory: Path) -> dict[str, PowerSurrogate]:
+    """The power surrogates present in `directory`, keyed by dataset column; a target with
+    neither file is absent (its predictions stay analytical), one with a single file or a
+    damaged one raises `ArtifactError`."""
+    directory = Path(directory)
+    return {column: load_power_surrogate(directory, column)
+            for column, target in TARGETS.items()
+            if any(p.exists() for p in _paths(directory, target))}
+
+
+def remove_artifacts(directory: Path, column: str) -> bool:
+    """Delete `column`'s artifact files from `directory` (a stale model must not outlive the
+    data that no longer supports it); True if there were any."""
+    found = [p for p in _paths(Path(directory), TARGETS[column]) if p.exists()]
+    for p in found:
+        p.unlink()
+    return bool(found)
