@@ -12,10 +12,9 @@ from advisor.model import ModelSpec
 from advisor.parallel import PRECISIONS
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
-from advisor.perf.columns import Columns, config_columns, num_rows
+from advisor.perf.columns import Columns, config_columns, num_rows, per_value
 from advisor.perf.fit import Reference
 from advisor.perf.flops import sublayer_counts
-from advisor.perf.step import per_value
 from advisor.platform import Platform
 
 FAMILIES = ("ampere", "hopper", "blackwell", "cdna2", "cdna3")

@@ -58,14 +58,15 @@ class CollectiveModel:
         n = np.asarray(n, dtype=float)
         size = np.asarray(message_bytes, dtype=float)
         factor = traffic_factor(kind, n)
-        domain_bw = (platform.intra_domain_bandwidth_bytes_per_s * self.domain_efficiency
-                     * (1.0 - self.domain_group_penalty / np.maximum(n, 1.0)))
-        network_bw = np.minimum(
-            platform.inter_node_bandwidth_bytes_per_s * self.network_efficiency
-            * np.maximum(members_per_domain, 1.0), domain_bw)
         if kind == SEND_RECV:
             domain_bw = platform.intra_domain_bandwidth_bytes_per_s * self.p2p_efficiency
             network_bw = platform.inter_node_bandwidth_bytes_per_s * self.p2p_efficiency
+        else:
+            domain_bw = (platform.intra_domain_bandwidth_bytes_per_s * self.domain_efficiency
+                         * (1.0 - self.domain_group_penalty / np.maximum(n, 1.0)))
+            network_bw = np.minimum(
+                platform.inter_node_bandwidth_bytes_per_s * self.network_efficiency
+                * np.maximum(members_per_domain, 1.0), domain_bw)
         bandwidth = np.where(in_domain, domain_bw, network_bw)
         hops = np.maximum(n - 1.0, 0.0) if kind != SEND_RECV else np.ones_like(n)
         alpha = self.alpha0_s + self.alpha1_s * hops + np.where(

@@ -36,6 +36,17 @@ def take(cols: Columns, rows: np.ndarray | None) -> Columns:
     return cols if rows is None else {k: v[rows] for k, v in cols.items()}
 
 
+def per_value(values: np.ndarray, fn) -> np.ndarray:
+    """`fn` applied once per distinct value, broadcast back to `values`' shape."""
+    flat = values.ravel()
+    if flat.size == 1 or (flat.size and (flat == flat[0]).all()):
+        # One value (the common case): no sort.
+        return np.repeat(np.array([fn(flat[0])]), flat.size).reshape(values.shape)
+    uniq, inverse = np.unique(values, return_inverse=True)
+    mapped = np.array([fn(u) for u in uniq])
+    return mapped[inverse].reshape(values.shape)
+
+
 def pipeline_groups(cols: Columns) -> list[tuple[int, int, np.ndarray | None]]:
     """(pp, vp, row positions) for each distinct pipeline shape, in (pp, vp) order; positions
     are None when every row has the same shape."""

@@ -37,7 +37,14 @@ import pandas as pd
 
 from advisor.model import ModelSpec
 from advisor.parallel import PRECISIONS, ParallelConfig
-from advisor.perf.columns import Columns, config_columns, num_rows, pipeline_groups, take
+from advisor.perf.columns import (
+    Columns,
+    config_columns,
+    num_rows,
+    per_value,
+    pipeline_groups,
+    take,
+)
 from advisor.perf.layout import stage_layout
 from advisor.platform import Platform
 
@@ -146,7 +153,6 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int,
     ep, etp = _col(configs, "ep"), _col(configs, "etp")
     mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")
     sharding, recompute = _col(configs, "dp_sharding"), _col(configs, "recompute")
-    precision_class = np.vectorize(PRECISIONS.get, otypes=[object])(_col(configs, "precision"))
     sp = np.where(_col(configs, "sequence_parallel").astype(bool), tp, 1)
 
     # ---- parameters held by one GPU of each stage (configs × stages) -------------------------
@@ -158,7 +164,8 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int,
     sharded = dense / dp_group + expert / edp_group
     full = sharding == "full"
     shard_opt = sharding != "none"
-    cache = np.vectorize(LOW_PRECISION_WEIGHT_CACHE_BYTES.get, otypes=[float])(precision_class)
+    cache = per_value(_col(configs, "precision"), lambda p: LOW_PRECISION_WEIGHT_CACHE_BYTES.get(
+        PRECISIONS.get(p))).astype(float)  # NaN for an unknown precision
     weight_bytes = np.where(_col(configs, "precision") == "mxfp8", MXFP8_PARAM_BYTES,
                             WEIGHT_BYTES + cache)
     # FSDP keeps two layers unsharded (current + prefetch): 16-bit params and 32-bit grads.

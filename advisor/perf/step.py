@@ -56,7 +56,14 @@ from advisor.perf.collectives import (
     SEND_RECV,
     CollectiveModel,
 )
-from advisor.perf.columns import Columns, config_columns, num_rows, pipeline_groups, take
+from advisor.perf.columns import (
+    Columns,
+    config_columns,
+    num_rows,
+    per_value,
+    pipeline_groups,
+    take,
+)
 from advisor.perf.flops import (
     Gemm,
     attention_core_flops_per_token,
@@ -96,17 +103,6 @@ COMPONENTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
 PHASES = ("gemm_s", "attention_s", "memory_bound_s", "hidden_comm_s")
 """Busy time by kind of work, per step (for the power model): tensor-core GEMMs, fused
 attention, HBM-bound kernels, and communication running under compute."""
-
-
-def per_value(values: np.ndarray, fn) -> np.ndarray:
-    """`fn` applied once per distinct value, broadcast back to `values`' shape."""
-    flat = values.ravel()
-    if flat.size == 1 or (flat.size and (flat == flat[0]).all()):
-        # One value (the common case): no sort.
-        return np.repeat(np.array([fn(flat[0])]), flat.size).reshape(values.shape)
-    uniq, inverse = np.unique(values, return_inverse=True)
-    mapped = np.array([fn(u) for u in uniq])
-    return mapped[inverse].reshape(values.shape)
 
 
 def _col(cols: Columns, name: str, dtype: type = float) -> np.ndarray:
