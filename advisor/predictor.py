@@ -12,6 +12,7 @@ a band from the analytical model's own cross-validated error, and `pred_source` 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from dataclasses import dataclass, fields
@@ -166,7 +167,7 @@ class Predictor:
 
     def _predict_arrays(self, model, platform, framework: str,
                         cols: Columns) -> dict[str, np.ndarray]:
-        from advisor.learn.features import FEATURES, feature_matrix
+        from advisor.learn.features import feature_matrix
         from advisor.perf.analytical import analytical_arrays
 
         # The group's framework for every row (not a per-row column: the group has one).
@@ -184,7 +185,7 @@ class Predictor:
             feats = feature_matrix(model, platform, cols, table, framework=framework,
                                    software=cols["software"])
             ratio = self.surrogate.predict_ratio(
-                pd.DataFrame(feats, columns=list(FEATURES)), np.full(n, platform.family),
+                pd.DataFrame(feats, columns=_feature_columns()), np.full(n, platform.family),
                 np.full(n, model.family or model.name))
             ok = ratio["supported"].to_numpy()
             learned = np.where(ok, tps * ratio["p50"].to_numpy(), tps)
@@ -270,6 +271,20 @@ def _resolve(model_key, gpu_key, objects: dict):
     return model, platform
 
 
+@functools.cache
+def _config_defaults() -> dict:
+    from advisor.parallel import ParallelConfig
+
+    return ParallelConfig().to_dict()
+
+
+@functools.cache
+def _feature_columns() -> pd.Index:
+    from advisor.learn.features import FEATURES
+
+    return pd.Index(list(FEATURES))
+
+
 def _groups(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
     """((model, gpu, framework), row positions) for each distinct key, in order of first
     appearance (as `groupby(sort=False, dropna=False)`)."""
@@ -297,7 +312,7 @@ def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd
     and gpu as names or keys into the returned `ModelSpec` / `Platform` objects), and the
     input's index."""
     from advisor.model import ModelSpec
-    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.parallel import PARALLEL_FIELDS
     from advisor.platform import Platform
 
     if isinstance(configs, list):
@@ -323,7 +338,7 @@ def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd
             cols[column] = frame[column].to_numpy(dtype=object)
         else:
             cols[column] = _object_keys(frame[column].tolist(), kind, objects)
-    defaults = ParallelConfig().to_dict()
+    defaults = _config_defaults()
     for name in PARALLEL_FIELDS:
         default = defaults[name]
         if name not in frame:
@@ -407,7 +422,7 @@ def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] |
                               "Job) pairs.")
     configs = [config for config, _ in pairs]
     jobs = [job for _, job in pairs]
-    defaults = ParallelConfig().to_dict()
+    defaults = _config_defaults()
     cols: dict[str, np.ndarray] = {}
     for name in PARALLEL_FIELDS:
         values = [getattr(config, name) for config in configs]
