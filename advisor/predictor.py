@@ -184,15 +184,16 @@ class Predictor:
         if self.surrogate is not None:
             feats = feature_matrix(model, platform, cols, table, framework=framework,
                                    software=cols["software"])
-            ratio = self.surrogate.predict_ratio(
-                pd.DataFrame(feats, columns=_feature_columns()), np.full(n, platform.family),
-                np.full(n, model.family or model.name))
-            ok = ratio["supported"].to_numpy()
-            learned = np.where(ok, tps * ratio["p50"].to_numpy(), tps)
-            low = np.where(ok, tps * ratio["p10"].to_numpy(), low)
-            high = np.where(ok, tps * ratio["p90"].to_numpy(), high)
+            # Columns by iteration: looking one up builds the frame's label index (~0.1 ms).
+            ratio = {k: v.to_numpy() for k, v in self.surrogate.predict_ratio(
+                feats, np.full(n, platform.family),
+                np.full(n, model.family or model.name)).items()}
+            ok = ratio["supported"]
+            learned = np.where(ok, tps * ratio["p50"], tps)
+            low = np.where(ok, tps * ratio["p10"], low)
+            high = np.where(ok, tps * ratio["p90"], high)
             source = np.where(ok, "surrogate", source)
-            extrapolation = ratio["extrapolation"].to_numpy() | ~ok
+            extrapolation = ratio["extrapolation"] | ~ok
         else:
             extrapolation[:] = True
         scale = learned / tps
@@ -276,13 +277,6 @@ def _config_defaults() -> dict:
     from advisor.parallel import ParallelConfig
 
     return ParallelConfig().to_dict()
-
-
-@functools.cache
-def _feature_columns() -> pd.Index:
-    from advisor.learn.features import FEATURES
-
-    return pd.Index(list(FEATURES))
 
 
 def _groups(cols: Columns) -> list[tuple[tuple, np.ndarray]]:

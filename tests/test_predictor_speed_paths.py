@@ -79,7 +79,7 @@ def test_mixed_pipeline_shapes_compute_as_each_alone(job, space):
         pd.testing.assert_frame_equal(table.iloc[[i]], alone, check_exact=True)
 
 
-def test_predict_ratio_reads_features_in_any_column_order(predictor, job, space):
+def test_predict_ratio_reads_features_in_any_column_order_or_a_matrix(predictor, job, space):
     from advisor.learn.features import group_features
 
     table = analytical_table(job.model, job.platform, space.iloc[:30])
@@ -90,6 +90,8 @@ def test_predict_ratio_reads_features_in_any_column_order(predictor, job, space)
     shuffled = predictor.surrogate.predict_ratio(feats[list(FEATURES)[::-1]], families,
                                                  model_families)
     pd.testing.assert_frame_equal(ordered, shuffled, check_exact=True)
+    matrix = predictor.surrogate.predict_ratio(feats.to_numpy(), families, model_families)
+    pd.testing.assert_frame_equal(ordered, matrix, check_exact=True)
 
 
 def test_per_value_one_value_matches_many():

@@ -60,12 +60,19 @@ class ThroughputSurrogate:
     support: Support
     metadata: dict = field(default_factory=dict)
 
-    def predict_ratio(self, features: pd.DataFrame, families: np.ndarray,
+    def predict_ratio(self, features: pd.DataFrame | np.ndarray, families: np.ndarray,
                       model_families: np.ndarray) -> pd.DataFrame:
-        """Columns p10, p50, p90 of measured/analytical, `supported`, `extrapolation`."""
+        """Columns p10, p50, p90 of measured/analytical, `supported`, `extrapolation`.
+
+        `features` is a frame with the `FEATURES` columns, or a matrix of them in that order
+        (what the Predictor passes: one configuration's prediction then builds no frame)."""
         names = list(FEATURES)
-        x = (features.to_numpy(dtype=float) if features.columns.tolist() == names
-             else features[names].to_numpy(dtype=float))
+        if isinstance(features, np.ndarray):
+            x, index = features.astype(float, copy=False), pd.RangeIndex(len(features))
+        else:
+            x = (features.to_numpy(dtype=float) if features.columns.tolist() == names
+                 else features[names].to_numpy(dtype=float))
+            index = features.index
         # One thread for a handful of rows (thread start-up dominates), every core for a batch.
         # Set only on a change: the booster reconfigures itself after set_param (~0.1 ms).
         threads = (id(self.booster), 1 if len(x) < 2048 else 0)
@@ -74,14 +81,21 @@ class ThroughputSurrogate:
             self._threads = threads
         raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
         raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
-        supported, outside = self.support.check(families, model_families, features)
+        # Support.check's rule, read off the matrix (a frame's columns cost more than the rest
+        # of this method for one row).
+        supported = (np.isin(families, self.support.families)
+                     & np.isin(model_families, self.support.model_families))
+        outside = np.zeros(len(x), dtype=bool)
+        for name, (low, high) in self.support.ranges.items():
+            values = x[:, names.index(name)]
+            outside |= (values < low - 1e-9) | (values > high + 1e-9)
         mid = raw[:, 1]
         widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0)
         low = mid - (mid - raw[:, 0]) * widen
         high = mid + (raw[:, 2] - mid) * widen
         return pd.DataFrame({"p10": np.exp(low), "p50": np.exp(mid), "p90": np.exp(high),
                              "supported": supported, "extrapolation": outside & supported},
-                            index=features.index)
+                            index=index)
 
     def contributions(self, features: pd.DataFrame) -> pd.DataFrame:
         """SHAP values of the median model: how much each feature moves log(measured /

@@ -170,13 +170,19 @@ class _GemmClock:
         """Forward seconds of `gemms` over `rows` token rows with dims split by `split`;
         `weight` (how many such layers run per micro-batch) only feeds the utilisation."""
         total = np.zeros(np.broadcast(rows, split, self.peak).shape)
+        if not gemms:                      # a layer kind the model lacks: adds nothing
+            return total
         ideal = np.zeros_like(total)
+        d = self.eff.gemm_half_dim
+        row_shape = rows / (rows + d)
+        peak = self.peak * self.eff.gemm
         for g in gemms:
-            k = g.k / split if g.split == "k" else np.full_like(split, g.k, dtype=float)
-            nn = g.n / split if g.split == "n" else np.full_like(split, g.n, dtype=float)
-            d = self.eff.gemm_half_dim
-            shape = (rows / (rows + d)) * (k / (k + d)) * (nn / (nn + d))
-            math = g.count * 2.0 * rows * k * nn / (self.peak * self.eff.gemm)
+            # An unsplit dimension stays a Python float (the same IEEE arithmetic as an array
+            # of it, and fewer array operations).
+            k = g.k / split if g.split == "k" else float(g.k)
+            nn = g.n / split if g.split == "n" else float(g.n)
+            shape = row_shape * (k / (k + d)) * (nn / (nn + d))
+            math = g.count * 2.0 * rows * k * nn / peak
             traffic = g.count * (rows * k + k * nn + rows * nn) * self.element_bytes / self.hbm
             total = total + math / shape + self.eff.gemm_memory_exposure * traffic
             ideal = ideal + math
@@ -325,10 +331,13 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     # (reduce-scatter forward, all-gather backward) and each output layer (all-gather forward,
     # reduce-scatter backward) cost one pair, and are not recomputed.
     moe_shared_tp = 1.0 if (model.num_shared_experts or model.moe_latent_size) else 0.0
-    etp_in = etp <= domain
-    etp_local = np.minimum(etp, domain)
-    etp_pair = (coll.time(ALL_GATHER, act_bytes, etp, etp_in, platform, etp_local)
-                + coll.time(REDUCE_SCATTER, act_bytes, etp, etp_in, platform, etp_local))
+    if layout.num_moe.any():
+        etp_in = etp <= domain
+        etp_local = np.minimum(etp, domain)
+        etp_pair = (coll.time(ALL_GATHER, act_bytes, etp, etp_in, platform, etp_local)
+                    + coll.time(REDUCE_SCATTER, act_bytes, etp, etp_in, platform, etp_local))
+    else:
+        etp_pair = 0.0                     # no MoE layer: nmoe · etp_pair is 0 either way
     layer_comm = (na + nm + nl + nmoe * moe_shared_tp) * pair + nmoe * etp_pair
     edge_comm = (last * (1 + mtp) + (np.arange(pp) == 0)[None, :]) * pair
     tp_raw = 2.0 * layer_comm + edge_comm
