@@ -318,20 +318,19 @@ def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd
         raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, Job) "
                           "pairs.")
     frame = configs
-    if "gpu" not in frame and "platform" in frame:
-        frame = frame.assign(gpu=frame["platform"])
-    missing = [c for c in JOB_COLUMNS if c not in frame]
+    gpu = "gpu" if "gpu" in frame or "platform" not in frame else "platform"
+    missing = [c for c in JOB_COLUMNS if c not in frame and (c, gpu) != ("gpu", "platform")]
     if missing:
         raise ConfigError(f"predict() needs column(s) {', '.join(missing)} besides the "
                           f"ParallelConfig columns.")
     n = len(frame)
+    read = _column_reader(frame)
     objects: dict = {}
     cols: dict[str, np.ndarray] = {}
-    for column, kind in (("model", ModelSpec), ("gpu", Platform)):
-        if isinstance(frame[column].dtype, pd.StringDtype):   # names only, no objects
-            cols[column] = frame[column].to_numpy(dtype=object)
-        else:
-            cols[column] = _object_keys(frame[column].tolist(), kind, objects)
+    for column, source, kind in (("model", "model", ModelSpec), ("gpu", gpu, Platform)):
+        values, dtype = read(source)
+        cols[column] = (values if isinstance(dtype, pd.StringDtype)   # names only, no objects
+                        else _object_keys(values.tolist(), kind, objects))
     defaults = _config_defaults()
     for name in PARALLEL_FIELDS:
         default = defaults[name]
@@ -339,7 +338,7 @@ def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd
             cols[name] = np.full(n, default, dtype=object if isinstance(default, str)
                                  else type(default))
             continue
-        cols[name] = _plain(frame[name], default)
+        cols[name] = _plain(*read(name), default)
         if cols[name] is not None:
             continue
         column = frame[name]
@@ -356,13 +355,28 @@ def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd
             raise ConfigError(f"column {name}: {e}") from None
         cols[name] = column.to_numpy()
     for name, default in (("framework", "megatron"), ("software", "")):
-        values = (frame[name].to_numpy(dtype=object) if name in frame
+        values = (read(name)[0].astype(object) if name in frame
                   else np.full(n, default, dtype=object))
         values = np.where(pd.isna(values), default, values)
         if default:
             values[values == ""] = default
         cols[name] = values
     return cols, frame.index, objects
+
+
+SMALL = 256
+"""Up to this many rows `predict` reads a frame's values in one conversion and converts string
+columns in Python (pandas' cost per column and per call dominates small inputs)."""
+
+
+def _column_reader(frame: pd.DataFrame):
+    """`read(name) -> (values, dtype)`: a column's values as an array, and its dtype."""
+    if len(frame) <= SMALL and frame.columns.is_unique:
+        matrix = frame.to_numpy(dtype=object)
+        table = {name: (matrix[:, j], dtype) for j, (name, dtype) in
+                 enumerate(zip(frame.columns.tolist(), frame.dtypes.tolist(), strict=True))}
+        return table.__getitem__
+    return lambda name: (frame[name].to_numpy(), frame[name].dtype)
 
 
 def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:
@@ -377,24 +391,18 @@ def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:
     return keys
 
 
-SMALL = 256
-"""Up to this many rows `predict` converts string columns in Python rather than through
-pandas (whose cost per call dominates small inputs)."""
-
-
-def _plain(column: pd.Series, default) -> np.ndarray | None:
-    """`column` as the array `predict` needs, where its dtype makes that a cheap conversion
-    with the same result as the general one (None where it does not)."""
-    dtype = column.dtype
+def _plain(values: np.ndarray, dtype, default) -> np.ndarray | None:
+    """A column's `values` as the array `predict` needs, where its `dtype` makes that a cheap
+    conversion with the same result as the general one (None where it does not)."""
+    numpy_dtype = isinstance(dtype, np.dtype)
     if isinstance(default, bool):
-        return column.to_numpy() if isinstance(dtype, np.dtype) and dtype.kind == "b" else None
+        return values.astype(bool) if numpy_dtype and dtype.kind == "b" else None
     if isinstance(default, int):
-        if isinstance(dtype, np.dtype) and dtype.kind in "iu":
-            return column.to_numpy().astype(float).astype(int)
+        return (values.astype(float).astype(int) if numpy_dtype and dtype.kind in "iu"
+                else None)
+    if len(values) > SMALL:
         return None
-    if len(column) > SMALL:
-        return None
-    values = column.tolist()
+    values = values.tolist()
     if not all(isinstance(v, str) and v.isascii() for v in values):
         return None
     out = np.empty(len(values), dtype=object)
