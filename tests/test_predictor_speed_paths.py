@@ -45,8 +45,9 @@ def test_pairs_predict_as_the_frame(predictor, job, space):
 
 
 def test_small_frames_predict_as_a_large_one(predictor, job, space):
-    frame = _named(space, job).astype({"recompute": object})
+    frame = _named(space, job).astype({"recompute": object, "model": object})
     frame["recompute"] = frame["recompute"].str.upper()   # lower-cased on both paths
+    frame.iloc[::3, frame.columns.get_loc("model")] = job.model   # objects as well as names
     assert len(frame) > SMALL
     large = predictor.predict(frame)
     small = pd.concat([predictor.predict(frame.iloc[i:i + 50]) for i in range(0, len(frame), 50)])
