@@ -81,15 +81,14 @@ class Predictor:
     """Predictions for many configurations at once (see module docstring)."""
 
     def __init__(self, surrogate=None, calibration=None, *, path: Path | None = None) -> None:
+        from advisor.learn.bands import analytical_log_sd
         from advisor.perf.calibration import load_calibration
 
         self.surrogate = surrogate
         self.calibration = calibration or load_calibration()
         self.path = path
-        median_ape = self.calibration.metrics.get("loso_median_ape_pct", 15.0)
-        # Log-normal error whose median |log ratio| matches the analytical model's median APE
-        # under leave-one-source-out: median |Z| = 0.6745 σ.
-        self.analytical_log_sd = math.log1p(median_ape / 100.0) / 0.6745
+        # The analytical model's error on a stack it was not fitted to (series held out).
+        self.analytical_log_sd = analytical_log_sd(self.calibration)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Predictor:

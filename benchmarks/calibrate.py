@@ -127,6 +127,13 @@ def main() -> int:
         metrics.update(loso_mape_pct=float(table["mape"].iloc[0]),
                        loso_median_ape_pct=float(table["median_ape"].iloc[0]),
                        loso_median_tau=float(tau["tau"].median()))
+        # Whole publication series held out: the error on a software stack never seen (what
+        # the Predictor's analytical band is sized by).
+        series = error_table(rows, leave_one_source_out(ref, base.with_families({}),
+                                                        by="series"), None)
+        _print("leave-one-series-out error (tokens/s/GPU, %)", series)
+        metrics.update(loso_series_mape_pct=float(series["mape"].iloc[0]),
+                       loso_series_median_ape_pct=float(series["median_ape"].iloc[0]))
 
     if args.write:
         _write(fitted, base, coll, metrics, args.reference)

@@ -7,16 +7,20 @@ rows: nothing about a held-out row reaches either model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError
+from advisor.learn.bands import analytical_log_sd, band_scale
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
+from advisor.learn.train import band_groups
 from advisor.perf.calibration import Calibration
 from advisor.perf.fit import Reference, fit_all, kendall_by_group
+from advisor.predictor import Z90
 
 SPLITS = {"source": "source", "series": "series", "model_family": "model_family",
           "platform": "platform"}
@@ -28,7 +32,9 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
                    refit_analytical: bool = True,
                    progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Per reference row: measured, analytical and surrogate predictions (p10/p50/p90) from
-    models that never saw the row's group, and whether the surrogate supported it."""
+    models that never saw the row's group, and whether the surrogate supported it. Each fold's
+    band is scaled by grouped cross-validation inside its own training rows (`bands`), and
+    rows the surrogate does not support carry the analytical band, as `Predictor` gives them."""
     rows = ref.rows
     parts = []
     groups = rows[by].unique()
@@ -44,17 +50,24 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
                if refit_analytical else calibration)
         train = reference_features(train_ref, cal)
         test = reference_features(test_ref, cal)
-        surrogate = train_throughput(train, train_ref.rows["family"].to_numpy(),
-                                     train_ref.rows["model_family"].to_numpy())
+        families = train_ref.rows["family"].to_numpy()
+        model_families = train_ref.rows["model_family"].to_numpy()
+        surrogate = train_throughput(train, families, model_families)
+        surrogate.band_scale, _ = band_scale(train, families, model_families,
+                                             band_groups(train_ref.rows))
         ratio = surrogate.predict_ratio(test, test_ref.rows["family"].to_numpy(),
                                         test_ref.rows["model_family"].to_numpy())
         base = test["analytical"]
+        ok = ratio["supported"].to_numpy()
+        # Unsupported rows get the Predictor's analytical band (sized by the bundled
+        # calibration's leave-one-series-out error: one number, not refitted per fold).
+        spread = math.exp(Z90 * analytical_log_sd(calibration))
         parts.append(pd.DataFrame({
             "group": group, "measured": test["measured"], "analytical": base,
-            "surrogate": np.where(ratio["supported"], base * ratio["p50"], base),
-            "p10": np.where(ratio["supported"], base * ratio["p10"], np.nan),
-            "p90": np.where(ratio["supported"], base * ratio["p90"], np.nan),
-            "supported": ratio["supported"], "extrapolation": ratio["extrapolation"]},
+            "surrogate": np.where(ok, base * ratio["p50"], base),
+            "p10": np.where(ok, base * ratio["p10"], base / spread),
+            "p90": np.where(ok, base * ratio["p90"], base * spread),
+            "supported": ok, "extrapolation": ratio["extrapolation"]},
             index=test.index))
     return pd.concat(parts).loc[rows.index]
 
@@ -69,9 +82,11 @@ def summarise(ref: Reference, result: pd.DataFrame) -> dict:
         tau = kendall_by_group(rows, result[name])
         out[name] = {"mape_pct": float(ape.mean()), "median_ape_pct": float(ape.median()),
                      "median_kendall_tau": float(tau["tau"].median()) if len(tau) else None}
-    banded = result[result["supported"]]
-    inside = (banded["measured"] >= banded["p10"]) & (banded["measured"] <= banded["p90"])
-    out["surrogate"]["p10_p90_coverage"] = float(inside.mean()) if len(banded) else None
+    inside = (result["measured"] >= result["p10"]) & (result["measured"] <= result["p90"])
+    supported = result["supported"].to_numpy(dtype=bool)
+    out["surrogate"]["p10_p90_coverage"] = float(inside.mean())
+    out["surrogate"]["p10_p90_coverage_supported"] = (float(inside[supported].mean())
+                                                      if supported.any() else None)
     return out
 
 

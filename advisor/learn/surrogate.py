@@ -29,7 +29,8 @@ RANGE_FEATURES = ("log2_gpus", "log10_params", "log2_seq_len", "log2_tp", "log2_
                   "log2_cp")
 """Beyond the trained range of these the band widens and the row is flagged."""
 EXTRAPOLATION_WIDENING = 2.0
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the band scale (`bands`) is part of the artifact."""
 
 
 class ArtifactError(AdvisorError):
@@ -59,6 +60,9 @@ class ThroughputSurrogate:
     booster: object
     support: Support
     metadata: dict = field(default_factory=dict)
+    band_scale: float = 1.0
+    """Factor on the trees' p10-p90 half-widths so the band holds for a software stack the
+    data never saw (grouped cross-validation, `advisor.learn.bands`)."""
 
     def predict_ratio(self, features: pd.DataFrame | np.ndarray, families: np.ndarray,
                       model_families: np.ndarray) -> pd.DataFrame:
@@ -90,7 +94,7 @@ class ThroughputSurrogate:
             values = x[:, names.index(name)]
             outside |= (values < low - 1e-9) | (values > high + 1e-9)
         mid = raw[:, 1]
-        widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0)
+        widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0) * self.band_scale
         low = mid - (mid - raw[:, 0]) * widen
         high = mid + (raw[:, 2] - mid) * widen
         return pd.DataFrame({"p10": np.exp(low), "p50": np.exp(mid), "p90": np.exp(high),
@@ -114,6 +118,7 @@ class ThroughputSurrogate:
         self.booster.save_model(str(model_path))  # type: ignore[attr-defined]
         meta = dict(self.metadata)
         meta.update(format_version=FORMAT_VERSION, features=list(FEATURES),
+                    band_scale=self.band_scale,
                     quantiles=list(QUANTILES), model_sha256=_sha(model_path),
                     support={"families": self.support.families,
                              "model_families": self.support.model_families,
@@ -178,4 +183,9 @@ def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurr
     support = Support(families=meta["support"]["families"],
                       model_families=meta["support"]["model_families"],
                       ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
-    return ThroughputSurrogate(booster=booster, support=support, metadata=meta)
+    scale = meta.get("band_scale", 1.0)
+    if not isinstance(scale, (int, float)) or not scale >= 1.0:
+        raise ArtifactError(f"{meta_path}: band_scale {scale!r} is not a number >= 1; rebuild "
+                            f"with `advisor train`.")
+    return ThroughputSurrogate(booster=booster, support=support, metadata=meta,
+                               band_scale=float(scale))

@@ -11,6 +11,7 @@ import pandas as pd
 
 from advisor.dataset import DatasetError, load
 from advisor.learn import power_surrogate
+from advisor.learn.bands import band_scale
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import load_calibration
@@ -65,11 +66,17 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
         metadata={"target": "log(measured / analytical) tokens_per_sec_per_gpu",
                   "data_sha256": digest, "datasets": [str(p) for p in datasets],
                   "rows_used": int(len(ref.rows))})
+    scale, how = band_scale(features, ref.rows["family"].to_numpy(),
+                            ref.rows["model_family"].to_numpy(), band_groups(ref.rows), seed=seed)
+    surrogate.band_scale = scale
+    surrogate.metadata.update(how)
     in_sample = _in_sample(features, ref, surrogate)
     surrogate.metadata["in_sample_mape_pct"] = in_sample
     surrogate.save(output)
     targets["tokens_per_sec_per_gpu"] = (f"trained on {len(ref.rows)} rows "
-                                         f"(in-sample MAPE {in_sample:.1f} %)")
+                                         f"(in-sample MAPE {in_sample:.1f} %; p10-p90 band "
+                                         f"x{scale:.2f}, from "
+                                         f"{how['band_scale_groups']} held-out groups)")
     metadata = {"data_sha256": digest, "datasets": [str(p) for p in datasets]}
     power, written = _train_power(data, ref, calibration, output, seed=seed, metadata=metadata)
     targets.update(power)
@@ -77,6 +84,17 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
                        skipped_reasons={str(k): int(v) for k, v in reasons.items()},
                        targets=targets, data_sha256=digest, output=output,
                        artifacts=["throughput", *written])
+
+
+def band_groups(rows: pd.DataFrame) -> np.ndarray:
+    """What the band is cross-validated over: publication series (a new series is a new
+    software stack, like a user's own cluster), or sources where there are too few series."""
+    from advisor.learn.bands import MIN_GROUPS
+
+    for column in ("series", "source"):
+        if rows[column].nunique() >= MIN_GROUPS:
+            return rows[column].to_numpy()
+    return rows["source"].to_numpy()
 
 
 def _in_sample(features: pd.DataFrame, ref, surrogate) -> float:

@@ -220,16 +220,20 @@ def fit_all(ref: Reference, calibration: Calibration, *,
     return build(fit.x)
 
 
-def predict_held_out(ref: Reference, calibration: Calibration, source: str) -> pd.Series:
-    """Fit on every row not from `source`, predict the rows of `source`."""
-    held = (ref.rows["source"] == source).to_numpy()
+def predict_held_out(ref: Reference, calibration: Calibration, source: str, *,
+                     by: str = "source") -> pd.Series:
+    """Fit on every row whose `by` is not `source`, predict the others."""
+    held = (ref.rows[by] == source).to_numpy()
     fitted = fit_all(ref.subset(~held), calibration.with_families({}).with_frameworks({}))
     return predict_reference(ref.subset(held), fitted)
 
 
-def leave_one_source_out(ref: Reference, calibration: Calibration) -> pd.Series:
-    """Prediction for each row from a calibration fitted without the row's source."""
-    parts = [predict_held_out(ref, calibration, source) for source in ref.rows["source"].unique()]
+def leave_one_source_out(ref: Reference, calibration: Calibration, *,
+                         by: str = "source") -> pd.Series:
+    """Prediction for each row from a calibration fitted without the row's source (or
+    publication series, with `by="series"`)."""
+    parts = [predict_held_out(ref, calibration, group, by=by)
+             for group in ref.rows[by].unique()]
     return pd.concat(parts).reindex(ref.rows.index)
 
 

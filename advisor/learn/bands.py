@@ -1,0 +1,78 @@
+"""How wide the surrogate's p10–p90 band must be for a stack it has never seen.
+
+The quantile trees learn the spread of their own training rows, which is too narrow for a new
+publisher's software stack or cluster: every user's cluster is such a stack. So the band is
+scaled by a factor found by grouped cross-validation inside the training data (conformalised
+quantile regression, Romano et al. 2019, with whole groups held out): hold out each group,
+train on the rest, and find how far the held-out rows fall outside the band, in units of its
+half-width; the factor is the `COVERAGE` quantile of that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COVERAGE = 0.8
+"""Share of held-out rows the scaled p10–p90 band should contain (what p10–p90 promises)."""
+MIN_GROUPS = 3
+"""Fewer groups than this give no honest estimate: the band stays as the trees made it."""
+
+
+def needed_scale(ratio: pd.DataFrame, measured_ratio: np.ndarray) -> np.ndarray:
+    """Per row: the factor by which its band's half-width (on the side the measurement fell)
+    must grow to contain the measurement; ≤ 1 where it already does. Log scale."""
+    mid = np.log(ratio["p50"].to_numpy())
+    low, high = np.log(ratio["p10"].to_numpy()), np.log(ratio["p90"].to_numpy())
+    y = np.log(measured_ratio)
+    below = y < mid
+    half = np.where(below, mid - low, high - mid)
+    return np.where(below, mid - y, y - mid) / np.maximum(half, 1e-6)
+
+
+def band_scale(features: pd.DataFrame, families: np.ndarray, model_families: np.ndarray,
+               groups: np.ndarray, *, seed: int = 0) -> tuple[float, dict]:
+    """The band factor from leave-one-group-out inside these rows, and how it was found.
+
+    Only held-out rows the fold's surrogate supports count (an unsupported row is predicted
+    analytically, with the analytical band)."""
+    from advisor.learn.surrogate import train_throughput
+
+    labels = pd.unique(groups)
+    if len(labels) < MIN_GROUPS:
+        return 1.0, {"band_scale_groups": int(len(labels)),
+                     "band_scale_note": f"fewer than {MIN_GROUPS} groups: not scaled"}
+    needs = []
+    for label in labels:
+        held = groups == label
+        inner = train_throughput(features[~held], families[~held], model_families[~held],
+                                 seed=seed)
+        test = features[held]
+        ratio = inner.predict_ratio(test, families[held], model_families[held])
+        ok = ratio["supported"].to_numpy()
+        if ok.any():
+            measured = (test["measured"] / test["analytical"]).to_numpy()
+            needs.append(needed_scale(ratio[ok], measured[ok]))
+    if not needs:
+        return 1.0, {"band_scale_groups": int(len(labels)),
+                     "band_scale_note": "no held-out group was supported: not scaled"}
+    needed = np.concatenate(needs)
+    scale = max(1.0, float(np.quantile(needed, COVERAGE)))
+    return scale, {"band_scale_groups": int(len(labels)), "band_scale_rows": int(len(needed)),
+                   "band_scale_note": f"{COVERAGE:.0%} of rows of a held-out group inside"}
+
+
+ANALYTICAL_MEDIAN_APE_PCT = 15.0
+"""Fallback when a calibration file carries no cross-validated error (a judgement: the
+leave-one-source-out median of the bundled calibration)."""
+
+
+def analytical_log_sd(calibration) -> float:
+    """σ of the analytical model's log error on a software stack it was not fitted to, for a
+    log-normal band (p10/p90 = median · exp(∓1.2816 σ)): its median |log ratio| with whole
+    publication series held out (or single sources, in older calibration files), median |Z| =
+    0.6745 σ."""
+    metrics = calibration.metrics
+    median_ape = metrics.get("loso_series_median_ape_pct",
+                             metrics.get("loso_median_ape_pct", ANALYTICAL_MEDIAN_APE_PCT))
+    return float(np.log1p(median_ape / 100.0) / 0.6745)

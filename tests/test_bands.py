@@ -1,0 +1,89 @@
+"""The p10-p90 band sized for stacks the data never saw: grouped cross-validation inside the
+training rows (real XGBoost on the published runs), and the analytical fallback band."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.learn.bands import analytical_log_sd, band_scale, needed_scale
+from advisor.learn.features import reference_features
+from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
+from advisor.learn.train import band_groups
+from advisor.perf.calibration import load_calibration
+from advisor.perf.fit import reference_from_frame
+
+
+@pytest.fixture(scope="module")
+def ref(reference_csv):
+    return reference_from_frame(pd.read_csv(reference_csv, dtype=str, keep_default_na=False))
+
+
+@pytest.fixture(scope="module")
+def feats(ref):
+    return reference_features(ref, load_calibration())
+
+
+def test_needed_scale_is_the_distance_in_half_widths():
+    ratio = pd.DataFrame({"p10": [0.9, 0.9, 0.9], "p50": [1.0, 1.0, 1.0],
+                          "p90": [1.1, 1.1, 1.1]})
+    need = needed_scale(ratio, np.array([1.2, 1.0, 0.95]))
+    assert need[0] == pytest.approx(math.log(1.2) / math.log(1.1))  # above: upper half-width
+    assert need[1] == 0.0
+    assert need[2] == pytest.approx(math.log(0.95) / math.log(0.9))  # below: lower half-width
+
+
+def test_band_scale_makes_a_held_out_series_fall_inside_more_often(ref, feats):
+    """The scale comes from the training series only; on a series it never saw, the scaled
+    band contains more of the measurements than the trees' own band."""
+    series = ref.rows["series"].to_numpy()
+    held = series == pd.Series(series).value_counts().index[0]  # the largest series
+    fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
+    train = feats[~held]
+    scale, how = band_scale(train, fam[~held], mfam[~held], band_groups(ref.rows[~held]))
+    assert scale > 1.0 and how["band_scale_groups"] >= 3 and how["band_scale_rows"] > 0
+    surrogate = train_throughput(train, fam[~held], mfam[~held])
+    test = feats[held]
+    measured = (test["measured"] / test["analytical"]).to_numpy()
+
+    def coverage() -> float:
+        r = surrogate.predict_ratio(test, fam[held], mfam[held])
+        ok = r["supported"].to_numpy()
+        return float(((measured >= r["p10"]) & (measured <= r["p90"]))[ok].mean())
+
+    narrow = coverage()
+    surrogate.band_scale = scale
+    assert coverage() > narrow
+
+
+def test_too_few_groups_leave_the_band_as_the_trees_made_it(ref, feats):
+    fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
+    groups = np.where(np.arange(len(feats)) % 2 == 0, "a", "b")
+    scale, how = band_scale(feats, fam, mfam, groups)
+    assert scale == 1.0 and "fewer than" in how["band_scale_note"]
+
+
+def test_band_scale_round_trips_and_a_bad_one_is_refused(ref, feats, tmp_path):
+    fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
+    s = train_throughput(feats.iloc[:120], fam[:120], mfam[:120])
+    s.band_scale = 1.7
+    s.save(tmp_path)
+    assert load_throughput(tmp_path).band_scale == 1.7
+    meta_path = tmp_path / "throughput.json"
+    for bad in (0.5, "wide"):
+        meta = json.loads(meta_path.read_text())
+        meta["band_scale"] = bad
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(ArtifactError, match="band_scale"):
+            load_throughput(tmp_path)
+
+
+def test_analytical_band_is_sized_by_the_series_held_out_error():
+    cal = load_calibration()
+    series = cal.metrics["loso_series_median_ape_pct"]
+    assert analytical_log_sd(cal) == pytest.approx(math.log1p(series / 100) / 0.6745)
+    older = cal.__class__(**{**cal.__dict__, "metrics": {"loso_median_ape_pct": 15.0}})
+    assert analytical_log_sd(older) == pytest.approx(math.log1p(0.15) / 0.6745)
+    assert analytical_log_sd(older) < analytical_log_sd(cal)  # a new stack errs more
