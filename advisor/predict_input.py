@@ -210,9 +210,14 @@ PREDICTION_COLUMNS = {
 
 
 LEARNED_EXTRA = ("pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu_p90",
-                 "pred_extrapolation")
+                 "pred_extrapolation", "pred_avg_power_w_p10", "pred_avg_power_w_p90",
+                 "pred_peak_power_w_p10", "pred_peak_power_w_p90", "pred_throttle_frac_power",
+                 "pred_throttle_frac_thermal", "pred_power_source")
+"""Predictor columns the analytical model has no counterpart for (NaN power bands and throttle
+fractions until campaigns measured power)."""
 LEARNED_OVERRIDES = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tflops_per_gpu",
-                     "pred_mfu", "pred_energy_j_per_token")
+                     "pred_mfu", "pred_energy_j_per_token", "pred_avg_power_w",
+                     "pred_peak_power_w")
 
 
 def _add_learned(results: list[RowPrediction], predictor) -> None:
@@ -227,9 +232,9 @@ def _add_learned(results: list[RowPrediction], predictor) -> None:
         if row["pred_error"]:
             r.notes.append(f"surrogate unavailable: {row['pred_error']}")
             continue
-        r.learned = {k: (round(float(row[k]), 4) if k != "pred_extrapolation"
-                         else bool(row[k])) for k in (*LEARNED_OVERRIDES, *LEARNED_EXTRA[:2],
-                                                      "pred_extrapolation")}
+        r.learned = {k: (bool(row[k]) if k == "pred_extrapolation" else str(row[k])
+                         if k == "pred_power_source" else round(float(row[k]), 4))
+                     for k in (*LEARNED_OVERRIDES, *LEARNED_EXTRA)}
         r.learned["pred_source"] = row["pred_source"]
 
 
@@ -253,6 +258,8 @@ def predict_frame(frame: pd.DataFrame, predictor=None) -> pd.DataFrame:
         out[column] = [r.learned[column] if r.learned else None for r in results]
     out["pred_source"] = [r.learned["pred_source"] if r.learned else SOURCE if r.analytical
                           else "" for r in results]
+    out["pred_power_source"] = [r.learned["pred_power_source"] if r.learned else SOURCE
+                                if r.analytical else "" for r in results]
     out["pred_calibrated"] = [r.analytical.calibrated if r.analytical else None
                               for r in results]
     out["pred_assumed"] = ["; ".join(r.assumed) for r in results]

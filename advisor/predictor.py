@@ -80,11 +80,15 @@ def bundled_models_dir() -> Path:
 class Predictor:
     """Predictions for many configurations at once (see module docstring)."""
 
-    def __init__(self, surrogate=None, calibration=None, *, path: Path | None = None) -> None:
+    def __init__(self, surrogate=None, calibration=None, *, path: Path | None = None,
+                 power: dict | None = None) -> None:
         from advisor.learn.bands import analytical_log_sd
         from advisor.perf.calibration import load_calibration
 
         self.surrogate = surrogate
+        self.power = power or {}
+        """Learned power/throttle surrogates by dataset column (`power_surrogate.TARGETS`);
+        those absent stay analytical."""
         self.calibration = calibration or load_calibration()
         self.path = path
         # The analytical model's error on a stack it was not fitted to (series held out).
@@ -94,6 +98,7 @@ class Predictor:
     def load(cls, path: str | Path | None = None) -> Predictor:
         """The bundled surrogates (`path=None`) or those in a directory written by
         `advisor train`. A bundle without a throughput artifact predicts analytically."""
+        from advisor.learn.power_surrogate import load_power_surrogates
         from advisor.learn.surrogate import load_throughput
 
         directory = Path(path) if path is not None else bundled_models_dir()
@@ -101,7 +106,8 @@ class Predictor:
             raise AdvisorError(f"{directory}: no such directory of surrogate artifacts.")
         surrogate = (load_throughput(directory) if (directory / "throughput.json").exists()
                      or path is not None else None)
-        return cls(surrogate, path=directory)
+        power = load_power_surrogates(directory) if directory.is_dir() else {}
+        return cls(surrogate, path=directory, power=power)
 
     def predict(self, configs: pd.DataFrame | list) -> pd.DataFrame:
         """`pred_*` columns for every configuration, in input order: a DataFrame with `model`,
@@ -180,9 +186,10 @@ class Predictor:
         high = tps * math.exp(Z90 * self.analytical_log_sd)
         extrapolation = np.zeros(n, dtype=bool)
         learned = tps.copy()
+        feats = (feature_matrix(model, platform, cols, table, framework=framework,
+                                software=cols["software"])
+                 if self.surrogate is not None or self.power else None)
         if self.surrogate is not None:
-            feats = feature_matrix(model, platform, cols, table, framework=framework,
-                                   software=cols["software"])
             # Columns by iteration: looking one up builds the frame's label index (~0.1 ms).
             ratio = {k: v.to_numpy() for k, v in self.surrogate.predict_ratio(
                 feats, np.full(n, platform.family),
@@ -198,7 +205,8 @@ class Predictor:
         scale = learned / tps
         gpus = cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]
         step = table["step_time_s"] / scale
-        avg = table["avg_power_w"]
+        power = self._power(model, platform, feats, table)
+        avg = power["pred_avg_power_w"]
         return {
             "pred_step_time_s": step,
             "pred_tokens_per_sec_per_gpu": learned,
@@ -208,18 +216,55 @@ class Predictor:
             "pred_mfu": table["mfu"] * scale,
             "pred_memory_gb": table["total_bytes"] / 1e9,
             "pred_fits": table["fits"],
-            "pred_avg_power_w": avg,
-            "pred_peak_power_w": table["peak_power_w"],
+            **power,
             "pred_energy_j_per_token": avg * step * gpus / (cols["gbs"] * cols["seq_len"]),
             "pred_throttle_risk": table["throttle_risk"],
             "pred_source": source,
-            # Arrays, not scalars: pandas builds a column from an array faster.
-            "pred_power_source": np.full(n, "analytical", dtype=object),
             "pred_extrapolation": extrapolation,
             "pred_calibrated": np.full(n, bool(table["calibrated"][0])),
             "pred_error": np.full(n, "", dtype=object),
         }
 
+
+
+    def _power(self, model, platform, feats, table) -> dict[str, np.ndarray]:
+        """Average and peak power with their bands, and the measured-style throttle fractions:
+        learned where a power surrogate was trained and supports the row, else the analytical
+        watts (with no band: the analytical power model has no measurements to size one) and
+        no throttle fraction (the analytical model gives a risk, `pred_throttle_risk`)."""
+        n = len(table["avg_power_w"])
+        nan = np.full(n, np.nan)
+        out = {}
+        for column in ("avg_power_w", "peak_power_w"):
+            out[f"pred_{column}"] = np.asarray(table[column], dtype=float)
+            out[f"pred_{column}_p10"] = out[f"pred_{column}_p90"] = nan
+        for column in ("throttle_frac_power", "throttle_frac_thermal"):
+            for suffix in ("", "_p10", "_p90"):
+                out[f"pred_{column}{suffix}"] = nan
+        # Arrays, not scalars: pandas builds a column from an array faster.
+        out["pred_power_source"] = np.full(n, "analytical", dtype=object)
+        if not self.power:
+            return out
+        from advisor.learn.features import FEATURES
+        from advisor.learn.power_surrogate import power_features
+
+        frame = power_features(pd.DataFrame(feats, columns=list(FEATURES)), platform,
+                               pd.DataFrame({k: np.broadcast_to(table[k], (n,)) for k in (
+                                   "avg_power_w", "peak_power_w", "gemm_power_demand_w",
+                                   "throttle_risk", "throttle_risk_power",
+                                   "throttle_risk_thermal", "temp_rear_c")}))
+        families = np.full(n, platform.family)
+        model_families = np.full(n, model.family or model.name)
+        for column, surrogate in self.power.items():
+            q = surrogate.predict(frame, families, model_families)
+            ok = q["supported"].to_numpy()
+            fallback = out[f"pred_{column}"]
+            out[f"pred_{column}"] = np.where(ok, q["p50"].to_numpy(), fallback)
+            out[f"pred_{column}_p10"] = np.where(ok, q["p10"].to_numpy(), np.nan)
+            out[f"pred_{column}_p90"] = np.where(ok, q["p90"].to_numpy(), np.nan)
+            if column == "avg_power_w":
+                out["pred_power_source"] = np.where(ok, "surrogate", "analytical")
+        return out
 
 def _invalid(model, configs: Columns) -> np.ndarray:
     """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the

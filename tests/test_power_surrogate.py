@@ -208,3 +208,40 @@ def test_artifacts_refuse_damage(trained, tmp_path):
     with pytest.raises(ArtifactError, match="missing"):
         load_power_surrogate(tmp_path / "nowhere", "avg_power_w")
     assert load_power_surrogates(tmp_path / "nowhere") == {}
+
+
+def test_predictor_serves_the_learned_power_and_falls_back_outside_it(campaign, trained):
+    """`Predictor.load(dir)` picks up the power artifacts `advisor train` wrote: power, its
+    band, energy per token and throttle fractions come from them where the data supports the
+    row, and stay analytical (no band, no fraction) on a platform family never measured."""
+    from advisor.predictor import Predictor
+
+    rows, feats = campaign
+    _, report = trained
+    held = rows.iloc[-15:]
+    # The layouts exactly as training read them (a row's unstated overlap flags and the like
+    # take the dataset's defaults, not ParallelConfig's).
+    ((_, (_, layouts)),) = reference_from_frame(held).groups.items()
+    configs = layouts.assign(model="llama3-8b", gpu="h100", software="26.04")
+    learned = Predictor.load(report.output).predict(configs)
+    prior = Predictor.load(report.output)
+    prior.power = {}
+    analytical = prior.predict(configs)
+    assert (learned["pred_power_source"] == "surrogate").all()
+    measured = held["avg_power_w"].to_numpy(dtype=float)
+    assert _ape(learned["pred_avg_power_w"], measured) < 0.3 * _ape(
+        analytical["pred_avg_power_w"], measured)
+    assert (learned["pred_avg_power_w_p10"] <= learned["pred_avg_power_w"]).all()
+    assert (learned["pred_avg_power_w"] <= learned["pred_avg_power_w_p90"]).all()
+    ratio = learned["pred_energy_j_per_token"] / analytical["pred_energy_j_per_token"]
+    assert np.allclose(ratio, learned["pred_avg_power_w"] / analytical["pred_avg_power_w"]
+                       * analytical["pred_step_time_s"] / learned["pred_step_time_s"])
+    fractions = learned[["pred_throttle_frac_power", "pred_throttle_frac_thermal"]]
+    assert fractions.notna().all().all() and fractions.ge(0).all().all()
+    assert fractions.le(1).all().all()
+    assert analytical["pred_avg_power_w_p10"].isna().all()
+    assert analytical["pred_throttle_frac_power"].isna().all()
+
+    amd = Predictor.load(report.output).predict(configs.assign(gpu="mi300x"))
+    assert (amd["pred_power_source"] == "analytical").all()
+    assert amd["pred_throttle_frac_thermal"].isna().all()

@@ -97,8 +97,10 @@ def predict(input: Annotated[Path | None, typer.Option(
     pred_energy_j_per_token, pred_throttle_risk, pred_memory_gb, pred_fits, the throughput
     band pred_tokens_per_sec_per_gpu_p10/_p90, pred_extrapolation and pred_source. Throughput
     comes from the learned surrogate where its data supports the row (pred_source = surrogate)
-    and from the analytical model elsewhere (pred_source = analytical); power and thermal are
-    analytical until campaigns measure them. Rows that cannot be predicted get a pred_error;
+    and from the analytical model elsewhere (pred_source = analytical); power (with bands) and
+    the throttle fractions pred_throttle_frac_power/_thermal are learned once `advisor train`
+    had campaign runs that measured them (pred_power_source), analytical (no band) until then.
+    Rows that cannot be predicted get a pred_error;
     what was assumed for empty cells is in pred_assumed.
     """
     from advisor.predictor import Predictor
