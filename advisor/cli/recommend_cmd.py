@@ -122,7 +122,7 @@ def recommend(
                   predictor=predictor, engine=search, trials=trials, storage=storage,
                   study_name=study_name, seed=seed, progress=progress)
     elapsed = time.perf_counter() - start
-    launch, launch_note = _emit(emit, rec.choices, job) if emit else (None, "")
+    launch, launch_note = _emit(emit, rec, job) if emit else (None, "")
     if plot:
         from advisor.cli.plots import plot_candidates
 
@@ -196,13 +196,21 @@ def _check_emit(emit: str | None) -> None:
         raise ConfigError(f"--emit {emit!r} is unknown; use one of {', '.join(EMITTERS)}.")
 
 
-def _emit(kind: str, choices, job) -> tuple[str | None, str]:
+EMIT_SEARCH_LIMIT = 5000
+"""How far down the ranking `--emit` looks for a layout the framework can express when the
+shown choices are all refused (each try is a cheap check; the ranking is best first)."""
+
+
+def _emit(kind: str, rec, job) -> tuple[str | None, str]:
     """The launch command of the best choice the framework can express, and a note naming
-    the ones it refused (None and the reasons when it refuses them all)."""
+    the ones it refused (None and the reasons when it refuses them all). Past the shown
+    choices, the rest of the ranking is searched, one row per layout."""
     from advisor.emit import emit
+    from advisor.recommend import LAYOUT
+    from advisor.space import config_from_row
 
     refused: dict[str, list[int]] = {}
-    for choice in choices:
+    for choice in rec.choices:
         try:
             text = emit(kind, choice.config, job)
         except ConfigError as e:
@@ -210,7 +218,27 @@ def _emit(kind: str, choices, job) -> tuple[str | None, str]:
             continue
         return text, (f"#{choice.rank}, the best {kind} can express ({_reasons(refused)})"
                       if refused else "")
+    layouts = rec.ranked.drop_duplicates(list(LAYOUT)).head(EMIT_SEARCH_LIMIT)
+    best = float(layouts["score"].max()) if "score" in layouts else 0.0
+    for position, (_, row) in enumerate(layouts.iterrows(), 1):
+        if position <= len(rec.choices):
+            continue
+        try:
+            text = emit(kind, config_from_row(row), job)
+        except ConfigError:
+            continue
+        behind = (f", score {1 - float(row['score']) / best:.0%} below the best"
+                  if best > 0 and float(row.get("score", 0.0)) > 0 else "")
+        return text, (f"layout #{position} of the ranking ({describe_layout(row, job)}"
+                      f"{behind}), the best {kind} can express; the shown ones it cannot: "
+                      f"{_reasons(refused)}")
     return None, f"{kind} cannot express any recommended configuration: {_reasons(refused)}"
+
+
+def describe_layout(row, job) -> str:
+    from advisor.rationale import short
+
+    return short(row, job.model)
 
 
 def _reasons(refused: dict[str, list[int]]) -> str:
