@@ -3,7 +3,7 @@ and the analytical model's own breakdown (what it thinks limits the step)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -132,21 +132,26 @@ def _codes(values: np.ndarray, codes: dict[str, int]) -> np.ndarray:
     return table[index]
 
 
-def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
-    """Features, the analytical prediction and the measured value for every reference row."""
+def reference_groups(ref: Reference, calibration: Calibration
+                     ) -> Iterator[tuple[Platform, pd.DataFrame, pd.DataFrame]]:
+    """Per group of reference rows sharing model, platform and framework: the platform, the
+    rows' features and their `analytical_table` (both indexed like `ref.rows`)."""
     from advisor.catalog import load_model, load_platform
 
-    parts = []
     for (model_name, platform_name), (idx, configs) in ref.groups.items():
         model, platform = load_model(model_name), load_platform(platform_name)
         for framework, rows in ref.rows.loc[idx].groupby("framework"):
             part = configs.loc[rows.index].drop(columns="framework")
             table = analytical_table(model, platform, part, calibration=calibration,
                                      framework=framework)
-            feats = group_features(model, platform, part, table, framework=framework,
-                                   software=rows["software"].to_numpy())
-            feats["analytical"] = table["tokens_per_sec_per_gpu"].to_numpy()
-            parts.append(feats)
+            yield platform, group_features(model, platform, part, table, framework=framework,
+                                           software=rows["software"].to_numpy()), table
+
+
+def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
+    """Features, the analytical prediction and the measured value for every reference row."""
+    parts = [feats.assign(analytical=table["tokens_per_sec_per_gpu"].to_numpy())
+             for _, feats, table in reference_groups(ref, calibration)]
     out = pd.concat(parts).loc[ref.rows.index]
     out["measured"] = ref.rows["measured"]
     return out

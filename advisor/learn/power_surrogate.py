@@ -21,7 +21,6 @@ artifacts (XGBoost UBJSON + JSON metadata, never pickle) and their strict loadin
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.learn.features import FEATURES, group_features
+from advisor.learn.features import FEATURES, reference_groups
 from advisor.learn.surrogate import (
     EXTRAPOLATION_WIDENING,
     PARAMS,
@@ -38,8 +37,10 @@ from advisor.learn.surrogate import (
     ROUNDS,
     ArtifactError,
     Support,
+    predict_quantiles,
+    read_artifact,
+    sha256_file,
 )
-from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
 from advisor.perf.fit import Reference
 from advisor.platform import Platform
@@ -101,18 +102,8 @@ def power_features(features: pd.DataFrame, platform: Platform,
 
 def reference_power_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
     """`power_features` for every reference row, in `ref.rows` order."""
-    from advisor.catalog import load_model, load_platform
-
-    parts = []
-    for (model_name, platform_name), (idx, configs) in ref.groups.items():
-        model, platform = load_model(model_name), load_platform(platform_name)
-        for framework, rows in ref.rows.loc[idx].groupby("framework"):
-            part = configs.loc[rows.index].drop(columns="framework")
-            table = analytical_table(model, platform, part, calibration=calibration,
-                                     framework=framework)
-            feats = group_features(model, platform, part, table, framework=framework,
-                                   software=rows["software"].to_numpy())
-            parts.append(power_features(feats, platform, table))
+    parts = [power_features(feats, platform, table)
+             for platform, feats, table in reference_groups(ref, calibration)]
     return pd.concat(parts).loc[ref.rows.index]
 
 
@@ -135,11 +126,7 @@ class PowerSurrogate:
         """Columns p10, p50, p90 in the target's units (W, or a fraction in [0, 1]),
         `supported` and `extrapolation`. Rows not `supported` (platform or model family never
         measured) must fall back to the analytical value."""
-        x = features[list(POWER_FEATURES)].to_numpy(dtype=float)
-        # One thread for a handful of rows (thread start-up dominates), every core for a batch.
-        self.booster.set_param({"nthread": 1 if len(x) < 2048 else 0})  # type: ignore
-        raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
-        raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
+        raw = predict_quantiles(self, features[list(POWER_FEATURES)].to_numpy(dtype=float))
         supported, outside = self.support.check(families, model_families, features)
         mid = raw[:, 1]
         widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0)
@@ -168,7 +155,7 @@ class PowerSurrogate:
         meta = dict(self.metadata)
         meta.update(format_version=FORMAT_VERSION, features=list(POWER_FEATURES),
                     quantiles=list(QUANTILES), target=self.target.column,
-                    prior=self.target.prior, model_sha256=_sha(model_path),
+                    prior=self.target.prior, model_sha256=sha256_file(model_path),
                     support={"families": self.support.families,
                              "model_families": self.support.model_families,
                              "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
@@ -177,10 +164,6 @@ class PowerSurrogate:
 
 def _paths(directory: Path, target: Target) -> tuple[Path, Path]:
     return directory / f"{target.name}.ubj", directory / f"{target.name}.json"
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, families: np.ndarray,
@@ -214,42 +197,13 @@ def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, famil
 
 def load_power_surrogate(directory: Path, column: str) -> PowerSurrogate:
     """Load the artifact for `column`; refuses anything missing, altered or mismatched."""
-    import xgboost as xgb
-
     target = TARGETS[column]
     model_path, meta_path = _paths(Path(directory), target)
-    for p in (meta_path, model_path):
-        if not p.is_file():
-            raise ArtifactError(f"{p}: missing; rebuild the surrogates with `advisor train`.")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{meta_path}: not valid JSON ({e}); rebuild with "
-                            f"`advisor train`.") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("support"), dict):
-        raise ArtifactError(f"{meta_path}: not advisor surrogate metadata; rebuild with "
-                            f"`advisor train`.")
-    if (meta.get("format_version") != FORMAT_VERSION
-            or meta.get("features") != list(POWER_FEATURES)
-            or meta.get("quantiles") != list(QUANTILES)):
-        raise ArtifactError(f"{meta_path}: written for another advisor version (format "
-                            f"{meta.get('format_version')}, {len(meta.get('features', []))} "
-                            f"features); rebuild with `advisor train`.")
+    meta, booster, support = read_artifact(meta_path, model_path, POWER_FEATURES,
+                                           FORMAT_VERSION)
     if meta.get("target") != column:
         raise ArtifactError(f"{meta_path}: holds the surrogate for {meta.get('target')!r}, "
                             f"not {column!r}; rebuild with `advisor train`.")
-    if meta.get("model_sha256") != _sha(model_path):
-        raise ArtifactError(f"{model_path}: does not match its metadata (altered or "
-                            f"corrupted); rebuild with `advisor train`.")
-    booster = xgb.Booster()
-    try:
-        booster.load_model(str(model_path))
-    except xgb.core.XGBoostError as e:
-        raise ArtifactError(f"{model_path}: not a readable XGBoost model ({str(e)[:80]}).") \
-            from None
-    support = Support(families=meta["support"]["families"],
-                      model_families=meta["support"]["model_families"],
-                      ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
     return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta)
 
 

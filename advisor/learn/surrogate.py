@@ -77,14 +77,7 @@ class ThroughputSurrogate:
             x = (features.to_numpy(dtype=float) if features.columns.tolist() == names
                  else features[names].to_numpy(dtype=float))
             index = features.index
-        # One thread for a handful of rows (thread start-up dominates), every core for a batch.
-        # Set only on a change: the booster reconfigures itself after set_param (~0.1 ms).
-        threads = (id(self.booster), 1 if len(x) < 2048 else 0)
-        if getattr(self, "_threads", None) != threads:
-            self.booster.set_param({"nthread": threads[1]})  # type: ignore[attr-defined]
-            self._threads = threads
-        raw = np.asarray(self.booster.inplace_predict(x))  # type: ignore[attr-defined]
-        raw = np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)  # quantiles may cross
+        raw = predict_quantiles(self, x)
         # Support.check's rule, read off the matrix (a frame's columns cost more than the rest
         # of this method for one row).
         supported = (np.isin(families, self.support.families)
@@ -119,14 +112,14 @@ class ThroughputSurrogate:
         meta = dict(self.metadata)
         meta.update(format_version=FORMAT_VERSION, features=list(FEATURES),
                     band_scale=self.band_scale,
-                    quantiles=list(QUANTILES), model_sha256=_sha(model_path),
+                    quantiles=list(QUANTILES), model_sha256=sha256_file(model_path),
                     support={"families": self.support.families,
                              "model_families": self.support.model_families,
                              "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
         (directory / f"{name}.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
-def _sha(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -153,9 +146,36 @@ def train_throughput(features: pd.DataFrame, families: np.ndarray, model_familie
 
 def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurrogate:
     """Load an artifact written by `save`; refuses anything missing, altered or mismatched."""
+    meta_path, model_path = directory / f"{name}.json", directory / f"{name}.ubj"
+    meta, booster, support = read_artifact(meta_path, model_path, FEATURES, FORMAT_VERSION)
+    scale = meta.get("band_scale", 1.0)
+    if not isinstance(scale, (int, float)) or not scale >= 1.0:
+        raise ArtifactError(f"{meta_path}: band_scale {scale!r} is not a number >= 1; rebuild "
+                            f"with `advisor train`.")
+    return ThroughputSurrogate(booster=booster, support=support, metadata=meta,
+                               band_scale=float(scale))
+
+
+def predict_quantiles(owner, x: np.ndarray) -> np.ndarray:
+    """The (rows × QUANTILES) predictions of `owner.booster`, sorted per row (quantile trees
+    may cross)."""
+    # One thread for a handful of rows (thread start-up dominates), every core for a batch.
+    # Set only on a change: the booster reconfigures itself after set_param (~0.1 ms).
+    threads = (id(owner.booster), 1 if len(x) < 2048 else 0)
+    if getattr(owner, "_threads", None) != threads:
+        owner.booster.set_param({"nthread": threads[1]})
+        owner._threads = threads
+    raw = np.asarray(owner.booster.inplace_predict(x))
+    return np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)
+
+
+def read_artifact(meta_path: Path, model_path: Path, features, format_version: int
+                  ) -> tuple[dict, object, Support]:
+    """Metadata, booster and support of an artifact pair a surrogate's `save` wrote; an
+    `ArtifactError` naming the file for anything missing, altered, damaged or written for
+    another format, feature list or set of quantiles."""
     import xgboost as xgb
 
-    meta_path, model_path = directory / f"{name}.json", directory / f"{name}.ubj"
     for p in (meta_path, model_path):
         if not p.is_file():
             raise ArtifactError(f"{p}: missing; rebuild the surrogates with `advisor train`.")
@@ -167,11 +187,12 @@ def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurr
     if not isinstance(meta, dict) or not isinstance(meta.get("support"), dict):
         raise ArtifactError(f"{meta_path}: not advisor surrogate metadata; rebuild with "
                             f"`advisor train`.")
-    if meta.get("format_version") != FORMAT_VERSION or meta.get("features") != list(FEATURES):
+    if (meta.get("format_version") != format_version or meta.get("features") != list(features)
+            or meta.get("quantiles") != list(QUANTILES)):
         raise ArtifactError(f"{meta_path}: written for another advisor version (format "
                             f"{meta.get('format_version')}, {len(meta.get('features', []))} "
                             f"features); rebuild with `advisor train`.")
-    if meta.get("model_sha256") != _sha(model_path):
+    if meta.get("model_sha256") != sha256_file(model_path):
         raise ArtifactError(f"{model_path}: does not match its metadata (altered or "
                             f"corrupted); rebuild with `advisor train`.")
     booster = xgb.Booster()
@@ -183,9 +204,4 @@ def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurr
     support = Support(families=meta["support"]["families"],
                       model_families=meta["support"]["model_families"],
                       ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
-    scale = meta.get("band_scale", 1.0)
-    if not isinstance(scale, (int, float)) or not scale >= 1.0:
-        raise ArtifactError(f"{meta_path}: band_scale {scale!r} is not a number >= 1; rebuild "
-                            f"with `advisor train`.")
-    return ThroughputSurrogate(booster=booster, support=support, metadata=meta,
-                               band_scale=float(scale))
+    return meta, booster, support
