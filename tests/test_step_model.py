@@ -9,6 +9,9 @@ import pytest
 from advisor.catalog import load_model, load_platform
 from advisor.parallel import ParallelConfig, make_config, make_job
 from advisor.perf.analytical import analytical_table, predict_config
+from advisor.perf.calibration import load_calibration
+from advisor.perf.collectives import RING_ALLREDUCE
+from advisor.perf.layout import stage_layout
 from advisor.perf.power import INLET_C, PEAK_EXCURSION, REAR_FACTOR
 from advisor.space import enumerate_space
 
@@ -133,6 +136,23 @@ def test_overlap_hides_communication():
     assert on.tp_comm_s < off.tp_comm_s
     assert on.dp_comm_s <= off.dp_comm_s
     assert on.step_time_s < off.step_time_s
+
+
+@pytest.mark.parametrize("num_gpus", [16, 512])
+def test_dense_model_syncs_only_its_dense_gradients(num_gpus):
+    """A dense model has no routed experts, so its step pays one gradient all-reduce over the
+    data-parallel group, not also the latency of an empty expert-data-parallel one."""
+    model, platform = load_model("llama3-8b"), load_platform("h100")
+    job = make_job(model, platform, num_gpus=num_gpus, seq_len=4096, gbs=num_gpus * 2)
+    config = make_config(job, tp=1, pp=1, dp_sharding="none", overlap=False,
+                         recompute="full")
+    step = predict_config(model, platform, config).step
+    layout = stage_layout(model, 1, 1)
+    params = layout.dense_params[0] + layout.embedding_params[0] + layout.output_params[0]
+    expected = load_calibration().collectives.time(
+        RING_ALLREDUCE, params * 2.0, num_gpus, num_gpus <= platform.nvlink_domain_size, platform,
+        min(num_gpus, platform.nvlink_domain_size))
+    assert step.dp_comm_s == pytest.approx(float(expected), rel=1e-9)
 
 
 @pytest.mark.parametrize("platform_name", ["h100", "a100"])

@@ -407,7 +407,10 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         None, :] / tp
     expert_params = layout.expert_params[None, :] / (ep * etp)
     dp_group = dp * cp
-    edp_group = np.maximum(dp * cp * tp / (ep * etp), 1.0)
+    # A stage without routed experts (a dense model, or MoE's dense first layers) has no expert
+    # gradients to sync: a group of one costs nothing, where the latency of an empty collective
+    # over the expert-data-parallel group would otherwise be charged.
+    edp_group = np.where(expert_params > 0, np.maximum(dp * cp * tp / (ep * etp), 1.0), 1.0)
     dp_in = tp * cp * dp <= domain
     dp_local = np.clip(domain // (tp * 1.0), 1.0, dp_group)   # dp·cp group has stride tp
     edp_local = np.clip(domain // (ep * etp * 1.0), 1.0, edp_group)
