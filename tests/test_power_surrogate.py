@@ -19,6 +19,7 @@ from advisor.learn.power_surrogate import (
     ArtifactError,
     load_power_surrogate,
     load_power_surrogates,
+    power_band_scale,
     reference_power_features,
     train_power,
 )
@@ -119,11 +120,46 @@ def test_throttle_fraction_stays_in_unit_interval_outside_the_data(campaign):
     assert not unseen["supported"].any() and not unseen["extrapolation"].any()
 
 
+def test_band_holds_for_a_campaign_never_seen(campaign):
+    """Each campaign (a cluster, a driver, a day) reads power a few per cent off the others,
+    which no feature explains: trees trained on four campaigns draw a band too narrow for a
+    fifth and sixth. Scaled by leave-one-campaign-out (`power_band_scale`), it holds."""
+    rows, feats = campaign
+    fam, mfam = np.full(NUM_RUNS, "hopper"), np.full(NUM_RUNS, "llama")
+    campaign_of = np.arange(NUM_RUNS) % 6
+    unseen = campaign_of >= 4
+    inside = {"trees": [], "scaled": []}
+    for seed in range(3):
+        offset = np.exp(np.random.default_rng(seed).normal(0.0, 0.06, 6))
+        measured = rows["avg_power_w"].astype(float).to_numpy() * offset[campaign_of]
+        args = ("avg_power_w", feats[~unseen], measured[~unseen], fam[~unseen], mfam[~unseen])
+        s = train_power(*args)
+        scale, how = power_band_scale(*args, campaign_of[~unseen])
+        assert scale > 1.0 and how["band_scale_groups"] == 4
+        for kind in inside:
+            s.band_scale = scale if kind == "scaled" else 1.0
+            out = s.predict(feats[unseen], fam[unseen], mfam[unseen])
+            inside[kind].append((out["p10"] <= measured[unseen])
+                                & (measured[unseen] <= out["p90"]))
+    trees, scaled = (float(np.mean(np.concatenate(inside[k]))) for k in ("trees", "scaled"))
+    assert trees < 0.6 and 0.7 <= scaled, (trees, scaled)
+
+
+def test_one_campaign_leaves_the_band_unscaled(campaign):
+    rows, feats = campaign
+    fam, mfam = np.full(NUM_RUNS, "hopper"), np.full(NUM_RUNS, "llama")
+    scale, how = power_band_scale("peak_power_w", feats, rows["peak_power_w"].astype(float),
+                                  fam, mfam, np.full(NUM_RUNS, "one campaign"))
+    assert scale == 1.0 and how["band_scale_note"] == "fewer than 3 groups: not scaled"
+
+
 @pytest.fixture(scope="module")
 def trained(campaign, tmp_path_factory):
-    """`advisor train`'s library call on the campaign, with peak power missing from 5 runs."""
+    """`advisor train`'s library call on the campaign, run as four campaigns, with peak
+    power missing from 5 runs."""
     rows, _ = campaign
     rows = rows.copy()
+    rows["source_name"] = [f"advisor collect h100-sweep-{'abcd'[i % 4]}" for i in range(NUM_RUNS)]
     rows.loc[rows.index[:5], "peak_power_w"] = pd.NA
     base = tmp_path_factory.mktemp("power")
     data = base / "campaign.parquet"
@@ -146,6 +182,9 @@ def test_train_reports_each_target_and_writes_its_artifacts(trained):
     assert meta["data_sha256"] == report.data_sha256 and meta["rows"] == NUM_RUNS - 5
     assert meta["features"] == list(POWER_FEATURES) and "xgboost" in meta["versions"]
     assert meta["support"]["families"] == ["hopper"] and meta["seed"] == 0
+    assert meta["band_scale_groups"] == 4 and meta["band_scale"] >= 1.0
+    assert loaded["peak_power_w"].band_scale == meta["band_scale"]
+    assert "p10-p90 band x" in report.targets["peak_power_w"]
 
 
 def test_training_twice_through_the_cli_is_byte_identical(trained):
@@ -193,6 +232,9 @@ def test_artifacts_refuse_damage(trained, tmp_path):
     meta = json.loads((d / "peak_power.json").read_text())
     (d / "peak_power.json").write_text(json.dumps(meta | {"features": meta["features"][:-1]}))
     with pytest.raises(ArtifactError, match="peak_power.json: written for another advisor"):
+        load_power_surrogate(d, "peak_power_w")
+    (d / "peak_power.json").write_text(json.dumps(meta | {"band_scale": 0.5}))
+    with pytest.raises(ArtifactError, match="band_scale 0.5 is not a number >= 1"):
         load_power_surrogate(d, "peak_power_w")
     (d / "peak_power.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="not valid JSON"):

@@ -5,7 +5,9 @@ publisher's software stack or cluster: every user's cluster is such a stack. So 
 scaled by a factor found by grouped cross-validation inside the training data (conformalised
 quantile regression, Romano et al. 2019, with whole groups held out): hold out each group,
 train on the rest, and find how far the held-out rows fall outside the band, in units of its
-half-width; the factor is the `COVERAGE` quantile of that.
+half-width; the factor is the `COVERAGE` quantile of that. The power and throttle
+surrogates (`advisor.learn.power_surrogate`) scale their bands the same way, in their own
+learned space.
 """
 
 from __future__ import annotations
@@ -22,37 +24,27 @@ MIN_GROUPS = 3
 def needed_scale(ratio: pd.DataFrame, measured_ratio: np.ndarray) -> np.ndarray:
     """Per row: the factor by which its band's half-width (on the side the measurement fell)
     must grow to contain the measurement; ≤ 1 where it already does. Log scale."""
-    mid = np.log(ratio["p50"].to_numpy())
-    low, high = np.log(ratio["p10"].to_numpy()), np.log(ratio["p90"].to_numpy())
-    y = np.log(measured_ratio)
+    return half_widths_needed(np.log(ratio["p10"].to_numpy()), np.log(ratio["p50"].to_numpy()),
+                              np.log(ratio["p90"].to_numpy()), np.log(measured_ratio))
+
+
+def half_widths_needed(low: np.ndarray, mid: np.ndarray, high: np.ndarray,
+                       y: np.ndarray) -> np.ndarray:
+    """`needed_scale` in the space the band is scaled in (a log ratio, or a fraction)."""
     below = y < mid
     half = np.where(below, mid - low, high - mid)
     return np.where(below, mid - y, y - mid) / np.maximum(half, 1e-6)
 
 
-def band_scale(features: pd.DataFrame, families: np.ndarray, model_families: np.ndarray,
-               groups: np.ndarray, *, seed: int = 0) -> tuple[float, dict]:
-    """The band factor from leave-one-group-out inside these rows, and how it was found.
-
-    Only held-out rows the fold's surrogate supports count (an unsupported row is predicted
-    analytically, with the analytical band)."""
-    from advisor.learn.surrogate import train_throughput
-
+def grouped_scale(groups: np.ndarray, needs_when_held_out) -> tuple[float, dict]:
+    """The band factor from holding out each group in turn: `needs_when_held_out(held)` trains
+    on the rows not `held` and returns the held-out rows' `half_widths_needed` (only rows the
+    fold's surrogate supports: an unsupported row gets the analytical band)."""
     labels = pd.unique(groups)
     if len(labels) < MIN_GROUPS:
         return 1.0, {"band_scale_groups": int(len(labels)),
                      "band_scale_note": f"fewer than {MIN_GROUPS} groups: not scaled"}
-    needs = []
-    for label in labels:
-        held = groups == label
-        inner = train_throughput(features[~held], families[~held], model_families[~held],
-                                 seed=seed)
-        test = features[held]
-        ratio = inner.predict_ratio(test, families[held], model_families[held])
-        ok = ratio["supported"].to_numpy()
-        if ok.any():
-            measured = (test["measured"] / test["analytical"]).to_numpy()
-            needs.append(needed_scale(ratio[ok], measured[ok]))
+    needs = [n for n in (needs_when_held_out(groups == label) for label in labels) if len(n)]
     if not needs:
         return 1.0, {"band_scale_groups": int(len(labels)),
                      "band_scale_note": "no held-out group was supported: not scaled"}
@@ -60,6 +52,24 @@ def band_scale(features: pd.DataFrame, families: np.ndarray, model_families: np.
     scale = max(1.0, float(np.quantile(needed, COVERAGE)))
     return scale, {"band_scale_groups": int(len(labels)), "band_scale_rows": int(len(needed)),
                    "band_scale_note": f"{COVERAGE:.0%} of rows of a held-out group inside"}
+
+
+def band_scale(features: pd.DataFrame, families: np.ndarray, model_families: np.ndarray,
+               groups: np.ndarray, *, seed: int = 0) -> tuple[float, dict]:
+    """The throughput surrogate's band factor from leave-one-group-out inside these rows, and
+    how it was found."""
+    from advisor.learn.surrogate import train_throughput
+
+    def needs(held: np.ndarray) -> np.ndarray:
+        inner = train_throughput(features[~held], families[~held], model_families[~held],
+                                 seed=seed)
+        test = features[held]
+        ratio = inner.predict_ratio(test, families[held], model_families[held])
+        ok = ratio["supported"].to_numpy()
+        measured = (test["measured"] / test["analytical"]).to_numpy()
+        return needed_scale(ratio[ok], measured[ok])
+
+    return grouped_scale(groups, needs)
 
 
 ANALYTICAL_MEDIAN_APE_PCT = 15.0

@@ -16,7 +16,9 @@ wrong.
 Features: the throughput surrogate's `FEATURES` plus the analytical power and thermal view
 (`POWER_EXTRA`), built by `power_features` from an `analytical_table`. Support, range flags,
 artifacts (XGBoost UBJSON + JSON metadata, never pickle) and their strict loading follow
-`advisor/learn/surrogate.py`.
+`advisor/learn/surrogate.py`, and so does the band: its half-widths are scaled by the
+factor that puts 80 % of a held-out source's runs inside (`power_band_scale`, by
+`advisor.learn.bands`), once the runs come from enough sources to hold one out.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from advisor.learn.surrogate import (
     Support,
     predict_quantiles,
     read_artifact,
+    read_band_scale,
     sha256_file,
 )
 from advisor.perf.calibration import Calibration
@@ -55,8 +58,9 @@ POWER_EXTRA = (
     "liquid_cooled",               # 1 for cold plates: no chassis position effect
 )
 POWER_FEATURES = (*FEATURES, *POWER_EXTRA)
-FORMAT_VERSION = 1
-"""Raised whenever the artifact layout or target definitions change; older files are refused."""
+FORMAT_VERSION = 2
+"""Raised whenever the artifact layout or target definitions change; older files are refused.
+2: the band scale is part of the artifact."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,13 @@ def reference_power_features(ref: Reference, calibration: Calibration) -> pd.Dat
     return pd.concat(parts).loc[ref.rows.index]
 
 
+def learned_value(target: Target, measured: np.ndarray, features: pd.DataFrame) -> np.ndarray:
+    """What the trees learn for `measured`: its log ratio to the prior, or the fraction."""
+    if target.prior:
+        return np.log(measured / features[target.prior].to_numpy(dtype=float))
+    return np.clip(measured, 0.0, 1.0)
+
+
 def usable(target: Target, measured: np.ndarray) -> np.ndarray:
     """Rows whose measurement can be learned: finite, and positive where a log is taken (a
     0 W reading is a sensor gap, not a power)."""
@@ -120,17 +131,27 @@ class PowerSurrogate:
     booster: object
     support: Support
     metadata: dict = field(default_factory=dict)
+    band_scale: float = 1.0
+    """Factor on the trees' p10-p90 half-widths (`power_band_scale`)."""
+
+    def learned_bands(self, features: pd.DataFrame, families: np.ndarray,
+                      model_families: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(p10, p50, p90) in the learned space (log ratio or unclipped fraction), widened
+        where a feature is beyond the trained range and scaled by `band_scale`; `supported`;
+        `extrapolation`."""
+        raw = predict_quantiles(self, features[list(POWER_FEATURES)].to_numpy(dtype=float))
+        supported, outside = self.support.check(families, model_families, features)
+        mid = raw[:, 1]
+        widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0) * self.band_scale
+        bands = np.stack([mid - (mid - raw[:, 0]) * widen, mid, mid + (raw[:, 2] - mid) * widen])
+        return bands, supported, outside
 
     def predict(self, features: pd.DataFrame, families: np.ndarray,
                 model_families: np.ndarray) -> pd.DataFrame:
         """Columns p10, p50, p90 in the target's units (W, or a fraction in [0, 1]),
         `supported` and `extrapolation`. Rows not `supported` (platform or model family never
         measured) must fall back to the analytical value."""
-        raw = predict_quantiles(self, features[list(POWER_FEATURES)].to_numpy(dtype=float))
-        supported, outside = self.support.check(families, model_families, features)
-        mid = raw[:, 1]
-        widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0)
-        bands = np.stack([mid - (mid - raw[:, 0]) * widen, mid, mid + (raw[:, 2] - mid) * widen])
+        bands, supported, outside = self.learned_bands(features, families, model_families)
         if self.target.prior:
             bands = features[self.target.prior].to_numpy(dtype=float) * np.exp(bands)
         else:
@@ -155,7 +176,8 @@ class PowerSurrogate:
         meta = dict(self.metadata)
         meta.update(format_version=FORMAT_VERSION, features=list(POWER_FEATURES),
                     quantiles=list(QUANTILES), target=self.target.column,
-                    prior=self.target.prior, model_sha256=sha256_file(model_path),
+                    prior=self.target.prior, band_scale=self.band_scale,
+                    model_sha256=sha256_file(model_path),
                     support={"families": self.support.families,
                              "model_families": self.support.model_families,
                              "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
@@ -178,8 +200,7 @@ def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, famil
     if not usable(target, measured).all():
         raise ValueError(f"{column}: {int((~usable(target, measured)).sum())} rows without a "
                          f"usable measurement; drop them before training.")
-    y = (np.log(measured / features[target.prior].to_numpy(dtype=float)) if target.prior
-         else np.clip(measured, 0.0, 1.0))
+    y = learned_value(target, measured, features)
     x = features[list(POWER_FEATURES)].to_numpy(dtype=float)
     booster = xgb.train({**PARAMS, "seed": seed},
                         xgb.DMatrix(x, label=y, feature_names=list(POWER_FEATURES)),
@@ -195,6 +216,27 @@ def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, famil
     return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta)
 
 
+def power_band_scale(column: str, features: pd.DataFrame, measured: np.ndarray,
+                     families: np.ndarray, model_families: np.ndarray, groups: np.ndarray, *,
+                     seed: int = 0) -> tuple[float, dict]:
+    """The band factor for `column` from leave-one-group-out over `groups` (sources) of these
+    usable runs, and how it was found (`advisor.learn.bands.grouped_scale`)."""
+    from advisor.learn.bands import grouped_scale, half_widths_needed
+
+    target = TARGETS[column]
+    measured = np.asarray(measured, dtype=float)
+
+    def needs(held: np.ndarray) -> np.ndarray:
+        inner = train_power(column, features[~held], measured[~held], families[~held],
+                            model_families[~held], seed=seed)
+        test = features[held]
+        bands, supported, _ = inner.learned_bands(test, families[held], model_families[held])
+        y = learned_value(target, measured[held], test)
+        return half_widths_needed(*bands[:, supported], y[supported])
+
+    return grouped_scale(groups, needs)
+
+
 def load_power_surrogate(directory: Path, column: str) -> PowerSurrogate:
     """Load the artifact for `column`; refuses anything missing, altered or mismatched."""
     target = TARGETS[column]
@@ -204,7 +246,8 @@ def load_power_surrogate(directory: Path, column: str) -> PowerSurrogate:
     if meta.get("target") != column:
         raise ArtifactError(f"{meta_path}: holds the surrogate for {meta.get('target')!r}, "
                             f"not {column!r}; rebuild with `advisor train`.")
-    return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta)
+    return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta,
+                          band_scale=read_band_scale(meta, meta_path))
 
 
 def load_power_surrogates(directory: Path) -> dict[str, PowerSurrogate]:

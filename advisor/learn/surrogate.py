@@ -148,12 +148,17 @@ def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurr
     """Load an artifact written by `save`; refuses anything missing, altered or mismatched."""
     meta_path, model_path = directory / f"{name}.json", directory / f"{name}.ubj"
     meta, booster, support = read_artifact(meta_path, model_path, FEATURES, FORMAT_VERSION)
+    return ThroughputSurrogate(booster=booster, support=support, metadata=meta,
+                               band_scale=read_band_scale(meta, meta_path))
+
+
+def read_band_scale(meta: dict, meta_path: Path) -> float:
+    """The artifact's band scale; an `ArtifactError` for anything but a number ≥ 1."""
     scale = meta.get("band_scale", 1.0)
-    if not isinstance(scale, (int, float)) or not scale >= 1.0:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale >= 1.0:
         raise ArtifactError(f"{meta_path}: band_scale {scale!r} is not a number >= 1; rebuild "
                             f"with `advisor train`.")
-    return ThroughputSurrogate(booster=booster, support=support, metadata=meta,
-                               band_scale=float(scale))
+    return float(scale)
 
 
 def predict_quantiles(owner, x: np.ndarray) -> np.ndarray:

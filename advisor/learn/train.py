@@ -126,15 +126,19 @@ def _train_power(data: pd.DataFrame, ref, calibration, output: Path, *, seed: in
             continue
         if feats is None:
             feats = power_surrogate.reference_power_features(ref, calibration)
-        s = power_surrogate.train_power(
-            column, feats[ok], measured[ok], families[ok], model_families[ok], seed=seed,
-            metadata={**metadata, "rows_without_target": skipped})
-        error = s.error(feats[ok], measured[ok], families[ok], model_families[ok])
+        args = (column, feats[ok], measured[ok], families[ok], model_families[ok])
+        s = power_surrogate.train_power(*args, seed=seed,
+                                        metadata={**metadata, "rows_without_target": skipped})
+        s.band_scale, how = power_surrogate.power_band_scale(
+            *args, band_groups(ref.rows[ok]), seed=seed)
+        s.metadata.update(how)
+        error = s.error(*args[1:])
         metric = "in_sample_mape_pct" if target.prior else "in_sample_mae"
         s.metadata[metric] = error
         s.save(output)
         written.append(target.name)
         shown = f"MAPE {error:.1f} %" if target.prior else f"MAE {error:.3f}"
-        out[column] = (f"trained on {n} rows (in-sample {shown}); {skipped} runs without "
-                       f"it skipped")
+        out[column] = (f"trained on {n} rows (in-sample {shown}; p10-p90 band "
+                       f"x{s.band_scale:.2f}, {how['band_scale_note']}); {skipped} runs "
+                       f"without it skipped")
     return out, written
