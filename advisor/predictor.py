@@ -12,7 +12,6 @@ a band from the analytical model's own cross-validated error, and `pred_source` 
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import math
 from dataclasses import dataclass, fields
@@ -21,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.errors import AdvisorError, ConfigError
+from advisor.errors import AdvisorError
 from advisor.perf.columns import Columns, take
+from advisor.predictor_columns import as_columns, group_rows, resolve
 
 Z90 = 1.2816
 """Standard-normal quantile of 0.9: p10/p90 = median · exp(∓Z90 · σ) for a log-normal error."""
-JOB_COLUMNS = ("model", "gpu")
 
 
 @dataclass(frozen=True)
@@ -114,14 +113,14 @@ class Predictor:
         `gpu` (catalog names, or `ModelSpec` / `Platform` objects) and `ParallelConfig`
         columns, optional `framework` and `software`; or a list of (ParallelConfig, Job)
         pairs. Rows that cannot be predicted get `pred_error` and the others are predicted."""
-        cols, index, objects = _as_columns(configs)
+        cols, index, objects = as_columns(configs)
         if not len(index):
             return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
-        groups = _groups(cols)
+        groups = group_rows(cols)
         parts = []
         for (model_key, gpu_key, framework), rows in groups:
             try:
-                model, platform = _resolve(model_key, gpu_key, objects)
+                model, platform = resolve(model_key, gpu_key, objects)
                 parts.append(self._predict_group(
                     model, platform, framework, cols if len(groups) == 1 else take(cols, rows),
                     rows))
@@ -225,8 +224,6 @@ class Predictor:
             "pred_error": np.full(n, "", dtype=object),
         }
 
-
-
     def _power(self, model, platform, feats, table) -> dict[str, np.ndarray]:
         """Average and peak power with their bands, and the measured-style throttle fractions:
         learned where a power surrogate was trained and supports the row, else the analytical
@@ -266,6 +263,7 @@ class Predictor:
                 out["pred_power_source"] = np.where(ok, "surrogate", "analytical")
         return out
 
+
 def _invalid(model, configs: Columns) -> np.ndarray:
     """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the
     same one configuration at a time)."""
@@ -303,201 +301,3 @@ def _why_invalid(model, platform, configs: Columns) -> list[str]:
                        "pp·vp at most the layers, gbs a multiple of mbs·dp, ep dividing the "
                        "experts)")
     return out
-
-
-def _resolve(model_key, gpu_key, objects: dict):
-    """The `ModelSpec` and `Platform` a row names (objects passed in win over the catalog)."""
-    from advisor.catalog import load_model, load_platform
-
-    if pd.isna(model_key) or pd.isna(gpu_key):
-        raise ConfigError("model and gpu are required for every row.")
-    model = objects.get(model_key) or load_model(str(model_key))
-    platform = objects.get(gpu_key) or load_platform(str(gpu_key))
-    return model, platform
-
-
-@functools.cache
-def _config_defaults() -> dict:
-    from advisor.parallel import ParallelConfig
-
-    return ParallelConfig().to_dict()
-
-
-def _groups(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
-    """((model, gpu, framework), row positions) for each distinct key, in order of first
-    appearance (as `groupby(sort=False, dropna=False)`)."""
-    keys = [cols[k] for k in ("model", "gpu", "framework")]
-    n = len(keys[0])
-    if n == 1:
-        return [((keys[0][0], keys[1][0], keys[2][0]), np.zeros(1, dtype=np.intp))]
-    group = np.zeros(n, dtype=np.int64)
-    for key in keys:
-        codes, uniques = pd.factorize(key, use_na_sentinel=False)
-        group, _ = pd.factorize(group * len(uniques) + codes)
-    if not group.any():
-        return [((keys[0][0], keys[1][0], keys[2][0]), np.arange(n))]
-    order = np.argsort(group, kind="stable")
-    starts = np.flatnonzero(np.diff(group[order], prepend=-1))
-    out = []
-    for rows in np.split(order, starts[1:]):
-        first = rows[0]
-        out.append(((keys[0][first], keys[1][first], keys[2][first]), rows))
-    return out
-
-
-def _as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.Index, dict]:
-    """Every column `predict` needs as an array (ParallelConfig defaults for empty cells; model
-    and gpu as names or keys into the returned `ModelSpec` / `Platform` objects), and the
-    input's index."""
-    from advisor.model import ModelSpec
-    from advisor.parallel import PARALLEL_FIELDS
-    from advisor.platform import Platform
-
-    if isinstance(configs, list):
-        pairs = _pair_columns(configs)
-        if isinstance(pairs, tuple):
-            return pairs
-        configs = pairs
-    if not isinstance(configs, pd.DataFrame):
-        raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, Job) "
-                          "pairs.")
-    frame = configs
-    gpu = "gpu" if "gpu" in frame or "platform" not in frame else "platform"
-    missing = [c for c in JOB_COLUMNS if c not in frame and (c, gpu) != ("gpu", "platform")]
-    if missing:
-        raise ConfigError(f"predict() needs column(s) {', '.join(missing)} besides the "
-                          f"ParallelConfig columns.")
-    n = len(frame)
-    read = _column_reader(frame)
-    objects: dict = {}
-    cols: dict[str, np.ndarray] = {}
-    for column, source, kind in (("model", "model", ModelSpec), ("gpu", gpu, Platform)):
-        values, dtype = read(source)
-        cols[column] = (values if isinstance(dtype, pd.StringDtype)   # names only, no objects
-                        else _object_keys(values.tolist(), kind, objects))
-    defaults = _config_defaults()
-    for name in PARALLEL_FIELDS:
-        default = defaults[name]
-        if name not in frame:
-            cols[name] = np.full(n, default, dtype=object if isinstance(default, str)
-                                 else type(default))
-            continue
-        cols[name] = _plain(*read(name), default)
-        if cols[name] is not None:
-            continue
-        column = frame[name]
-        if column.isna().any():
-            column = column.astype(object).where(column.notna(), default)
-        try:
-            if isinstance(default, bool):
-                column = column.astype(bool)
-            elif isinstance(default, int):
-                column = column.astype(float).astype(int)
-            else:
-                column = column.astype(str).str.lower()
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"column {name}: {e}") from None
-        cols[name] = column.to_numpy()
-    for name, default in (("framework", "megatron"), ("software", "")):
-        values = (read(name)[0].astype(object) if name in frame
-                  else np.full(n, default, dtype=object))
-        values = np.where(pd.isna(values), default, values)
-        if default:
-            values[values == ""] = default
-        cols[name] = values
-    return cols, frame.index, objects
-
-
-SMALL = 256
-"""Up to this many rows `predict` reads a frame's values in one conversion and converts string
-columns in Python (pandas' cost per column and per call dominates small inputs)."""
-
-
-def _column_reader(frame: pd.DataFrame):
-    """`read(name) -> (values, dtype)`: a column's values as an array, and its dtype."""
-    if len(frame) <= SMALL and frame.columns.is_unique:
-        matrix = frame.to_numpy(dtype=object)
-        table = {name: (matrix[:, j], dtype) for j, (name, dtype) in
-                 enumerate(zip(frame.columns.tolist(), frame.dtypes.tolist(), strict=True))}
-        return table.__getitem__
-    return lambda name: (frame[name].to_numpy(), frame[name].dtype)
-
-
-def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:
-    """`values` with each `kind` object replaced by a key under which it goes into `objects`."""
-    keys = np.empty(len(values), dtype=object)
-    for i, value in enumerate(values):
-        if isinstance(value, kind):
-            key = f"{value.name}#{id(value)}"
-            objects[key] = value
-            value = key
-        keys[i] = value
-    return keys
-
-
-def _plain(values: np.ndarray, dtype, default) -> np.ndarray | None:
-    """A column's `values` as the array `predict` needs, where its `dtype` makes that a cheap
-    conversion with the same result as the general one (None where it does not)."""
-    numpy_dtype = isinstance(dtype, np.dtype)
-    if isinstance(default, bool):
-        return values.astype(bool) if numpy_dtype and dtype.kind == "b" else None
-    if isinstance(default, int):
-        return (values.astype(float).astype(int) if numpy_dtype and dtype.kind in "iu"
-                else None)
-    if len(values) > SMALL:
-        return None
-    values = values.tolist()
-    if not all(isinstance(v, str) and v.isascii() for v in values):
-        return None
-    out = np.empty(len(values), dtype=object)
-    out[:] = [v.lower() for v in values]
-    return out
-
-
-def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] | pd.DataFrame:
-    """The columns of a list of (ParallelConfig, Job) pairs; a DataFrame of them where some
-    value is not of its field's plain type (the DataFrame path converts those)."""
-    from advisor.model import ModelSpec
-    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
-    from advisor.platform import Platform
-
-    for item in pairs:
-        if not (isinstance(item, tuple) and len(item) == 2
-                and isinstance(item[0], ParallelConfig)):
-            raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, "
-                              "Job) pairs.")
-    configs = [config for config, _ in pairs]
-    jobs = [job for _, job in pairs]
-    defaults = _config_defaults()
-    cols: dict[str, np.ndarray] = {}
-    for name in PARALLEL_FIELDS:
-        values = [getattr(config, name) for config in configs]
-        kind = type(defaults[name])
-        if not all(type(v) is kind and (kind is not int or 0 < v < 2**53)
-                   and (kind is not str or v.isascii()) for v in values):
-            break
-        if kind is str:
-            cols[name] = np.empty(len(values), dtype=object)
-            cols[name][:] = [v.lower() for v in values]
-        else:
-            cols[name] = np.array(values, dtype=kind)
-    else:
-        objects: dict = {}
-        cols["model"] = _object_keys([job.model for job in jobs], ModelSpec, objects)
-        cols["gpu"] = _object_keys([job.platform for job in jobs], Platform, objects)
-        for name, default in (("framework", "megatron"), ("software", "")):
-            values = np.empty(len(jobs), dtype=object)
-            values[:] = [getattr(job, name, default) for job in jobs]
-            values = np.where(pd.isna(values), default, values)
-            if default:
-                values[values == ""] = default
-            cols[name] = values
-        return cols, pd.RangeIndex(len(pairs)), objects
-    rows = []
-    for config, job in pairs:
-        rows.append(config.to_dict() | {
-            "model": job.model, "gpu": job.platform,
-            "framework": getattr(job, "framework", "megatron"),
-            "software": getattr(job, "software", "")})
-    return pd.DataFrame(rows, columns=[*PARALLEL_FIELDS, "model", "gpu", "framework",
-                                       "software"])

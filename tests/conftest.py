@@ -1,6 +1,7 @@
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from slurm_cluster import slurm  # noqa: F401  (fixture: a one-node Slurm cluster on localhost)
 
@@ -31,6 +32,23 @@ def reference_csv() -> Path:
 @pytest.fixture(scope="session")
 def vtrain_dir() -> Path:
     return _shared(SHARED_REFERENCE / "vtrain")
+
+
+@pytest.fixture(scope="session")
+def ref(reference_csv):
+    """The published reference runs (read-only: shared by every test module that uses it)."""
+    from advisor.perf.fit import reference_from_frame
+
+    return reference_from_frame(pd.read_csv(reference_csv, dtype=str, keep_default_na=False))
+
+
+@pytest.fixture(scope="session")
+def feats(ref):
+    """The surrogate's features of `ref` under the bundled calibration."""
+    from advisor.learn.features import reference_features
+    from advisor.perf.calibration import load_calibration
+
+    return reference_features(ref, load_calibration())
 
 
 def _pg_bin(name: str) -> str | None:

@@ -9,21 +9,9 @@ import pandas as pd
 import pytest
 
 from advisor.learn.bands import analytical_log_sd, band_scale, needed_scale
-from advisor.learn.features import reference_features
 from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
 from advisor.learn.train import band_groups
 from advisor.perf.calibration import load_calibration
-from advisor.perf.fit import reference_from_frame
-
-
-@pytest.fixture(scope="module")
-def ref(reference_csv):
-    return reference_from_frame(pd.read_csv(reference_csv, dtype=str, keep_default_na=False))
-
-
-@pytest.fixture(scope="module")
-def feats(ref):
-    return reference_features(ref, load_calibration())
 
 
 def test_needed_scale_is_the_distance_in_half_widths():

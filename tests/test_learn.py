@@ -11,23 +11,12 @@ import pytest
 
 from advisor import catalog
 from advisor.learn.evaluate import cross_validate, summarise
-from advisor.learn.features import FEATURES, reference_features, release_number
+from advisor.learn.features import FEATURES, release_number
 from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
 from advisor.learn.train import train
 from advisor.parallel import make_config, make_job
 from advisor.perf.calibration import load_calibration
-from advisor.perf.fit import reference_from_frame
 from advisor.predictor import Predictor, bundled_models_dir
-
-
-@pytest.fixture(scope="module")
-def ref(reference_csv):
-    return reference_from_frame(pd.read_csv(reference_csv, dtype=str, keep_default_na=False))
-
-
-@pytest.fixture(scope="module")
-def feats(ref):
-    return reference_features(ref, load_calibration())
 
 
 def test_features_are_finite_where_known(feats):

@@ -10,7 +10,8 @@ from advisor.learn.features import FEATURES
 from advisor.parallel import ParallelConfig, make_job
 from advisor.perf.analytical import analytical_table
 from advisor.perf.step import per_value
-from advisor.predictor import SMALL, Predictor
+from advisor.predictor import Predictor
+from advisor.predictor_columns import SMALL
 from advisor.space import config_from_row, enumerate_space
 
 

@@ -1,0 +1,195 @@
+"""Communication of one training step before any overlap: per micro-batch and pipeline stage
+the tensor-parallel collectives, the context-parallel ring (and Mamba-2's all-to-alls), the
+expert all-to-alls and the pipeline send/recv; per step the data-parallel gradient and
+parameter collectives. `step` decides how much of it compute hides (its docstring states the
+model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.model import ModelSpec
+from advisor.perf.collectives import (
+    ALL_GATHER,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    RING_ALLREDUCE,
+    SEND_RECV,
+    CollectiveModel,
+)
+from advisor.perf.layout import StageLayout
+from advisor.perf.step_compute import ACT, StageLayers
+from advisor.platform import Platform
+
+
+@dataclass(frozen=True)
+class StageComm:
+    """One micro-batch's communication on every pipeline stage, none of it hidden yet
+    (configurations × stages, seconds)."""
+
+    tp_s: np.ndarray
+    """Tensor/sequence-parallel collectives forward, backward and in a full recompute."""
+    cp_ring_s: np.ndarray
+    """Ring-attention K/V passes (they can hide under the attention kernels)."""
+    cp_mamba_s: np.ndarray | float
+    """Mamba-2 context-parallel all-to-alls (nothing runs beside them); 0.0 without Mamba."""
+    ep_s: np.ndarray
+    """Expert-parallel dispatch and combine all-to-alls."""
+    pp_s: np.ndarray
+    """Pipeline send/recv of the boundary activations, each way."""
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Each stage's parameter shards and data-parallel collectives, per step (configurations ×
+    stages)."""
+
+    dense_params: np.ndarray
+    """Parameters per GPU other than routed experts' (after TP)."""
+    expert_params: np.ndarray
+    """Routed-expert parameters per GPU (after EP and expert TP)."""
+    dense_group: np.ndarray
+    """GPUs the dense gradients are synchronised over (dp·cp)."""
+    expert_group: np.ndarray
+    """GPUs the expert gradients are synchronised over (1 on a stage without routed experts)."""
+    reduce_scatter_s: np.ndarray
+    all_gather_s: np.ndarray
+    all_reduce_s: np.ndarray
+    """The gradient reduce-scatter, the parameter all-gather and the gradient all-reduce."""
+
+
+def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel,
+                     layers: StageLayers, *, pp: int, vp: int, rows: np.ndarray,
+                     tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, ep: np.ndarray,
+                     etp: np.ndarray, sp: np.ndarray, is_full: np.ndarray,
+                     is_sel: np.ndarray) -> StageComm:
+    """Communication of one micro-batch of `rows` token rows per GPU, for configurations given
+    as column vectors (configurations × 1): tp, cp, dp, ep, etp, sp (sequence parallel),
+    is_full / is_sel (recompute)."""
+    domain = platform.nvlink_domain_size
+    h = model.hidden_size
+    na, nm, nl, nmoe = layers.attention, layers.mamba, layers.mlp, layers.moe
+    last = layers.last
+    mtp = model.num_mtp_layers
+
+    # ---- tensor parallel -----------------------------------------------------------------
+    act_bytes = rows * h * ACT             # one micro-batch's hidden states (full sequence)
+    tp_in = tp <= domain
+    tp_local = np.minimum(tp, domain)
+    pair = (coll.time(ALL_GATHER, act_bytes, tp, tp_in, platform, tp_local)
+            + coll.time(REDUCE_SCATTER, act_bytes, tp, tp_in, platform, tp_local))
+    pair = np.where(sp, pair, coll.time(RING_ALLREDUCE, act_bytes, tp, tp_in, platform,
+                                        tp_local))
+    # Per layer block: all-gather + reduce-scatter forward, again backward (and again in a full
+    # recompute). Shared experts and latent projections are TP-split like an MLP; routed
+    # experts with etp > 1 gather/scatter over the expert-TP group instead. The embedding
+    # (reduce-scatter forward, all-gather backward) and each output layer (all-gather forward,
+    # reduce-scatter backward) cost one pair, and are not recomputed.
+    moe_shared_tp = 1.0 if (model.num_shared_experts or model.moe_latent_size) else 0.0
+    if nmoe.any():
+        etp_in = etp <= domain
+        etp_local = np.minimum(etp, domain)
+        etp_pair = (coll.time(ALL_GATHER, act_bytes, etp, etp_in, platform, etp_local)
+                    + coll.time(REDUCE_SCATTER, act_bytes, etp, etp_in, platform, etp_local))
+    else:
+        etp_pair = 0.0                     # no MoE layer: nmoe · etp_pair is 0 either way
+    layer_comm = (na + nm + nl + nmoe * moe_shared_tp) * pair + nmoe * etp_pair
+    edge_comm = (last * (1 + mtp) + (np.arange(pp) == 0)[None, :]) * pair
+    tp_raw = 2.0 * layer_comm + edge_comm
+    tp_re = np.where(is_full, layer_comm, 0.0)
+    tp_all = tp_raw + tp_re
+
+    # ---- context parallel (ring attention) ---------------------------------------------------
+    kv_bytes = rows * (model.kv_dim + model.v_dim) * ACT / tp
+    cp_in = tp * cp <= domain
+    step = coll.time(SEND_RECV, kv_bytes, np.full_like(cp, 2.0), cp_in, platform)
+    cp_per_layer = np.where(cp > 1, (cp - 1) * step * (1 + 2), 0.0)  # fwd K/V, bwd K/V + dK/dV
+    cp_re = np.where(is_full | is_sel, (cp - 1) * step, 0.0)
+    cp_raw = na * (cp_per_layer + np.where(cp > 1, cp_re, 0.0))
+    if model.mamba_num_heads:
+        # Mamba-2 context parallelism (Megatron-Core) swaps sequence for heads with an
+        # all-to-all before the conv/scan (x, B, C, dt) and back after it (y), forward and
+        # backward (and in a full recompute); nothing runs beside it.
+        groups_state = 2 * max(model.mamba_num_groups, 1) * model.mamba_state_dim
+        swap_bytes = rows * (2 * model.mamba_inner_size + groups_state
+                             + model.mamba_num_heads) * ACT / tp
+        swap = coll.time(ALL_TO_ALL, swap_bytes, cp, cp_in, platform)
+        mamba_cp = nm * swap * (2.0 + np.where(is_full, 1.0, 0.0))
+    else:
+        mamba_cp = 0.0
+
+    # ---- expert parallel (all-to-all) -------------------------------------------------------
+    if model.is_moe:
+        width = model.moe_latent_size or h
+        token_bytes = rows / tp * width * ACT  # one copy of the GPU's tokens
+        k = model.moe_top_k
+        group = ep * etp
+        inside = group <= domain
+        # Off-domain traffic is deduplicated per destination domain (DeepEP / HybridEP, the
+        # dispatchers NVIDIA's MoE recipes use across nodes): a token crosses the network once
+        # per distinct remote domain among its k experts, then fans out over NVLink.
+        domains = np.maximum(group / domain, 1.0)
+        remote = np.where(inside, 0.0, (domains - 1) * (1 - (1 - 1 / domains) ** k))
+        local = k * np.where(inside, 1.0, 1.0 / domains)
+        a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + remote), ep, True, platform)
+        a2a_net = np.where(inside, 0.0, coll.time(SEND_RECV, token_bytes * remote, 2.0, False,
+                                                  platform))
+        a2a = np.maximum(a2a_in, a2a_net)
+        ep_raw = nmoe * a2a * (4.0 + np.where(is_full, 2.0, 0.0))
+    else:
+        ep_raw = np.zeros((len(tp), pp))
+
+    # ---- pipeline send/recv -----------------------------------------------------------------
+    if pp > 1:
+        # Each TP rank sends its 1/tp shard: with sequence parallelism the activation is
+        # already sharded; without it Megatron scatters before the send and all-gathers after.
+        boundary = act_bytes / tp
+        pp_in = tp * cp * dp * pp <= domain
+        p2p = coll.time(SEND_RECV, boundary, np.full_like(tp, 2.0), pp_in, platform)
+        gather = np.where((tp > 1) & ~sp, coll.time(ALL_GATHER, act_bytes, tp, tp_in, platform,
+                                                    tp_local), 0.0)
+        pp_raw = 2.0 * vp * (p2p + gather) * np.ones((1, pp))
+    else:
+        pp_raw = np.zeros((len(tp), pp))
+    return StageComm(tp_s=tp_all, cp_ring_s=cp_raw, cp_mamba_s=mamba_cp, ep_s=ep_raw,
+                     pp_s=pp_raw)
+
+
+def data_parallel(layout: StageLayout, platform: Platform, coll: CollectiveModel, *,
+                  tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, ep: np.ndarray,
+                  etp: np.ndarray, precision: np.ndarray,
+                  grad_bytes: np.ndarray) -> DataParallel:
+    """The data-parallel collectives of one step on every stage: gradients of `grad_bytes`
+    per parameter, parameters gathered at 16 bits (8 with MXFP8's `precision`); tp, cp, dp,
+    ep, etp as column vectors (configurations × 1)."""
+    domain = platform.nvlink_domain_size
+    dense_params = (layout.dense_params + layout.embedding_params + layout.output_params)[
+        None, :] / tp
+    expert_params = layout.expert_params[None, :] / (ep * etp)
+    dp_group = dp * cp
+    # A stage without routed experts (a dense model, or MoE's dense first layers) has no expert
+    # gradients to sync: a group of one costs nothing, where the latency of an empty collective
+    # over the expert-data-parallel group would otherwise be charged.
+    edp_group = np.where(expert_params > 0, np.maximum(dp * cp * tp / (ep * etp), 1.0), 1.0)
+    dp_in = tp * cp * dp <= domain
+    dp_local = np.clip(domain // (tp * 1.0), 1.0, dp_group)   # dp·cp group has stride tp
+    edp_local = np.clip(domain // (ep * etp * 1.0), 1.0, edp_group)
+    param_bytes = np.where(precision[:, None] == "mxfp8", 1.0, ACT)
+    rs = (coll.time(REDUCE_SCATTER, dense_params * grad_bytes, dp_group, dp_in, platform,
+                    dp_local)
+          + coll.time(REDUCE_SCATTER, expert_params * grad_bytes, edp_group, dp_in,
+                      platform, edp_local))
+    ag = (coll.time(ALL_GATHER, dense_params * param_bytes, dp_group, dp_in, platform,
+                    dp_local)
+          + coll.time(ALL_GATHER, expert_params * param_bytes, edp_group, dp_in,
+                      platform, edp_local))
+    ar = (coll.time(RING_ALLREDUCE, dense_params * grad_bytes, dp_group, dp_in, platform,
+                    dp_local)
+          + coll.time(RING_ALLREDUCE, expert_params * grad_bytes, edp_group, dp_in,
+                      platform, edp_local))
+    return DataParallel(dense_params=dense_params, expert_params=expert_params,
+                        dense_group=dp_group, expert_group=edp_group, reduce_scatter_s=rs,
+                        all_gather_s=ag, all_reduce_s=ar)

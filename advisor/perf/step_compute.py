@@ -1,0 +1,241 @@
+"""Compute time of one micro-batch on every pipeline stage: the kernels of each layer kind
+priced once (GEMMs by shape, fused attention and the Mamba-2 scan at their efficiencies,
+elementwise work from HBM traffic), then summed over the layers each stage holds, with the
+recompute and the CPU time launching the kernels. `step` overlaps communication with it and
+assembles the step (its docstring states the model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.model import ModelSpec
+from advisor.perf.calibration import Efficiency, FrameworkEfficiency
+from advisor.perf.columns import per_value
+from advisor.perf.flops import (
+    Gemm,
+    attention_core_flops_per_token,
+    layer_gemms,
+    mamba_scan_flops_per_token,
+    sublayer_counts,
+)
+from advisor.perf.layout import StageLayout
+from advisor.platform import Platform
+
+ACT = 2.0
+"""Bytes per activation element (BF16; FP8 recipes keep BF16 activations between layers)."""
+ATTENTION_BACKWARD_RATIO = 2.5
+"""FlashAttention-2 (Dao 2023, §3.2): backward runs 5 matmuls against 2 forward."""
+MEMORY_EFFICIENCY = 0.8
+"""Fraction of HBM bandwidth elementwise kernels and the optimizer reach. placeholder: typical
+for fused elementwise kernels on HBM GPUs (STREAM-like copy reaches 80-90 %); campaign data to
+replace it."""
+LOSS_BYTES_PER_LOGIT = 12.0
+"""Vocab-parallel cross-entropy: write BF16 logits, FP32 softmax read/write, gradient write."""
+
+
+class _GemmClock:
+    """Prices GEMMs as math at the family's efficiency plus the exposed share of their HBM
+    traffic (a soft roofline), and keeps the math-only time alongside so the power model knows
+    how well fed the tensor cores are."""
+
+    def __init__(self, eff: Efficiency, peak: np.ndarray, element_bytes: np.ndarray,
+                 hbm_bytes_per_s: float) -> None:
+        self.eff, self.peak = eff, peak
+        self.element_bytes, self.hbm = element_bytes, hbm_bytes_per_s
+        self.actual = 0.0
+        self.ideal = 0.0
+
+    def time(self, gemms: tuple[Gemm, ...], rows: np.ndarray, split: np.ndarray,
+             weight: np.ndarray | float = 1.0) -> np.ndarray:
+        """Forward seconds of `gemms` over `rows` token rows with dims split by `split`;
+        `weight` (how many such layers run per micro-batch) only feeds the utilisation."""
+        total = np.zeros(np.broadcast(rows, split, self.peak).shape)
+        if not gemms:                      # a layer kind the model lacks: adds nothing
+            return total
+        ideal = np.zeros_like(total)
+        d = self.eff.gemm_half_dim
+        row_shape = rows / (rows + d)
+        peak = self.peak * self.eff.gemm
+        for g in gemms:
+            # An unsplit dimension stays a Python float (the same IEEE arithmetic as an array
+            # of it, and fewer array operations).
+            k = g.k / split if g.split == "k" else float(g.k)
+            nn = g.n / split if g.split == "n" else float(g.n)
+            shape = row_shape * (k / (k + d)) * (nn / (nn + d))
+            math = g.count * 2.0 * rows * k * nn / peak
+            traffic = g.count * (rows * k + k * nn + rows * nn) * self.element_bytes / self.hbm
+            total = total + math / shape + self.eff.gemm_memory_exposure * traffic
+            ideal = ideal + math
+        self.actual = self.actual + np.sum(weight * total, axis=-1, keepdims=True)
+        self.ideal = self.ideal + np.sum(weight * ideal, axis=-1, keepdims=True)
+        return total
+
+    @property
+    def utilization(self) -> np.ndarray:
+        return np.asarray(self.ideal) / np.maximum(np.asarray(self.actual), 1e-30)
+
+@dataclass(frozen=True)
+class StageLayers:
+    """How many layers of each kind every pipeline stage holds, as 1 × pp rows that broadcast
+    over configurations."""
+
+    attention: np.ndarray
+    mamba: np.ndarray
+    mlp: np.ndarray
+    moe: np.ndarray
+    total: np.ndarray
+    last: np.ndarray
+    """1.0 on the last stage (it holds the output layer, the loss and any MTP layers), else 0."""
+
+    @classmethod
+    def of(cls, layout: StageLayout, pp: int) -> StageLayers:
+        return cls(attention=layout.num_attention[None, :], mamba=layout.num_mamba[None, :],
+                   mlp=layout.num_mlp[None, :], moe=layout.num_moe[None, :],
+                   total=layout.num_layers[None, :],
+                   last=(np.arange(pp) == pp - 1)[None, :].astype(float))
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """One micro-batch's compute on every pipeline stage (configurations × stages, seconds)."""
+
+    gemm_fwd_s: np.ndarray
+    attention_fwd_s: np.ndarray
+    memory_fwd_s: np.ndarray
+    """Forward only: tensor-core GEMMs, fused attention (and the Mamba-2 scan), HBM-bound
+    kernels."""
+    gemm_s: np.ndarray
+    attention_s: np.ndarray
+    memory_s: np.ndarray
+    """Forward and backward, the loss included."""
+    recompute_gemm_s: np.ndarray
+    recompute_attention_s: np.ndarray
+    recompute_memory_s: np.ndarray
+    """The extra forward of activation recomputation."""
+    host_s: np.ndarray
+    """CPU time launching the micro-batch's kernels (the GPU waits where it is the longer)."""
+    tp_gemm_s: np.ndarray
+    """The GEMMs tensor-parallel communication can hide under: all but the routed experts'."""
+    gemm_utilization: np.ndarray
+    """Math-only over actual GEMM time (configurations × 1), for the power model."""
+
+
+def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
+                  eff: Efficiency, frameworks: np.ndarray,
+                  framework: Callable[[str], FrameworkEfficiency], rows: np.ndarray,
+                  tp: np.ndarray, ep: np.ndarray, etp: np.ndarray, mbs: np.ndarray,
+                  seq: np.ndarray, sp: np.ndarray, pclass: np.ndarray, is_full: np.ndarray,
+                  is_sel: np.ndarray, attention: np.ndarray | None) -> StageCompute:
+    """Compute of one micro-batch of `rows` token rows per GPU, for configurations given as
+    column vectors (configurations × 1): tp, ep, etp, mbs, seq (sequence length), sp (sequence
+    parallel), pclass (the precision's class), is_full / is_sel (recompute), attention (the
+    `attention` column, None where the input has none), run by `frameworks`' kernels."""
+    h = model.hidden_size
+    gemms = layer_gemms(model)
+
+    # ---- peaks ---------------------------------------------------------------------------
+    ratio = np.where(pclass == "fp8", eff.fp8_ratio, np.where(pclass == "fp4", eff.fp4_ratio, 1.0))
+    gemm_kernels = per_value(frameworks[:, None], lambda f: framework(f).gemm)
+    attn_kernels = per_value(frameworks[:, None], lambda f: framework(f).attention)
+    gemm_peak = per_value(pclass, platform.peak_flops) * ratio * gemm_kernels
+    attn_class = np.where(pclass == "fp16", "fp16", "bf16")
+    attn_peak = per_value(attn_class, platform.peak_flops) * eff.attention * attn_kernels
+    hbm = platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY
+
+    # ---- one micro-batch, forward, per layer kind (configs × 1) --------------------------
+    element = np.where(pclass == "fp8", 1.0, np.where(pclass == "fp4", 0.5, 2.0))
+    clock = _GemmClock(eff, gemm_peak, element, hbm)
+    kinds = sublayer_counts(model)
+    t_attn_gemm = clock.time(gemms["attention"], rows, tp, kinds.attention)
+    t_mlp_gemm = clock.time(gemms["mlp"], rows, tp, kinds.mlp)
+    t_mamba_gemm = clock.time(gemms["mamba"], rows, tp, kinds.mamba)
+    num_moe = kinds.moe
+    t_moe_dense = clock.time(gemms["moe_dense"], rows, tp, num_moe)
+    t_output_gemm = clock.time(gemms["output"], rows, tp)
+    if model.is_moe:
+        expert_rows = rows * model.moe_top_k * ep * etp / (tp * model.num_experts)
+        local_experts = model.num_experts / ep
+        t_experts = local_experts * clock.time(gemms["expert"], expert_rows, etp,
+                                               num_moe * local_experts)
+    else:
+        t_experts = np.zeros_like(tp)
+    core_flops = per_value(seq, lambda s: attention_core_flops_per_token(model, int(s)))
+    t_core = rows * core_flops / tp / attn_peak
+    if attention is not None and (attention == "unfused").any():
+        # Unfused: QKᵀ and PV as batched GEMMs over every key (the causal mask is applied
+        # after the product, nothing is skipped), per head (M = N = seq, K = head dim), plus
+        # the softmax passes over the s² scores: write scores, read them and write
+        # probabilities forward (6 B per score); backward scales with the forward like fused
+        # attention's does (ATTENTION_BACKWARD_RATIO).
+        # The score GEMMs run in 16-bit whatever the weights' recipe (ParallelConfig refuses
+        # unfused attention with context parallelism, so every GPU holds whole sequences).
+        unfused = attention[:, None] == "unfused"
+        heads = model.num_attention_heads / tp
+        head_dim = float(model.attention_head_dim)
+        score_peak = per_value(attn_class, platform.peak_flops) * gemm_kernels
+        score_clock = _GemmClock(eff, score_peak, 2.0, hbm)
+        gemm_core = np.zeros_like(seq)
+        for s_value in np.unique(seq):
+            one_head = score_clock.time((Gemm(head_dim, float(s_value), "none"),
+                                         Gemm(float(s_value), head_dim, "none")),
+                                        np.full_like(seq, s_value), np.ones_like(seq))
+            gemm_core = np.where(seq == s_value, one_head * heads * mbs, gemm_core)
+        softmax = rows * heads * seq * 6.0 / hbm
+        t_core = np.where(unfused, gemm_core + softmax, t_core)
+    scan_peak = attn_peak / eff.attention * eff.scan
+    t_scan = rows * mamba_scan_flops_per_token(model) / tp / scan_peak
+
+    # Elementwise HBM traffic per token, forward: norm (read + write), residual add (2 reads +
+    # write), RoPE on Q and K, activation (gated: read 2f, write f), permutation for MoE.
+    seq_shard = np.where(sp, tp, 1.0)      # hidden-wide elementwise work is split by SP
+    common = ACT * 5 * h / seq_shard
+    rope = np.where(model.position_embedding == "rope",
+                    ACT * 2 * (model.q_dim + model.kv_dim) / tp, 0.0)
+    gate = 3 if model.gated_mlp else 2
+    e_attn = common + rope
+    e_mlp = common + ACT * gate * model.ffn_hidden_size / tp
+    # Mamba-2 (mamba_ssm kernels): conv1d in/out over x, B, C; the chunked scan reads x, B, C,
+    # dt and writes y with FP32 chunk states; the gated RMSNorm reads y and z, writes its output:
+    # about 12 passes over d_inner-wide tensors.
+    e_mamba = common + ACT * 12 * model.mamba_inner_size / tp
+    if model.is_moe:
+        width = model.moe_latent_size or h
+        e_moe = (common + ACT * gate * model.moe_top_k * model.moe_ffn_hidden_size / tp
+                 + ACT * 4 * model.moe_top_k * width / seq_shard
+                 + ACT * gate * model.num_shared_experts * model.shared_ffn_size / tp)
+    else:
+        e_moe = np.zeros_like(tp)
+    to_s = rows / hbm                      # bytes per token -> seconds for the micro-batch
+    t_e_attn, t_e_mlp, t_e_mamba, t_e_moe = (e * to_s for e in (e_attn, e_mlp, e_mamba, e_moe))
+    t_loss = rows * model.vocab_size / tp * LOSS_BYTES_PER_LOGIT / hbm
+
+    # ---- per stage (configs × pp) -------------------------------------------------------
+    na, nm, nl, nmoe = layers.attention, layers.mamba, layers.mlp, layers.moe
+    nlayers, last = layers.total, layers.last
+    mtp = model.num_mtp_layers
+    gemm_fwd = (na * t_attn_gemm + nm * t_mamba_gemm + nl * t_mlp_gemm
+                + nmoe * (t_moe_dense + t_experts) + last * t_output_gemm * (1 + mtp))
+    if mtp:
+        gemm_fwd = gemm_fwd + last * mtp * clock.time((Gemm(2 * h, h, "none"),), rows, tp)
+    attn_fwd = na * t_core + nm * t_scan
+    mem_fwd = na * t_e_attn + nm * t_e_mamba + nl * t_e_mlp + nmoe * t_e_moe
+    gemm_mb = 3.0 * gemm_fwd
+    attn_mb = (1.0 + ATTENTION_BACKWARD_RATIO) * attn_fwd
+    mem_mb = 3.0 * mem_fwd + last * t_loss * (1 + mtp)
+    re_gemm = np.where(is_full, gemm_fwd - last * t_output_gemm * (1 + mtp), 0.0)
+    re_attn = np.where(is_full | is_sel, na * t_core, 0.0) + np.where(is_full, nm * t_scan, 0.0)
+    re_mem = np.where(is_full, mem_fwd, 0.0)
+    host_layer = per_value(frameworks[:, None], lambda f: (
+        eff.layer_overhead_s if framework(f).layer_overhead_s is None
+        else framework(f).layer_overhead_s))
+    host_mb = host_layer * nlayers * np.where(is_full, 4.0 / 3.0, 1.0)
+    return StageCompute(
+        gemm_fwd_s=gemm_fwd, attention_fwd_s=attn_fwd, memory_fwd_s=mem_fwd, gemm_s=gemm_mb,
+        attention_s=attn_mb, memory_s=mem_mb, recompute_gemm_s=re_gemm,
+        recompute_attention_s=re_attn, recompute_memory_s=re_mem, host_s=host_mb,
+        tp_gemm_s=gemm_mb - nmoe * 3.0 * t_experts + re_gemm,
+        gemm_utilization=clock.utilization)
