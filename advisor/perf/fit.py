@@ -96,9 +96,14 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
     usable, skipped, configs = [], [], {}
     for i, row in frame.iterrows():
         measured = row.get("tokens_per_sec_per_gpu", "").strip()
+        derived = None
         if not measured:
-            skipped.append((i, "no tokens_per_sec_per_gpu"))
-            continue
+            derived = _derived(row)
+            if derived is None:
+                skipped.append((i, "no tokens_per_sec_per_gpu (nor TFLOP/s from a source "
+                                   "whose FLOP count is known)"))
+                continue
+            measured = derived[0]
         try:
             model = load_model(row["model"])
             platform = load_platform(row["gpu"])
@@ -115,7 +120,8 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
                        "software": row.get("software", ""), "precision": row["precision"],
                        "model_family": model.family or model.name, "moe": model.is_moe,
                        "mamba": model.mamba_num_heads > 0,
-                       "num_gpus": int(float(row["num_gpus"])), "measured": float(measured)})
+                       "num_gpus": int(float(row["num_gpus"])), "measured": float(measured),
+                       "measured_derived": derived[1] if derived else ""})
         configs[i] = config.to_dict() | {"framework": row.get("framework", "") or "megatron"}
     if not usable:
         reasons = sorted({why.split(";")[0][:80] for _, why in skipped})[:3]
@@ -129,6 +135,20 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
         groups[key] = (part.index, all_configs.loc[part.index])
     skipped_frame = pd.DataFrame(skipped, columns=["index", "why"]).set_index("index")
     return Reference(rows=rows, groups=groups, skipped=skipped_frame)
+
+
+def _derived(row: pd.Series) -> tuple[float, str] | None:
+    """Tokens/s from the row's TFLOP/s where its source's FLOP count is known
+    (`advisor.perf.flop_conventions`)."""
+    from advisor.perf.flop_conventions import derived_tokens_per_sec
+
+    try:
+        model = load_model(row["model"])
+        seq_len = int(float(row["seq_len"]))
+    except (AdvisorError, KeyError, ValueError):
+        return None
+    return derived_tokens_per_sec(row.get("source_name", ""), row.get("tflops_per_gpu", ""),
+                                  model, seq_len)
 
 
 def _assumed_recompute(row: pd.Series, model, config, platform):
