@@ -12,12 +12,11 @@ from advisor.perf.flop_conventions import (
     flops_per_token,
     source_conventions,
 )
-from conftest import REFERENCE
 
 
 @pytest.fixture(scope="module")
-def published():
-    return pd.read_csv(REFERENCE, dtype=str, keep_default_na=False)
+def published(reference_csv):
+    return pd.read_csv(reference_csv, dtype=str, keep_default_na=False)
 
 
 def _implied_over_counted(rows: pd.DataFrame, convention: str) -> pd.Series:
@@ -67,9 +66,9 @@ def test_closed_forms_of_the_papers(name):
     """Narayanan et al. eq. 3 and Korthikanti et al.'s model FLOPs, per token of a GPT with a
     4h MLP: 96 l h² (1 + s/6h + V/16lh) and 72 l h² (1 + s/6h + V/12lh)."""
     model = load_model(name)
-    l, h, v, s = model.num_layers, model.hidden_size, model.vocab_size, 2048
-    narayanan = 96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
-    korthikanti = 72 * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+    layers, h, v, s = model.num_layers, model.hidden_size, model.vocab_size, 2048
+    narayanan = 96 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    korthikanti = 72 * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
     assert flops_per_token(model, s, "narayanan-recompute") == pytest.approx(narayanan, rel=1e-9)
     assert flops_per_token(model, s, "full-attention") == pytest.approx(korthikanti, rel=1e-9)
 
