@@ -206,6 +206,7 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
     the ones it refused (None and the reasons when it refuses them all). Past the shown
     choices, the rest of the ranking is searched, one row per layout."""
     from advisor.emit import emit
+    from advisor.rationale import short
     from advisor.recommend import LAYOUT
     from advisor.space import config_from_row
 
@@ -229,16 +230,10 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
             continue
         behind = (f", score {1 - float(row['score']) / best:.0%} below the best"
                   if best > 0 and float(row.get("score", 0.0)) > 0 else "")
-        return text, (f"layout #{position} of the ranking ({describe_layout(row, job)}"
+        return text, (f"layout #{position} of the ranking ({short(row, job.model)}"
                       f"{behind}), the best {kind} can express; the shown ones it cannot: "
                       f"{_reasons(refused)}")
     return None, f"{kind} cannot express any recommended configuration: {_reasons(refused)}"
-
-
-def describe_layout(row, job) -> str:
-    from advisor.rationale import short
-
-    return short(row, job.model)
 
 
 def _reasons(refused: dict[str, list[int]]) -> str:

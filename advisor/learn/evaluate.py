@@ -38,6 +38,9 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
     rows = ref.rows
     parts = []
     groups = rows[by].unique()
+    # Unsupported rows get the Predictor's analytical band (sized by the bundled calibration's
+    # leave-one-series-out error: one number, not refitted per fold).
+    spread = math.exp(Z90 * analytical_log_sd(calibration))
     for i, group in enumerate(groups, 1):
         if progress:
             progress(f"{by} {i}/{len(groups)}: {group}")
@@ -59,9 +62,6 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
                                         test_ref.rows["model_family"].to_numpy())
         base = test["analytical"]
         ok = ratio["supported"].to_numpy()
-        # Unsupported rows get the Predictor's analytical band (sized by the bundled
-        # calibration's leave-one-series-out error: one number, not refitted per fold).
-        spread = math.exp(Z90 * analytical_log_sd(calibration))
         parts.append(pd.DataFrame({
             "group": group, "measured": test["measured"], "analytical": base,
             "surrogate": np.where(ok, base * ratio["p50"], base),

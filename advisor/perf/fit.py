@@ -24,6 +24,7 @@ from advisor.perf.calibration import (
     Calibration,
     FrameworkEfficiency,
 )
+from advisor.perf.flop_conventions import derived_tokens_per_sec
 from advisor.perf.memory import estimate_memory
 from advisor.perf.step import DEFAULT_FRAMEWORK, step_table
 from advisor.predict_input import lightest_recompute_that_fits, parse_run_row
@@ -97,17 +98,20 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
     for i, row in frame.iterrows():
         measured = row.get("tokens_per_sec_per_gpu", "").strip()
         derived = None
-        if not measured:
-            derived = _derived(row)
-            if derived is None:
-                skipped.append((i, "no tokens_per_sec_per_gpu (nor TFLOP/s from a source "
-                                   "whose FLOP count is known)"))
-                continue
-            measured = derived[0]
         try:
             model = load_model(row["model"])
             platform = load_platform(row["gpu"])
             config, _ = parse_run_row(row, model)
+            if not measured:
+                # Tokens/s from the row's TFLOP/s where its source's FLOP count is known.
+                derived = derived_tokens_per_sec(row.get("source_name", ""),
+                                                 row.get("tflops_per_gpu", ""), model,
+                                                 config.seq_len)
+                if derived is None:
+                    skipped.append((i, "no tokens_per_sec_per_gpu (nor TFLOP/s from a source "
+                                       "whose FLOP count is known)"))
+                    continue
+                measured = derived[0]
             if not row.get("recompute", "").strip():
                 config = _assumed_recompute(row, model, config, platform)
         except AdvisorError as e:
@@ -135,20 +139,6 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
         groups[key] = (part.index, all_configs.loc[part.index])
     skipped_frame = pd.DataFrame(skipped, columns=["index", "why"]).set_index("index")
     return Reference(rows=rows, groups=groups, skipped=skipped_frame)
-
-
-def _derived(row: pd.Series) -> tuple[float, str] | None:
-    """Tokens/s from the row's TFLOP/s where its source's FLOP count is known
-    (`advisor.perf.flop_conventions`)."""
-    from advisor.perf.flop_conventions import derived_tokens_per_sec
-
-    try:
-        model = load_model(row["model"])
-        seq_len = int(float(row["seq_len"]))
-    except (AdvisorError, KeyError, ValueError):
-        return None
-    return derived_tokens_per_sec(row.get("source_name", ""), row.get("tflops_per_gpu", ""),
-                                  model, seq_len)
 
 
 def _assumed_recompute(row: pd.Series, model, config, platform):
