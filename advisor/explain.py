@@ -18,6 +18,7 @@ LABELS = {
     "bubble_s": "pipeline bubble",
     "optimizer_s": "optimizer step",
     "overhead_s": "per-layer launch overhead",
+    "throttle_s": "clocks below maximum (power cap, thermal slowdown) on the straggler",
 }
 ADVICE = {
     "tp_comm_s": "lower tp, keep TP inside the NVLink domain, or turn on TP communication "
@@ -28,6 +29,9 @@ ADVICE = {
     "bubble_s": "more micro-batches per step (smaller mbs or larger gbs), interleaving (vp), "
                 "or lower pp",
     "overhead_s": "larger micro-batches or CUDA graphs amortise launch costs",
+    "throttle_s": "a lower power demand per burst (smaller micro-batch, less overlap), a cooler "
+                  "inlet for the rear row, or an uneven split that lightens the straggler's "
+                  "stage",
 }
 
 
@@ -87,24 +91,51 @@ def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> lis
         f"Power: {p.avg_power_w:.0f} W average, {p.peak_power_w:.0f} W peak per GPU; the GPUs "
         f"compute {busy:.0%} of the step and {limit}. {p.energy_j_per_token:.3f} J per token, "
         f"{p.samples_per_mj:,.0f} samples per MJ.")
-    why = []
-    if p.throttle_risk_power >= 0.2:
-        why.append(f"power cap ({p.throttle_risk_power:.0%})")
-    if p.throttle_risk_thermal >= 0.2:
-        why.append(f"thermal slowdown at {platform.thermal_slowdown_c:.0f} °C "
-                   f"({p.throttle_risk_thermal:.0%})")
-    position = (f"front GPUs about {p.temp_front_c:.0f} °C, rear GPUs about "
-                f"{p.temp_rear_c:.0f} °C ({platform.cooling}-cooled)")
-    if why:
-        lines.append(f"Throttle risk {p.throttle_risk:.0%}: {', '.join(why)}; {position}. A "
-                     f"synchronous job runs at its slowest GPU, so expect about "
-                     f"{p.throttle_loss:.1%} lower throughput. Larger micro-batches raise peak "
-                     f"power; recompute and overlap change how long the GPUs stay busy.")
-    else:
-        lines.append(f"Throttle risk {p.throttle_risk:.0%}: {position}.")
+    lines.append(_throttle_line(p, platform, prediction))
     lines.append(
         "These are analytical predictions"
         + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
            "has no published runs)")
-        + "; power and thermal constants are placeholders until campaigns measure them.")
+        + "; the power model is fitted on measured A40/A100 power (shared/reference/power) and "
+          "the chassis thermals are placeholders (advisor/catalog/chassis.toml) until campaigns "
+          "measure them.")
     return lines
+
+
+def _throttle_line(p, platform, prediction) -> str:
+    """Name the mechanism: bursts against the power cap, overlap heating, bubbles, the rear-slot
+    straggler, thermal slowdown."""
+    from advisor.perf.thermal import chassis_for
+
+    chassis = chassis_for(platform)
+    row = chassis.row[p.straggler_slot] if p.straggler_slot < chassis.num_slots else "front"
+    mechanisms = []
+    if p.gemm_power_demand_w > platform.tdp_w:
+        mechanisms.append(
+            f"the sustained compute bursts ask for {p.gemm_power_demand_w:.0f} W against the "
+            f"{platform.tdp_w:.0f} W cap, so clocks drop to {p.min_clock_frac:.0%} of maximum "
+            f"while they run ({p.throttle_risk_power:.0%} of the step)")
+    if prediction.config.overlap_grad_reduce or prediction.config.tp_comm_overlap:
+        mechanisms.append("overlapped communication adds its draw on top of the compute "
+                          "(overlap heats)")
+    bubble = prediction.step.bubble_s / prediction.step.step_time_s
+    if bubble >= 0.1:
+        mechanisms.append(f"the pipeline idles {bubble:.0%} of the step in its bubble, so the "
+                          f"average ({p.avg_power_w:.0f} W) sits well below the bursts")
+    if p.throttle_risk_thermal > 0.01:
+        mechanisms.append(f"GPUs reach the {platform.thermal_slowdown_c:.0f} °C slowdown "
+                          f"limit and clock down to hold it ({p.throttle_risk_thermal:.0%} of "
+                          f"the step)")
+    position = (f"front GPUs about {p.temp_front_c:.0f} °C, rear GPUs about "
+                f"{p.temp_rear_c:.0f} °C, bursts peak at {p.peak_temp_c:.0f} °C "
+                f"({platform.cooling}-cooled, chassis {chassis.name})")
+    straggler = (f"The straggler is a {row}-slot GPU (slot {p.straggler_slot}) of stage "
+                 f"{p.straggler_stage}"
+                 + (": it breathes the front GPUs' exhaust, leaks more and keeps less of the "
+                    "cap for its clock" if row == "rear" else "")
+                 + f"; the synchronous step waits for it, {p.throttle_loss:.1%} of throughput "
+                   f"lost to throttling.")
+    if not mechanisms:
+        return f"Throttle risk {p.throttle_risk:.0%}: {position}. {straggler}"
+    return (f"Throttle risk {p.throttle_risk:.0%} (share of the step the most throttled GPU "
+            f"runs below full clock): {'; '.join(mechanisms)}; {position}. {straggler}")

@@ -93,6 +93,13 @@ class ParallelConfig:
     """Attention kernels: `flash` (fused, FlashAttention/cuDNN: no s² tensors, causal blocks
     skipped) or `unfused` (QKᵀ and PV as batched GEMMs with a fused softmax in between, storing
     the s² softmax output: Megatron-LM before flash attention, Megatron-DeepSpeed)."""
+    first_stage_layers: int = 0
+    """Layers on the first pipeline stage of an uneven split (Megatron-LM
+    `--decoder-first-pipeline-num-layers`); 0 = the even share."""
+    last_stage_layers: int = 0
+    """Layers on the last pipeline stage of an uneven split
+    (`--decoder-last-pipeline-num-layers`); 0 = the even share. Heavier stages on cooler or
+    less loaded GPUs: the last stage also carries the output layer and the loss."""
 
     def __post_init__(self) -> None:
         _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"))
@@ -124,9 +131,22 @@ class ParallelConfig:
             raise ConfigError(f"seq_len ({self.seq_len}) must be divisible by 2 × cp "
                               f"({2 * self.cp}): context parallelism splits each sequence "
                               f"into 2·cp chunks to balance causal attention.")
+        for key in ("first_stage_layers", "last_stage_layers"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key} must be a whole number ≥ 0 (0 = even split), got "
+                                  f"{value!r}.")
+            if value and self.pp == 1:
+                raise ConfigError(f"{key} ({value}) needs pp > 1: it sets an uneven pipeline "
+                                  f"split; use 0 or raise pp.")
         if self.overlap_param_gather and self.dp_sharding == "none":
             raise ConfigError("overlap_param_gather needs dp_sharding optimizer or full: "
                               "without a sharded optimizer there is no parameter all-gather.")
+
+    @property
+    def uneven(self) -> bool:
+        """The pipeline split is uneven (first or last stage set)."""
+        return bool(self.first_stage_layers or self.last_stage_layers)
 
     @property
     def world_size(self) -> int:

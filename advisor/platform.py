@@ -51,6 +51,15 @@ class Platform:
     """Memory the driver reports as total (nvidia-smi), where known; else `hbm_bytes`."""
     base_clock_hz: float | None = None
     boost_clock_hz: float | None = None
+    num_nics_per_node: int | None = None
+    """Scale-out NICs per node, where the catalog or a cluster file states it; with
+    `nic_bandwidth_bytes_per_s` it sets `inter_node_bandwidth_bytes_per_s` (their product shared
+    by the node's devices)."""
+    nic_bandwidth_bytes_per_s: float | None = None
+    """One NIC's bandwidth, one direction."""
+    chassis: str | None = None
+    """How the node's devices sit in the cooling path (`advisor/catalog/chassis.toml`); None
+    takes `hgx-air` for air cooling and `cold-plate` for liquid."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
@@ -96,7 +105,8 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
     if unknown:
         raise CatalogError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
                            f"see advisor/catalog/SCHEMA.md for the platform keys.")
-    missing = [k for k in _REQUIRED if k not in data]
+    missing = [k for k in _REQUIRED if k not in data and not (
+        k == "inter_node_bandwidth_bytes_per_s" and "num_nics_per_node" in data)]
     if missing:
         raise CatalogError(f"{where}: missing key(s) {', '.join(missing)}.")
     values: dict[str, Any] = {}
@@ -122,7 +132,8 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
             if not isinstance(value, (list, tuple)):
                 raise CatalogError(f"{where}: aliases must be a list of strings.")
             values[key] = tuple(str(a).lower() for a in value)
-        elif key in ("name", "display_name", "vendor", "family", "device_unit", "cooling"):
+        elif key in ("name", "display_name", "vendor", "family", "device_unit", "cooling",
+                     "chassis"):
             if not isinstance(value, str):
                 raise CatalogError(f"{where}: {key} must be a string, got {value!r}.")
             if key in _ENUMS and value not in _ENUMS[key]:
@@ -137,7 +148,26 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                 number = int(number)
             values[key] = number
             _need_source(sources, key, where)
+    _derive_network(values, data, where)
     return Platform(**values, sources=dict(sources), path=where)
+
+
+def _derive_network(values: dict[str, Any], data: dict[str, Any], where: str) -> None:
+    """Per-device scale-out bandwidth from the node's NICs, where both NIC keys are given."""
+    nics, nic_bw = values.get("num_nics_per_node"), values.get("nic_bandwidth_bytes_per_s")
+    if (nics is None) != (nic_bw is None):
+        raise CatalogError(f"{where}: num_nics_per_node and nic_bandwidth_bytes_per_s go "
+                           f"together; give both or neither.")
+    if nics is None:
+        return
+    derived = nics * nic_bw / values["num_gpus_per_node"]
+    given = data.get("inter_node_bandwidth_bytes_per_s")
+    if given is not None and abs(given - derived) > 0.01 * derived:
+        raise CatalogError(f"{where}: inter_node_bandwidth_bytes_per_s ({given:g}) contradicts "
+                           f"num_nics_per_node × nic_bandwidth_bytes_per_s / num_gpus_per_node "
+                           f"({nics} × {nic_bw:g} / {values['num_gpus_per_node']} = "
+                           f"{derived:g}); drop one or make them agree.")
+    values["inter_node_bandwidth_bytes_per_s"] = derived
 
 
 def _positive(value: Any, what: str) -> float:

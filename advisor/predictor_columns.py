@@ -187,7 +187,7 @@ def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] |
     for name in PARALLEL_FIELDS:
         values = [getattr(config, name) for config in configs]
         kind = type(defaults[name])
-        if not all(type(v) is kind and (kind is not int or 0 < v < 2**53)
+        if not all(type(v) is kind and (kind is not int or 0 <= v < 2**53)
                    and (kind is not str or v.isascii()) for v in values):
             break
         if kind is str:

@@ -103,6 +103,8 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(f"pp × vp ({config.pp} × {config.vp}) exceeds the {model.num_layers} "
                           f"layers of {name} (plus embedding and loss stages): every virtual "
                           f"stage needs a layer; try vp in {_fmt(ok)}.")
+    if config.uneven:
+        _check_uneven(config, model)
     if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
         raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
                           f" must be divisible by tp ({config.tp}).")
@@ -126,6 +128,33 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
                           f"{config.precision}.")
     return config_notes(config, model, platform)
+
+
+def _check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
+    """Megatron-Core's rules for `--decoder-first/last-pipeline-num-layers`: every stage keeps
+    at least one layer, the middle stages split the rest evenly, and with a virtual pipeline
+    every stage's layers split evenly over its vp chunks."""
+    from advisor.perf.layout import stage_layer_counts
+
+    first, last, pp = config.first_stage_layers, config.last_stage_layers, config.pp
+    rest = model.num_layers - first - last
+    middle = pp - 2
+    if rest < max(middle, 0) or (pp == 2 and first and last and rest):
+        raise ConfigError(f"first_stage_layers + last_stage_layers ({first} + {last}) leave "
+                          f"{rest} of {model.name}'s {model.num_layers} layers for "
+                          f"{max(middle, 0)} middle stage(s); every stage needs a layer and all "
+                          f"layers need a stage.")
+    counts = stage_layer_counts(model.num_layers, pp, first=first, last=last)
+    if min(counts) < 1 or sum(counts) != model.num_layers:
+        raise ConfigError(f"the split {counts} of {model.name}'s {model.num_layers} layers over "
+                          f"pp {pp} leaves a stage empty; lower first/last_stage_layers.")
+    if middle > 0 and len(set(counts[1:-1])) > 1:
+        raise ConfigError(f"the middle stages must split the remaining {sum(counts[1:-1])} "
+                          f"layers evenly over {middle} stages (Megatron-Core); got "
+                          f"{counts[1:-1]}: change first/last_stage_layers.")
+    if config.vp > 1 and any(c % config.vp for c in counts):
+        raise ConfigError(f"with vp {config.vp}, every stage's layers {counts} must split "
+                          f"evenly over its {config.vp} virtual stages.")
 
 
 def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.DataFrame:
@@ -170,7 +199,7 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                         continue  # nothing to overlap: same row as overlap off
                     rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
                                  job.precision, recompute, sharding, tp > 1, grad, param, tpo,
-                                 False, "flash"))
+                                 False, "flash", 0, 0))
     frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
     for knob in ("grad_reduce_in_fp32", "attention"):  # not enumerated: pinning sets them
         if knob in pins:

@@ -12,7 +12,8 @@ from advisor.perf.analytical import analytical_table, predict_config
 from advisor.perf.calibration import load_calibration
 from advisor.perf.collectives import RING_ALLREDUCE
 from advisor.perf.layout import stage_layout
-from advisor.perf.power import INLET_C, PEAK_EXCURSION, REAR_FACTOR
+from advisor.perf.power import load_power_params
+from advisor.perf.thermal import chassis_for
 from advisor.space import enumerate_space
 
 JOBS = [("llama3-70b", "h200", 64), ("mixtral-8x7b", "h100", 32),
@@ -58,11 +59,10 @@ def test_pipeline_bubble_follows_the_schedule(space):
 
 def test_components_add_up_to_the_step(space):
     _, _, _, table = space
-    total = table[["compute_s", "recompute_s", *COMM, "bubble_s", "optimizer_s",
-                   "overhead_s"]].sum(axis=1)
-    assert np.allclose(total, table["step_time_s"], rtol=1e-9)
-    assert (table[["compute_s", "recompute_s", *COMM, "bubble_s", "optimizer_s",
-                   "overhead_s"]] >= 0).all().all()
+    parts = ["compute_s", "recompute_s", *COMM, "bubble_s", "optimizer_s", "overhead_s",
+             "throttle_s"]
+    assert np.allclose(table[parts].sum(axis=1), table["step_time_s"], rtol=1e-9)
+    assert (table[parts] >= 0).all().all()
 
 
 def test_full_recompute_is_never_faster_than_none(space):
@@ -81,13 +81,23 @@ def test_mfu_stays_below_one(space):
 
 def test_peak_power_is_at_least_average_and_at_most_limit_plus_excursion(space):
     _, platform, _, table = space
-    assert (table["peak_power_w"] >= table["avg_power_w"]).all()
-    assert (table["peak_power_w"] <= platform.tdp_w * (1 + PEAK_EXCURSION) + 1e-9).all()
-    assert (table["avg_power_w"] >= platform.idle_power_w).all()
-    assert (table["avg_power_w"] <= platform.tdp_w).all()
+    params = load_power_params()
+    assert (table["peak_power_w"] >= table["avg_power_w"] - 1e-9).all()
+    over = np.maximum(table["gemm_power_demand_w"] - platform.tdp_w, 0.0)
+    assert (table["peak_power_w"] <= platform.tdp_w + params.peak_excursion * over + 1e-6).all()
+    assert (table["avg_power_w"] >= platform.tdp_w * params.wait_share - 1e-9).all()
+    assert (table["avg_power_w"] <= platform.tdp_w + 1e-9).all()
+
+
+def test_no_temperature_beyond_the_slowdown_limit(space):
+    _, platform, _, table = space
+    for column in ("temp_front_c", "temp_rear_c", "peak_temp_c"):
+        assert (table[column] <= platform.thermal_slowdown_c + 1e-9).all()
 
 
 def test_larger_micro_batch_never_lowers_peak_power(space):
+    # Within 0.5 %: fewer micro-batches also mean fewer latency-bound overlapped messages, a
+    # slightly smaller overlap share of the burst (under 1 W on 40 of 3,969 H200 layouts).
     model, platform, configs, _ = space
     base = configs.drop_duplicates(subset=[c for c in configs.columns if c != "mbs"])
     previous = None
@@ -98,7 +108,7 @@ def test_larger_micro_batch_never_lowers_peak_power(space):
             previous = previous[ok]
         peak = analytical_table(model, platform, base.assign(mbs=mbs))["peak_power_w"]
         if previous is not None:
-            assert (peak.to_numpy() >= previous - 1e-9).all()
+            assert (peak.to_numpy() >= previous * 0.995).all()
         previous = peak.to_numpy()
 
 
@@ -187,10 +197,12 @@ def test_rear_gpus_run_hotter_when_air_cooled():
         job = make_job(model, platform, num_gpus=64, seq_len=8192, gbs=128)
         power = predict_config(model, platform, make_config(job, tp=4, pp=2)).power
         assert power.temp_rear_c >= power.temp_front_c
+        chassis = chassis_for(platform)
         if platform.cooling == "air":
-            inlet = INLET_C["air"]
-            assert power.temp_rear_c - inlet == pytest.approx(
-                REAR_FACTOR["air"] * (power.temp_front_c - inlet))
+            assert power.temp_rear_c > power.temp_front_c
+        else:
+            assert chassis.preheat_share == 0
+            assert power.temp_rear_c == pytest.approx(power.temp_front_c)
 
 
 def test_single_config_matches_the_table():

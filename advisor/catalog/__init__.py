@@ -83,11 +83,13 @@ def load_platform_override(path: Path) -> Platform:
             merged[key] = {**merged[key], **value}
         elif key != "base":
             merged[key] = value
+    if "num_nics_per_node" in data and "inter_node_bandwidth_bytes_per_s" not in data:
+        merged.pop("inter_node_bandwidth_bytes_per_s", None)   # derived from the NICs
     merged["name"] = str(data.get("name", path.stem)).lower()
     merged["aliases"] = data.get("aliases", [])
     for key in data:
         if key not in ("sources", "base", "name", "display_name", "aliases", "cooling",
-                       "vendor", "device_unit", "peak_flops_per_s") \
+                       "vendor", "device_unit", "peak_flops_per_s", "chassis") \
                 and key not in data.get("sources", {}):
             raise CatalogError(f"{path}: {key} overrides {base.name} but has no entry in "
                                f"[sources]; say where the cluster's value comes from.")

@@ -50,3 +50,28 @@ def plot_candidates(rec, path: Path) -> None:
     j = rec.job
     fig.suptitle(f"{j.model.name} on {j.num_gpus} × {j.platform.name} ({rec.objective})")
     save(fig, path)
+
+
+def plot_gpu_heatmap(gpus, path: Path, *, title: str) -> None:
+    """Nodes × slots, coloured by each GPU's peak temperature, its stage written in the cell
+    (the straggler's cell outlined), like the per-GPU figure of Go et al., MICRO'25."""
+    import numpy as np
+
+    plt = pyplot()
+    nodes, slots = int(gpus["node"].max()) + 1, int(gpus["slot"].max()) + 1
+    grid = np.full((nodes, slots), np.nan)
+    grid[gpus["node"], gpus["slot"]] = gpus["peak_temp_c"]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * slots, 1.2 + 0.35 * min(nodes, 64)))
+    image = ax.imshow(grid[:64], cmap="inferno", aspect="auto")
+    fig.colorbar(image, ax=ax, label="peak temperature (°C)")
+    if nodes * slots <= 512:
+        for g in gpus[gpus["node"] < 64].itertuples():
+            ax.text(g.slot, g.node, f"s{g.stage}", ha="center", va="center", fontsize=7,
+                    color="white" if g.peak_temp_c < np.nanmean(grid) else "black")
+    for g in gpus[gpus["straggler"] & (gpus["node"] < 64)].itertuples():
+        ax.add_patch(plt.Rectangle((g.slot - 0.5, g.node - 0.5), 1, 1, fill=False,
+                                   edgecolor="cyan", linewidth=2))
+    ax.set_xlabel("slot (0-3 front row, 4-7 rear on HGX air)")
+    ax.set_ylabel("node" + (" (first 64)" if nodes > 64 else ""))
+    ax.set_title(title, fontsize=9)
+    save(fig, path)

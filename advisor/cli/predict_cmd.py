@@ -85,7 +85,15 @@ def predict(input: Annotated[Path | None, typer.Option(
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             no_overlap: NoOverlapOpt = False, models: ModelsOpt = None,
-            analytical: AnalyticalOpt = False, json_out: JsonOpt = False) -> None:
+            analytical: AnalyticalOpt = False,
+            per_gpu: Annotated[bool, typer.Option(
+                "--per-gpu", help="Also every GPU: node, slot (front/rear row), pipeline "
+                "stage, average and peak power, peak temperature, clock and throttling; the "
+                "straggler marked.")] = False,
+            plot: Annotated[Path | None, typer.Option(
+                "--plot", help="Write a per-GPU heat map (nodes × slots, peak temperature, "
+                "stage in each cell) to this PNG.")] = None,
+            json_out: JsonOpt = False) -> None:
     """Predict step time, throughput, memory, power and throttle risk.
 
     One configuration from flags (dp = gpus / (tp·pp·cp)):
@@ -116,8 +124,18 @@ def predict(input: Annotated[Path | None, typer.Option(
         if learned and learned.get("pred_error"):
             notes = [*notes, f"surrogate unavailable: {learned['pred_error']}"]
             learned = None
-        _print_one(m, p, pred, notes, json_out, learned)
+        gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
+        _print_one(m, p, pred, notes, json_out, learned, gpus if per_gpu else None)
+        if plot:
+            from advisor.cli.plots import plot_gpu_heatmap
+
+            plot_gpu_heatmap(gpus, plot, title=f"{m.name} on {pair[0].world_size} × {p.name}: "
+                             f"peak temperature per GPU (stage in each cell)")
+            Console(stderr=True).print(f"wrote the per-GPU heat map to {plot}")
         return
+    if per_gpu or plot:
+        raise AdvisorError("--per-gpu and --plot describe one configuration: use them with "
+                           "--model/--platform/--gpus, not --input.")
     from advisor.predict_input import predict_frame, read_rows
 
     frame = predict_frame(read_rows(input), predictor)
@@ -153,11 +171,38 @@ def _as_dict(pred, notes) -> dict:
     return d
 
 
-def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None) -> None:
+def _per_gpu(m, p, config):
+    from advisor.perf.per_gpu import MAX_GPUS, per_gpu_table
+
+    if config.world_size > MAX_GPUS:
+        raise AdvisorError(f"--per-gpu lists at most {MAX_GPUS:,} GPUs; this job has "
+                           f"{config.world_size:,}.")
+    return per_gpu_table(m, p, config)
+
+
+def _print_gpus(gpus) -> None:
+    from rich.table import Table
+
+    table = Table(title="per GPU (Megatron rank order; * = straggler)")
+    for name in ("rank", "node", "slot", "row", "stage", "avg W", "peak W", "peak °C",
+                 "clock", "throttled"):
+        table.add_column(name, justify="left" if name == "row" else "right")
+    for g in gpus.itertuples():
+        throttled = 1 - (1 - g.throttle_frac_power) * (1 - g.throttle_frac_thermal)
+        table.add_row(f"{g.rank}{'*' if g.straggler else ''}", str(g.node), str(g.slot), g.row,
+                      str(g.stage), f"{g.avg_power_w:.0f}", f"{g.peak_power_w:.0f}",
+                      f"{g.peak_temp_c:.1f}", f"{g.clock_frac:.1%}", f"{throttled:.0%}")
+    Console().print(table)
+
+
+def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
+               gpus=None) -> None:
     if json_out:
         d = _as_dict(pred, notes)
         if learned:
             d["learned"] = {k: v for k, v in learned.items() if k != "pred_error"}
+        if gpus is not None:
+            d["gpus"] = gpus.to_dict(orient="records")
         emit_json(d)
         return
     from rich.table import Table
@@ -200,6 +245,8 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None) -> None:
     for k, v in s.components().items():
         parts.add_row(k.removesuffix("_s"), f"{v:.3f}", f"{v / s.step_time_s:.1%}")
     console.print(parts)
+    if gpus is not None:
+        _print_gpus(gpus)
     for note in notes:
         console.print(f"note: {note}")
 

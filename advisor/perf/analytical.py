@@ -16,7 +16,6 @@ from advisor.parallel import ParallelConfig
 from advisor.perf.calibration import Calibration, load_calibration
 from advisor.perf.columns import Columns, config_columns
 from advisor.perf.memory import MemoryBreakdown, memory_arrays
-from advisor.perf.power import power_arrays
 from advisor.perf.step import DEFAULT_FRAMEWORK, step_arrays
 from advisor.platform import Platform
 
@@ -44,10 +43,13 @@ class StepTimeBreakdown:
     bubble_s: float
     optimizer_s: float
     overhead_s: float
+    throttle_s: float
+    """Time lost to clocks below maximum (power capping, thermal slowdown) on the straggler."""
     num_microbatches: int
 
     COMPONENTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
-                  "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s")
+                  "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s",
+                  "throttle_s")
 
     def components(self) -> dict[str, float]:
         return {c: getattr(self, c) for c in self.COMPONENTS}
@@ -62,13 +64,26 @@ class PowerThermal:
     samples_per_mj: float
     """The paper's efficiency metric: sequences per megajoule over all GPUs."""
     temp_front_c: float
+    """Hottest steady temperature of a front-row (fresh-air) GPU."""
     temp_rear_c: float
+    """Hottest steady temperature of a rear-row GPU (= front where the chassis has none)."""
+    peak_temp_c: float
+    """Hottest temperature any GPU reaches during a burst (held at the slowdown limit)."""
+    min_clock_frac: float
+    """Lowest clock of any GPU relative to its maximum."""
     throttle_risk: float
-    """Probability that clocks drop (power cap or thermal slowdown), 0..1."""
+    """Share of the step the most throttled GPU runs below its maximum clock (power cap or
+    thermal slowdown), 0..1."""
     throttle_risk_power: float
+    """... from the power cap alone."""
     throttle_risk_thermal: float
+    """... from thermal slowdown alone."""
     throttle_loss: float
-    """Expected fraction of throughput lost to throttling."""
+    """Fraction of the unthrottled throughput lost to throttling (the straggler's clock)."""
+    straggler_stage: int
+    """Pipeline stage of the GPU that sets the pace."""
+    straggler_slot: int
+    """Its slot in the node (`advisor/catalog/chassis.toml`)."""
 
 
 @dataclass(frozen=True)
@@ -100,15 +115,8 @@ def analytical_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     """`analytical_table`'s columns, from and to arrays."""
     calibration = calibration or load_calibration()
     step = step_arrays(model, platform, cols, calibration=calibration, framework=framework)
-    world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
-    gbs = cols["gbs"].astype(float)
-    tokens = gbs * cols["seq_len"].astype(float)
-    power = power_arrays(platform, step, num_gpus=world, tokens_per_step=tokens,
-                         gemm_utilization=step["gemm_utilization"],
-                         forward_burst_s=step["forward_burst_s"])
-    power["samples_per_mj"] = gbs / (power["avg_power_w"] * step["step_time_s"] * world / 1e6)
     memory = memory_arrays(model, platform=platform, cols=cols)
-    return step | power | memory
+    return step | memory
 
 
 def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig, *,
@@ -122,7 +130,7 @@ def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig,
         out = {}
         for f in fields(cls):
             value = row[f.name]
-            out[f.name] = (int(value) if f.type in ("int",) else bool(value)
+            out[f.name] = (int(value) if f.type in ("int", "int | None") else bool(value)
                            if f.type == "bool" else float(value))
         return out
 

@@ -47,16 +47,22 @@ def per_value(values: np.ndarray, fn) -> np.ndarray:
     return mapped[inverse].reshape(values.shape)
 
 
-def pipeline_groups(cols: Columns) -> list[tuple[int, int, np.ndarray | None]]:
-    """(pp, vp, row positions) for each distinct pipeline shape, in (pp, vp) order; positions
-    are None when every row has the same shape."""
-    pp, vp = np.asarray(cols["pp"]), np.asarray(cols["vp"])
-    if not (len(pp) and pp.dtype.kind in "iu" and vp.dtype.kind in "iu"):
-        pp_vp = np.stack([pp, vp], axis=1)
-        return [(p, v, np.flatnonzero((pp_vp[:, 0] == p) & (pp_vp[:, 1] == v)))
-                for p, v in np.unique(pp_vp.astype(int), axis=0).tolist()]
-    if (pp == pp[0]).all() and (vp == vp[0]).all():
-        return [(int(pp[0]), int(vp[0]), None)]
-    order = np.lexsort((vp, pp))           # stable: positions stay ascending within a shape
-    change = np.flatnonzero((np.diff(pp[order]) != 0) | (np.diff(vp[order]) != 0)) + 1
-    return [(int(pp[rows[0]]), int(vp[rows[0]]), rows) for rows in np.split(order, change)]
+def pipeline_groups(cols: Columns) -> list[tuple[int, int, int, int, np.ndarray | None]]:
+    """(pp, vp, first_stage_layers, last_stage_layers, row positions) for each distinct
+    pipeline shape, in that order; positions are None when every row has the same shape."""
+    n = num_rows(cols)
+    keys = [np.asarray(cols["pp"]), np.asarray(cols["vp"])]
+    for name in ("first_stage_layers", "last_stage_layers"):
+        keys.append(np.asarray(cols[name]) if name in cols else np.zeros(n, dtype=int))
+    if not n:
+        return []
+    if not all(k.dtype.kind in "iu" for k in keys):
+        keys = [k.astype(int) for k in keys]
+    if all((k == k[0]).all() for k in keys):
+        return [(*(int(k[0]) for k in keys), None)]
+    order = np.lexsort(keys[::-1])         # stable: positions stay ascending within a shape
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        change |= np.diff(k[order]) != 0
+    return [(*(int(k[rows[0]]) for k in keys), rows)
+            for rows in np.split(order, np.flatnonzero(change) + 1)]

@@ -31,13 +31,48 @@ class StageLayout:
     """Every virtual stage got the same number of layers."""
 
 
+def stage_layer_counts(num_layers: int, pp: int, *, first: int = 0,
+                       last: int = 0) -> list[int]:
+    """Layers per pipeline stage: even (earlier stages take the spare layers), or Megatron's
+    uneven split with `first` layers on the first stage and `last` on the last
+    (`--decoder-first/last-pipeline-num-layers`; 0 = even share), the rest even in between."""
+    if not (first or last) or pp == 1:
+        return [len(c) for c in np.array_split(np.arange(num_layers), pp)]
+    if pp == 2:
+        first = first or num_layers - last
+        last = last or num_layers - first
+        return [first, last]
+    middle_stages = pp - 2
+    if first and last:
+        middle = num_layers - first - last
+    else:
+        # One end given: the other end takes the middle stages' share (Megatron).
+        share = (num_layers - (first or last)) // (pp - 1)
+        first, last = first or share, last or share
+        middle = num_layers - first - last
+    per, spare = divmod(middle, middle_stages)
+    return [first] + [per + (i < spare) for i in range(middle_stages)] + [last]
+
+
 @functools.lru_cache(maxsize=4096)
-def stage_layout(model: ModelSpec, pp: int, vp: int) -> StageLayout:
+def stage_layout(model: ModelSpec, pp: int, vp: int, *, first: int = 0,
+                 last: int = 0) -> StageLayout:
     """Split layers into pp·vp chunks as evenly as possible (earlier chunks take the spare
-    layers); stage s runs chunks s, s+pp, s+2·pp, ... (Megatron's interleaved placement)."""
+    layers), or unevenly with `first`/`last` layers on the first/last stage
+    (`stage_layer_counts`); stage s runs chunks s, s+pp, s+2·pp, ... (Megatron's interleaved
+    placement), its layers spread evenly over its vp chunks."""
     counts = model.params
     num_chunks = pp * vp
-    chunks = np.array_split(np.arange(model.num_layers), num_chunks)
+    if first or last:
+        per_stage = stage_layer_counts(model.num_layers, pp, first=first, last=last)
+        sizes = [len(c) for s in range(pp)
+                 for c in np.array_split(np.arange(per_stage[s]), vp)]
+        # chunk c = v·pp + s holds the v-th share of stage s
+        chunk_sizes = [sizes[s * vp + v] for v in range(vp) for s in range(pp)]
+        bounds = np.cumsum([0, *chunk_sizes])
+        chunks = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_chunks)]
+    else:
+        chunks = np.array_split(np.arange(model.num_layers), num_chunks)
     dense = np.asarray(counts.layers_dense)
     expert = np.asarray(counts.layers_expert)
     kinds = model.sublayers

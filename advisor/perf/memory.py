@@ -128,8 +128,8 @@ def memory_arrays(model: ModelSpec, *, platform: Platform, cols: Columns) -> dic
     """`memory_table`'s columns, from and to arrays."""
     n = num_rows(cols)
     out = {c: np.zeros(n) for c in COLUMNS}
-    for pp, vp, idx in pipeline_groups(cols):
-        part = _stage_memory(model, take(cols, idx), pp=pp, vp=vp)
+    for pp, vp, first, last, idx in pipeline_groups(cols):
+        part = _stage_memory(model, take(cols, idx), pp=pp, vp=vp, first=first, last=last)
         for c, v in part.items():
             if idx is None:
                 out[c][:] = v
@@ -146,9 +146,9 @@ def _col(configs: Columns, name: str) -> np.ndarray:
     return configs[name][:, None]  # (configs, 1): broadcasts against stages
 
 
-def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int,
-                  vp: int) -> dict[str, np.ndarray]:
-    layout = stage_layout(model, pp, vp)
+def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first: int = 0,
+                  last: int = 0) -> dict[str, np.ndarray]:
+    layout = stage_layout(model, pp, vp, first=first, last=last)
     tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
     ep, etp = _col(configs, "ep"), _col(configs, "etp")
     mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")

@@ -1,162 +1,276 @@
-"""Average and peak power, energy per token, temperature and throttling risk, from the step
-breakdown. Analytical: every constant below is a cited figure or a marked placeholder that
-campaign telemetry (issue 6) replaces.
+"""Power, clocks, temperature and throttling of every GPU, from each pipeline stage's timeline.
 
-* Each kind of work draws a share of the dynamic range between idle power and the power limit
-  (TDP): tensor-core GEMMs the most, fused attention and HBM-bound kernels less, exposed
-  communication and pipeline bubbles close to idle (POLCA, Patel et al. ASPLOS'24: training
-  swings between compute phases near TDP and communication phases near idle). Communication
-  hidden under compute adds NVLink/NIC and SM power on top (paper finding 4: overlap raises
-  temperature). Average power is the time-weighted mean, each phase capped at the limit.
-* Peak power is what a 50 ms NVML sample sees: the hungriest phase's draw — GEMMs, higher the
-  better they are fed, so it grows with micro-batch tokens — plus a burst term that grows with
-  the length of one uninterrupted micro-batch forward (paper finding 3: peak power rises with
-  micro-batch size); bounded by the limit plus the excursion the power controller lets through.
-* GEMM demand above the limit means power-cap throttling: clocks fall until power fits.
-* Temperature is steady state (thermal time constants are far longer than a step): inlet plus
-  thermal resistance × average power; an air-cooled chassis heats its rear GPUs up to 27 % more
-  above inlet (paper finding 4). A synchronous job runs at its slowest GPU's clock, so the rear
-  GPU decides.
+* **Phases draw what they do.** A stage's compute draws a demand at full clock: tensor-core GEMMs
+  the most (more the better fed they are), fused attention and HBM-bound kernels less;
+  communication under compute adds to it (overlap heats); exposed communication and waiting
+  (bubbles, idle between micro-batches, host launch gaps) draw little. Shares of the power
+  limit, fitted on `shared/reference/power` (`advisor/catalog/power.toml` says which).
+* **DVFS.** Busy power at clock fraction φ is static + (demand − static)·φ^a; where demand exceeds
+  the limit the clock drops until it fits (power capping), and compute time stretches as
+  β/φ + 1 − β (the clock-bound share β; the rest waits on HBM).
+* **Heat.** Each GPU's slot (`advisor/perf/thermal.py`) gives its inlet air and so its steady
+  temperature; bursts (one micro-batch's uninterrupted compute) heat it further. Above the
+  slowdown temperature the GPU lowers its clock until the peak sits at the limit: no steady or
+  peak temperature beyond it is ever predicted. Hotter dies leak more, so under a power cap a
+  rear GPU keeps less power for its clock.
+* **Stragglers.** A synchronous step waits for its slowest GPU: each stage's micro-batch runs at
+  its slowest GPU's clock, the slowest stage sets the pipeline's pace, and the prediction names
+  the straggler.
+* **Samples.** Average power is the time-weighted mean over the (throttled) step; peak power is
+  what a 50 ms NVML sample of the hungriest burst reads (the excursion above a cap that samples
+  still catch included).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from dataclasses import dataclass, field, fields
+from importlib import resources
 
 import numpy as np
-import pandas as pd
 
+from advisor.errors import CatalogError
+from advisor.perf.thermal import (
+    Chassis,
+    SlotMap,
+    burst_heating,
+    chassis_for,
+    slot_map,
+    steady_temperature,
+    thermal_resistance,
+)
+from advisor.perf.timeline import StageTimeline
 from advisor.platform import Platform
 
-ACTIVITY = {"attention": 0.8, "memory_bound": 0.6, "exposed_comm": 0.25, "idle": 0.1}
-"""Share of (TDP − idle) drawn during each non-GEMM phase. placeholder: chosen with the GEMM
-shares below so that a compute-bound dense step averages about 80-90 % of TDP per GPU, in line
-with compute-heavy training measurements (Newkirk et al. 2025: about 76 % of node TDP, CPUs and
-fans included; Latif et al. arXiv 2412.08602: 8 × H100 peaked at 8.4-8.5 kW of a 10.2 kW
-rating); replace with campaign telemetry."""
-GEMM_BASE_ACTIVITY = 0.6
-GEMM_DEMAND_AT_FULL_EFFICIENCY = 1.1
-"""GEMM-phase demand as a share of (TDP − idle): GEMM_BASE_ACTIVITY for poorly fed tensor
-cores rising linearly to this for GEMMs at the family's best efficiency, where the power limit
-binds. placeholder: large BF16/FP8 GEMMs on 700 W H100/H200 run at the power limit with clocks
-below boost (paper notes: about 1.98 GHz down to about 1.7 GHz under throttling, secondary)."""
-HIDDEN_COMM_ACTIVITY = 0.1
-"""Extra share of (TDP − idle) while communication runs under compute. placeholder."""
-BURST_ACTIVITY = 0.1
-"""Largest burst above the GEMM-phase draw, as a share of (TDP − idle), reached when one
-micro-batch's forward lasts much longer than a sample window. placeholder (paper finding 3)."""
-SAMPLE_WINDOW_S = 0.05
-"""NVML instantaneous power polled at 20 Hz (paper's telemetry; Zeus monitor)."""
-PEAK_EXCURSION = 0.05
-"""How far above the limit a sampled peak may read: the power controller acts within
-milliseconds, so 50 ms samples stay within a few percent of the limit. placeholder."""
-CLOCK_POWER_EXPONENT = 2.5
-"""Dynamic power ∝ f^2.5 (voltage scales with frequency: P ∝ C·V²·f). placeholder."""
-THERMAL_CLOCK_DROP = 0.14
-"""Fractional clock drop when thermal slowdown engages: about 1.98 → 1.7 GHz on H200 (paper
-notes, secondary)."""
-INLET_C = {"air": 25.0, "liquid": 35.0}
-"""Inlet air (ASHRAE A1 recommended range tops at 27 °C) / warm-water coolant supply.
-placeholder."""
-THERMAL_RESISTANCE_C_PER_W = {"air": 0.072, "liquid": 0.035}
-"""GPU temperature rise over inlet per watt. placeholder: puts a front air-cooled GPU drawing
-700 W near 75 °C and its rear neighbour (+27 % rise) near the 89 °C slowdown threshold, as the
-paper's H200 testbed throttled on rear GPUs."""
-REAR_FACTOR = {"air": 1.27, "liquid": 1.0}
-"""Rear GPUs of an air-cooled HGX chassis run up to 27 % hotter than front ones (paper finding 4),
-taken on the rise above inlet (the air reaching them was warmed by the front GPUs); liquid cold
-plates see no position effect (placeholder)."""
-POWER_RISK_SCALE = 0.05
-"""Width, as a share of TDP, of the smooth step from "demand below the limit" to "throttling"."""
-THERMAL_RISK_SCALE_C = 3.0
-"""Width in °C of the smooth step around the slowdown temperature."""
+ITERATIONS = 3
+"""Fixed-point passes between clocks, step time, power and temperature (converges in 2-3)."""
+BISECTION_STEPS = 18
+"""Thermal slowdown: clock found to 2^-18 of its range."""
+CAP_EDGE = 0.02
+"""Width (share of the limit) of the ramp between uncapped and capped demand, centred on the
+limit."""
+THERMAL_EDGE_C = 1.0
+"""Width of the soft edge around the slowdown temperature."""
+
+
+@dataclass(frozen=True)
+class PowerParams:
+    """The power model's parameters (`advisor/catalog/power.toml`); shares of the power limit."""
+
+    busy_share: float
+    wait_share: float
+    static_share: float
+    clock_power_exponent: float
+    clock_bound_share: float
+    gemm_floor: float
+    attention_ratio: float
+    memory_ratio: float
+    overlap_share: float
+    comm_extra_share: float
+    peak_excursion: float
+    leakage_per_c: float
+    leakage_reference_c: float
+    min_clock_frac: float
+    sample_window_s: float
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    FITTED = ("busy_share", "wait_share", "static_share", "clock_power_exponent",
+              "clock_bound_share")
+
+    def replace(self, **changes: float) -> PowerParams:
+        import dataclasses
+
+        return dataclasses.replace(self, **changes)
+
+    def slowdown(self, clock_frac: np.ndarray) -> np.ndarray:
+        """Compute time at clock fraction φ relative to full clock: β/φ + 1 − β."""
+        b = self.clock_bound_share
+        return b / clock_frac + 1.0 - b
+
+    def busy_power(self, static_w: np.ndarray, demand_w: np.ndarray,
+                   clock_frac: np.ndarray) -> np.ndarray:
+        return static_w + (demand_w - static_w) * clock_frac ** self.clock_power_exponent
+
+    def capped_clock(self, static_w: np.ndarray, demand_w: np.ndarray,
+                     limit_w: float | np.ndarray) -> np.ndarray:
+        """The clock fraction at which busy power meets the limit (1 where it fits)."""
+        headroom = np.maximum(limit_w - static_w, 1e-9)
+        over = np.maximum(demand_w - static_w, 1e-9)
+        phi = (headroom / over) ** (1.0 / self.clock_power_exponent)
+        return np.clip(phi, self.min_clock_frac, 1.0)
+
+
+@functools.cache
+def load_power_params() -> PowerParams:
+    """The shipped parameters."""
+    import tomllib
+
+    text = resources.files("advisor.catalog").joinpath("power.toml").read_text()
+    data = tomllib.loads(text)
+    values = {**data.get("fitted", {}), **data.get("fixed", {})}
+    names = {f.name for f in fields(PowerParams)} - {"sources"}
+    if set(values) != names:
+        raise CatalogError(f"power.toml: expected keys {', '.join(sorted(names))}; "
+                           f"got {', '.join(sorted(values))}.")
+    sources = data.get("sources", {})
+    for key in names:
+        if not str(sources.get(key, "")).strip():
+            raise CatalogError(f"power.toml: {key} has no entry in [sources].")
+    return PowerParams(**{k: float(v) for k, v in values.items()}, sources=sources)
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """Every modelled GPU (configs × stages × slot entries; see `thermal.SlotMap`)."""
+
+    slots: SlotMap
+    chassis: Chassis
+    clock_frac: np.ndarray
+    avg_power_w: np.ndarray
+    peak_power_w: np.ndarray
+    steady_temp_c: np.ndarray
+    peak_temp_c: np.ndarray
+    throttle_frac_power: np.ndarray
+    throttle_frac_thermal: np.ndarray
+    microbatch_s: np.ndarray
+    """One micro-batch at this GPU's clock."""
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -50.0, 50.0)))
 
 
-STEP_COLUMNS = ("step_time_s", "gemm_s", "attention_s", "memory_bound_s", "tp_comm_s",
-                "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "hidden_comm_s")
-"""The `step_table` columns the power model reads."""
+def _stage_mean(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    return np.where(valid, x, 0.0).sum(axis=2) / np.maximum(valid.sum(axis=2), 1)
 
 
-def power_table(platform: Platform, step: pd.DataFrame, *, num_gpus: np.ndarray,
-                tokens_per_step: np.ndarray, gemm_utilization: np.ndarray,
-                forward_burst_s: np.ndarray) -> pd.DataFrame:
-    """Power, energy and thermal predictions aligned with `step` (a `step_table` frame).
+def phase_demand(platform: Platform, tl: StageTimeline, p: PowerParams) -> np.ndarray:
+    """Each stage's busy demand at full clock (configs × stages), in watts."""
+    limit = platform.tdp_w
+    busy = limit * p.busy_share
+    gemm = busy * (p.gemm_floor + (1.0 - p.gemm_floor) * tl.gemm_utilization[:, None])
+    compute = tl.compute_s
+    safe = np.maximum(compute, 1e-12)
+    mix = (gemm * tl.gemm_s + busy * p.attention_ratio * tl.attention_s
+           + busy * p.memory_ratio * tl.memory_s) / safe
+    overlap = limit * p.overlap_share * np.minimum(tl.hidden_comm_s / safe, 1.0)
+    return np.where(compute > 0, mix + overlap, limit * p.wait_share)
 
-    `gemm_utilization` is the GEMMs' shape efficiency relative to the best the family reaches
-    (0..1); `forward_burst_s` the length of one micro-batch's forward on the slowest stage.
-    """
-    return pd.DataFrame(power_arrays(platform, {c: step[c].to_numpy() for c in STEP_COLUMNS},
-                                     num_gpus=num_gpus, tokens_per_step=tokens_per_step,
-                                     gemm_utilization=gemm_utilization,
-                                     forward_burst_s=forward_burst_s), index=step.index)
 
+def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray,
+                  tokens_per_step: np.ndarray, params: PowerParams | None = None,
+                  stage_order: np.ndarray | None = None,
+                  detail: bool = False) -> dict[str, np.ndarray | GpuState]:
+    """Throttled step time and power/thermal columns per configuration (and, with `detail`,
+    the per-GPU `GpuState` under key "gpus")."""
+    p = params or load_power_params()
+    limit = float(platform.tdp_w)
+    chassis = chassis_for(platform)
+    resistance = thermal_resistance(chassis, platform)
+    pp = tl.gemm_s.shape[1]
+    slots = slot_map(chassis, gpus_per_stage=tl.gpus_per_stage, pp=pp, stage_order=stage_order)
+    valid = slots.valid
+    demand = phase_demand(platform, tl, p)[:, :, None]
+    busy_s = tl.compute_s[:, :, None]
+    comm_s = tl.exposed_comm_s[:, :, None]
+    burst_s = tl.burst_s[:, :, None]
+    wait_w = limit * p.wait_share
+    comm_w = wait_w + limit * p.comm_extra_share
+    nominal_step = tl.step_time()
+    shape = np.broadcast_shapes(demand.shape, valid.shape)
+    temp = np.full(shape, p.leakage_reference_c)
 
-def power_arrays(platform: Platform, step: Mapping[str, np.ndarray], *, num_gpus: np.ndarray,
-                 tokens_per_step: np.ndarray, gemm_utilization: np.ndarray,
-                 forward_burst_s: np.ndarray) -> dict[str, np.ndarray]:
-    """`power_table`'s columns from the step breakdown's arrays."""
-    idle, tdp = platform.idle_power_w, platform.tdp_w
-    span = tdp - idle
-    step_s = step["step_time_s"]
-    gemm_demand = idle + span * (GEMM_BASE_ACTIVITY + (GEMM_DEMAND_AT_FULL_EFFICIENCY
-                                                       - GEMM_BASE_ACTIVITY) * gemm_utilization)
-    power_capped = np.minimum(gemm_demand, tdp)
-    phases = {
-        "gemm": (step["gemm_s"], power_capped),
-        "attention": (step["attention_s"], idle + span * ACTIVITY["attention"]),
-        "memory_bound": (step["memory_bound_s"], idle + span
-                         * ACTIVITY["memory_bound"]),
+    def evaluate(clock: np.ndarray, static: np.ndarray, step: np.ndarray):
+        stretch = p.slowdown(clock)
+        busy = busy_s * stretch
+        burst_w = p.busy_power(static, demand, clock)
+        energy = busy * burst_w + comm_s * comm_w + np.maximum(
+            step[:, None, None] - busy - comm_s, 0.0) * wait_w
+        # The power controller holds the average under the limit (the optimizer's stretch is
+        # not in the step's critical path, so the phase sum can overrun it slightly).
+        avg = np.minimum(energy / step[:, None, None], limit)
+        steady = steady_temperature(chassis, resistance, avg, slots)
+        peak = steady + burst_heating(chassis, resistance, burst_w, avg, burst_s * stretch)
+        return avg, burst_w, steady, peak
+
+    step = nominal_step
+    for _ in range(ITERATIONS):
+        static = limit * p.static_share * (1.0 + p.leakage_per_c
+                                           * (temp - p.leakage_reference_c))
+        cap_clock = p.capped_clock(static, demand, limit)
+        unthrottled_peak = evaluate(cap_clock, static, step)[3]
+        hot = valid & (unthrottled_peak > platform.thermal_slowdown_c)
+        thermal_clock = np.ones(shape)
+        if hot.any():
+            # Thermal slowdown: the highest clock whose burst peak stays at the limit.
+            lo, hi = np.full(shape, p.min_clock_frac), cap_clock.copy()
+            for _ in range(BISECTION_STEPS):
+                mid = 0.5 * (lo + hi)
+                too_hot = evaluate(mid, static, step)[3] > platform.thermal_slowdown_c
+                hi = np.where(too_hot, mid, hi)
+                lo = np.where(too_hot, lo, mid)
+            thermal_clock = np.where(hot, lo, 1.0)
+        clock = np.minimum(cap_clock, thermal_clock)
+        stage_slow = np.where(valid, p.slowdown(clock), 1.0).max(axis=2)
+        step = tl.step_time(stage_slow)
+        avg, burst_w, steady, peak = evaluate(clock, static, step)
+        temp = peak
+
+    stretch = p.slowdown(clock)
+    busy_share = np.clip(busy_s * stretch / step[:, None, None], 0.0, 1.0)
+    w_power = np.clip((demand - limit) / (CAP_EDGE * limit) + 0.5, 0.0, 1.0)
+    w_thermal = _sigmoid((unthrottled_peak - platform.thermal_slowdown_c) / THERMAL_EDGE_C)
+    frac_power = w_power * busy_share
+    frac_thermal = w_thermal * busy_share
+    overshoot = p.peak_excursion * np.maximum(demand - limit, 0.0) * (clock / cap_clock)
+    window = 1.0 - np.exp(-burst_s * stretch / p.sample_window_s)
+    sampled = avg + (burst_w + overshoot - avg) * window
+    peak_temp = np.minimum(peak, platform.thermal_slowdown_c)
+    microbatch = tl.microbatch_s[:, :, None] + tl.microbatch_compute_s[:, :, None] * (
+        stretch - 1.0)
+
+    n = len(step)
+    rows = np.arange(n)
+    masked_mb = np.where(valid, microbatch, -np.inf).reshape(n, -1)
+    straggler = masked_mb.argmax(axis=1)
+    k = valid.shape[2]
+    front = np.asarray(chassis.row)[slots.slot] == "front"
+    steady_c = np.minimum(steady, platform.thermal_slowdown_c)
+    front_c = np.where(valid & front, steady_c, -np.inf).reshape(n, -1).max(axis=1)
+    rear_c = np.where(valid & ~front, steady_c, -np.inf).reshape(n, -1).max(axis=1)
+    rear_c = np.where(np.isfinite(rear_c), rear_c, front_c)
+    stage_avg = _stage_mean(avg, valid)
+    avg_w = stage_avg.mean(axis=1)
+    risk = 1.0 - (1.0 - frac_power) * (1.0 - frac_thermal)
+    out: dict[str, np.ndarray | GpuState] = {
+        "step_time_s": step,
+        "throttle_s": step - nominal_step,
+        "avg_power_w": avg_w,
+        "peak_power_w": np.where(valid, sampled, 0.0).reshape(n, -1).max(axis=1),
+        "gemm_power_demand_w": demand[:, :, 0].max(axis=1),
+        "energy_j_per_token": avg_w * step * num_gpus / tokens_per_step,
+        "temp_front_c": front_c,
+        "temp_rear_c": rear_c,
+        "peak_temp_c": np.where(valid, peak_temp, -np.inf).reshape(n, -1).max(axis=1),
+        "min_clock_frac": np.where(valid, clock, np.inf).reshape(n, -1).min(axis=1),
+        "throttle_risk": np.where(valid, risk, 0.0).reshape(n, -1).max(axis=1),
+        "throttle_risk_power": np.where(valid, frac_power, 0.0).reshape(n, -1).max(axis=1),
+        "throttle_risk_thermal": np.where(valid, frac_thermal, 0.0).reshape(n, -1).max(axis=1),
+        "throttle_loss": 1.0 - nominal_step / step,
+        "straggler_stage": straggler // k,
+        "straggler_slot": slots.slot.reshape(n, -1)[rows, straggler],
     }
-    busy = sum(t for t, _ in phases.values())
-    exposed = (step["tp_comm_s"] + step["cp_comm_s"] + step["ep_comm_s"] + step["pp_comm_s"]
-               + step["dp_comm_s"])
-    idle_time = np.maximum(step_s - busy - exposed, 0.0)
-    energy = sum(t * p for t, p in phases.values())
-    energy = energy + exposed * (idle + span * ACTIVITY["exposed_comm"])
-    energy = energy + idle_time * (idle + span * ACTIVITY["idle"])
-    hidden = np.minimum(step["hidden_comm_s"], busy)
-    energy = energy + hidden * span * HIDDEN_COMM_ACTIVITY
-    avg = np.minimum(energy / step_s, tdp)
+    if detail:
+        out["gpus"] = GpuState(slots=slots, chassis=chassis, clock_frac=clock,
+                               avg_power_w=avg, peak_power_w=sampled,
+                               steady_temp_c=steady_c, peak_temp_c=peak_temp,
+                               throttle_frac_power=frac_power,
+                               throttle_frac_thermal=frac_thermal, microbatch_s=microbatch)
+    return out
 
-    # The sustained draw of the hungriest phase (with overlapped communication on top, when
-    # any runs): never below the average, never lower for a bigger micro-batch.
-    others = max(p for name, (_, p) in phases.items() if name != "gemm")
-    busiest = np.maximum(gemm_demand, others)
-    busiest = busiest + span * HIDDEN_COMM_ACTIVITY * (hidden > 0)
-    burst = 1.0 - np.exp(-forward_burst_s / SAMPLE_WINDOW_S)
-    limit = tdp * (1.0 + PEAK_EXCURSION)
-    peak = np.minimum(busiest + span * BURST_ACTIVITY * burst, limit)
 
-    # Power-cap throttling: clocks drop until GEMM power fits under the limit.
-    # When the cap engages, demand sits at least one risk-width above the limit.
-    capped_demand = np.maximum(gemm_demand, tdp * (1.0 + POWER_RISK_SCALE))
-    clock_at_cap = (span / (capped_demand - idle)) ** (1.0 / CLOCK_POWER_EXPONENT)
-    p_power = _sigmoid((gemm_demand - tdp) / (POWER_RISK_SCALE * tdp))
-    inlet = INLET_C[platform.cooling]
-    rise = THERMAL_RESISTANCE_C_PER_W[platform.cooling] * avg
-    front = inlet + rise
-    rear = inlet + rise * REAR_FACTOR[platform.cooling]
-    p_thermal = _sigmoid((rear - platform.thermal_slowdown_c) / THERMAL_RISK_SCALE_C)
-    risk = 1.0 - (1.0 - p_power) * (1.0 - p_thermal)
-    compute_share = np.clip(busy / step_s, 0.0, 1.0)
-    # The slowest GPU sets the pace of a synchronous job: one throttled GPU slows all.
-    clock_loss = np.maximum(p_power * (1.0 - clock_at_cap), p_thermal * THERMAL_CLOCK_DROP)
-    loss = clock_loss * compute_share
-
-    world_energy = avg * step_s * num_gpus
-    return {
-        "avg_power_w": avg,
-        "peak_power_w": peak,
-        "gemm_power_demand_w": gemm_demand,
-        "energy_j_per_token": world_energy / tokens_per_step,
-        "temp_front_c": front,
-        "temp_rear_c": rear,
-        "throttle_risk": risk,
-        "throttle_risk_power": p_power,
-        "throttle_risk_thermal": p_thermal,
-        "throttle_loss": loss,
-    }
+POWER_COLUMNS = ("throttle_s", "avg_power_w", "peak_power_w", "gemm_power_demand_w",
+                 "energy_j_per_token", "temp_front_c", "temp_rear_c", "peak_temp_c",
+                 "min_clock_frac", "throttle_risk", "throttle_risk_power",
+                 "throttle_risk_thermal", "throttle_loss", "straggler_stage", "straggler_slot")
+"""The columns `power_thermal` adds to the step table (besides the throttled step time)."""

@@ -62,8 +62,10 @@ from advisor.perf.columns import (
 )
 from advisor.perf.flops import model_flops_per_token
 from advisor.perf.layout import StageLayout, stage_layout
+from advisor.perf.power import POWER_COLUMNS, power_thermal
 from advisor.perf.step_comm import data_parallel, micro_batch_comm
 from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
+from advisor.perf.timeline import StageTimeline
 from advisor.platform import Platform
 
 OVERLAP_EFFICIENCY = 0.8
@@ -79,7 +81,7 @@ Megatron-Bridge) is the reference; other frameworks' kernels scale the compute e
 their calibrated `[framework]` factor (1 where none was fitted)."""
 
 COMPONENTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
-              "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s")
+              "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s", "throttle_s")
 """The step-time breakdown; they add up to `step_time_s`."""
 PHASES = ("gemm_s", "attention_s", "memory_bound_s", "hidden_comm_s")
 """Busy time by kind of work, per step (for the power model): tensor-core GEMMs, fused
@@ -112,12 +114,13 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     frameworks = (cols["framework"].astype(str) if "framework" in cols
                   else np.full(n, framework))
     eff = calibration.efficiency(platform.family)
-    columns = COMPONENTS + PHASES + ("step_time_s", "microbatch_s", "num_microbatches",
-                                     "forward_burst_s", "gemm_utilization")
+    columns = COMPONENTS + PHASES + POWER_COLUMNS + (
+        "step_time_s", "microbatch_s", "num_microbatches", "forward_burst_s",
+        "gemm_utilization")
     out = {c: np.zeros(n) for c in columns}
-    for pp, vp, idx in pipeline_groups(cols):
+    for pp, vp, first, last, idx in pipeline_groups(cols):
         part = _step(model, platform, take(cols, idx), eff, calibration.collectives,
-                     stage_layout(model, pp, vp), pp=pp, vp=vp,
+                     stage_layout(model, pp, vp, first=first, last=last), pp=pp, vp=vp,
                      frameworks=frameworks if idx is None else frameworks[idx],
                      framework=calibration.framework)
         for c, v in part.items():
@@ -133,13 +136,17 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     peak = per_value(cols["precision"], lambda p: platform.peak_flops(PRECISIONS[p]))
     out["mfu"] = out["tflops_per_gpu"] * 1e12 / peak
     out["calibrated"] = np.full(n, eff.calibrated)
+    out["samples_per_mj"] = cols["gbs"].astype(float) / (
+        out["avg_power_w"] * out["step_time_s"] * world / 1e6)
+    for c in ("straggler_stage", "straggler_slot"):
+        out[c] = out[c].astype(int)
     return out
 
 
 def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficiency,
           coll: CollectiveModel, layout: StageLayout, *, pp: int, vp: int,
-          frameworks: np.ndarray,
-          framework: Callable[[str], FrameworkEfficiency]) -> dict:
+          frameworks: np.ndarray, framework: Callable[[str], FrameworkEfficiency],
+          detail: bool = False) -> dict:
     tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
     ep, etp = _col(configs, "ep"), _col(configs, "etp")
     mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")
@@ -231,21 +238,48 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     hbm = platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / hbm
 
-    # ---- assemble: the slowest stage sets the pace ---------------------------------------------
-    slowest = np.argmax(microbatch, axis=1)
-    pick = (np.arange(len(tp)), slowest)
-    t_mb = microbatch[pick]
-    bubble_mb = (pp - 1) / vp
+    # ---- assemble: the slowest stage sets the pace, at its slowest GPU's clock ----------------
+    n = len(tp)
     m1 = m[:, 0]
-    tail = np.max(dp_exposed + optimizer, axis=1)
-    dp_worst = dp_exposed[np.arange(len(tp)), np.argmax(dp_exposed + optimizer, axis=1)]
-    step_time = (m1 + bubble_mb) * t_mb + tail
+    bubble_mb = (pp - 1) / vp
+
+    def stages(x: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(x, (n, pp)).astype(float)
+
+    tail_stage = stages(dp_exposed + optimizer)
+    timeline = StageTimeline(
+        gemm_s=stages(m * (gemm_mb + re_gemm)),
+        attention_s=stages(m * (attn_mb + re_attn)),
+        memory_s=stages(m * (mem_mb + re_mem) + optimizer),
+        # what runs under the steady stretch's compute (the DP sync hides under the last
+        # micro-batch only: no part of the sustained burst)
+        hidden_comm_s=stages(m * sum(hidden.values())),
+        exposed_comm_s=stages(m * (tp_exposed + cp_exposed + ep_raw + pp_mb + fsdp_exposed_mb)
+                              + dp_exposed),
+        host_wait_s=stages(m * overhead_mb),
+        # 1F1B gathers a stage's waiting at the fill and drain: its micro-batches run back to
+        # back in between, one sustained burst.
+        burst_s=stages(m * (compute_mb + recompute_mb)),
+        microbatch_s=stages(microbatch),
+        microbatch_compute_s=stages(compute_mb + recompute_mb),
+        tail_s=tail_stage, num_microbatches=m1, bubble_microbatches=bubble_mb,
+        gemm_utilization=np.broadcast_to(compute.gemm_utilization, (n, pp))[:, 0],
+        gpus_per_stage=(tp * cp * dp)[:, 0])
+    world = (tp * cp * dp)[:, 0] * pp
+    power = power_thermal(platform, timeline, num_gpus=world,
+                          tokens_per_step=(gbs * seq)[:, 0], detail=detail)
+    slowest = np.argmax(microbatch, axis=1)
+    pick = (np.arange(n), slowest)
+    t_mb = microbatch[pick]
+    worst = np.argmax(tail_stage, axis=1)
+    tail = tail_stage[np.arange(n), worst]
+    dp_worst = stages(dp_exposed)[np.arange(n), worst]
     fsdp_exp = fsdp_exposed_mb[pick]
 
     def per_step(x: np.ndarray) -> np.ndarray:
         return m1 * x[pick]
 
-    return {
+    out = {
         "compute_s": per_step(compute_mb),
         "recompute_s": per_step(recompute_mb),
         "tp_comm_s": per_step(tp_exposed),
@@ -260,9 +294,31 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         "attention_s": per_step(attn_mb + re_attn),
         "memory_bound_s": per_step(mem_mb + re_mem) + tail - dp_worst,
         "hidden_comm_s": per_step(sum(hidden.values())) + dp_hidden[pick],
-        "step_time_s": step_time,
         "microbatch_s": t_mb,
         "forward_burst_s": fwd_mb[pick],
-        "gemm_utilization": compute.gemm_utilization[:, 0],
+        "gemm_utilization": timeline.gemm_utilization,
         "num_microbatches": m1,
     }
+    out.update(power)   # step_time_s (throttled), throttle_s and the power/thermal columns
+    if detail:
+        out["timeline"] = timeline
+    return out
+
+
+def step_detail(model: ModelSpec, platform: Platform, configs: Columns, *,
+                calibration: Calibration | None = None,
+                framework: str = DEFAULT_FRAMEWORK) -> dict:
+    """`step_arrays`' columns for configurations of one pipeline shape, plus the per-stage
+    `timeline` and the per-GPU state (`gpus`, a `power.GpuState`)."""
+    calibration = calibration or load_calibration()
+    groups = pipeline_groups(cols := dict(configs))
+    if len(groups) != 1:
+        raise ValueError("step_detail takes configurations of one pipeline shape")
+    pp, vp, first, last, _ = groups[0]
+    n = num_rows(cols)
+    frameworks = (cols["framework"].astype(str) if "framework" in cols
+                  else np.full(n, framework))
+    return _step(model, platform, cols, calibration.efficiency(platform.family),
+                 calibration.collectives, stage_layout(model, pp, vp, first=first, last=last),
+                 pp=pp, vp=vp, frameworks=frameworks, framework=calibration.framework,
+                 detail=True)

@@ -1,0 +1,215 @@
+"""Fit the power model's free parameters on measured GPU power, and hold each source out.
+
+Sources (`shared/reference/power`, read its README):
+
+* `perseus` — Perseus (SOSP'24) all-max-frequency plans: per-GPU NVML energy of every pipeline
+  stage of GPT-3/BLOOM/BERT/T5 pipelines on A40 and A100 PCIe, with each stage's measured forward
+  and backward time. The timeline comes from those times (busy = forward + backward, the rest of
+  the iteration waiting), so this source checks the phase powers, not the step model.
+* `stage_profiles` — GPT-3 175B / BLOOM stage forward and backward time and power against a
+  locked SM clock (A100 SXM, A40): the DVFS relations time(f) and power(f).
+* `zeus_power_limit` — the same pipelines under one GPU power limit from 300 W down (Zeus):
+  iteration time and per-GPU power against the limit, predicted from the 300 W step's timeline.
+
+Each source's error is the median absolute percentage error of its targets. The fit minimises
+the sum over sources of their mean squared log errors (each source weighs the same), with a
+weak pull towards the placeholder values so that a parameter no remaining source constrains
+(when one is held out) stays where it was rather than drifting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from advisor.perf.power import PowerParams, load_power_params
+
+FITTED = PowerParams.FITTED
+BOUNDS = {"busy_share": (0.6, 1.6), "wait_share": (0.05, 0.8), "static_share": (0.05, 0.6),
+          "clock_power_exponent": (1.0, 6.0), "clock_bound_share": (0.3, 1.0)}
+PRIOR = {"busy_share": 1.05, "wait_share": 0.35, "static_share": 0.25,
+         "clock_power_exponent": 2.5, "clock_bound_share": 0.85}
+"""Where the fit starts and what it is pulled towards: a 700 W H100 drawing a little over its
+limit in large GEMMs, a third of it waiting, dynamic power ∝ f^2.5 (P ∝ C·V²·f with voltage
+rising with clock), compute mostly clock-bound (placeholders from before any fit)."""
+PRIOR_WEIGHT = 0.02
+"""Pull towards the placeholder values, in log units per parameter (weak: a few percent)."""
+LIMIT_W = {"a40": 300.0, "a100-pcie-80gb": 300.0}
+"""Power limits: NVIDIA's specifications (A40 and A100 PCIe 80 GB: 300 W); also the highest
+limit NVML allowed in the Zeus sweeps (shared/reference/power README)."""
+DESIGN_W = {"a40": 300.0, "a100-pcie-80gb": 400.0}
+"""What the silicon is built to draw, against which the shares are fitted: the part's own limit,
+except A100 PCIe, which caps the GA100 die of the A100 SXM4 (400 W, NVIDIA A100 datasheet) at
+300 W. The products' shares are of their SXM/OAM limits (tdp_w), which are their design power."""
+SOURCES = ("perseus", "stage_profiles", "zeus_power_limit")
+
+
+@dataclass(frozen=True)
+class PowerReference:
+    """The measurements, reduced to what the fit predicts."""
+
+    perseus: pd.DataFrame
+    """One row per (job, stage): busy_s, iter_s, limit_w, avg_power_w (median over plans)."""
+    profiles: pd.DataFrame
+    """One row per (model, gpu, stage, instruction, clock): clock_frac, time_ratio, power_w,
+    power_at_max_w, limit_w (NaN where not stated)."""
+    zeus: pd.DataFrame
+    """One row per (job, limit, stage): busy_s and iter_s at 300 W, limit_w, iter_ratio,
+    avg_power_w."""
+
+
+def load_reference(folder: Path) -> PowerReference:
+    """Read and reduce the three per-GPU sources in `folder` (`shared/reference/power`)."""
+    perseus = pd.read_csv(folder / "perseus_runs.csv")
+    runs = perseus[perseus["plan_kind"] == "all_max_frequency"].copy()
+    runs["busy_s"] = runs["fwd_time_s"] + runs["bwd_time_s"]
+    keys = ["gpu", "model", "stage"]
+    per_stage = runs.groupby(keys, as_index=False)[
+        ["busy_s", "iter_time_s", "avg_power_w"]].median()
+    per_stage = per_stage.rename(columns={"iter_time_s": "iter_s"})
+    per_stage["limit_w"] = per_stage["gpu"].map(LIMIT_W)
+    per_stage["design_w"] = per_stage["gpu"].map(DESIGN_W)
+
+    prof = pd.read_csv(folder / "gpt3_stage_profiles.csv")
+    group = ["model", "gpu", "stage", "instruction"]
+    top = prof.loc[prof.groupby(group)["frequency_mhz"].idxmax(),
+                   group + ["frequency_mhz", "time_s", "power_w"]]
+    prof = prof.merge(top, on=group, suffixes=("", "_max"))
+    prof["clock_frac"] = prof["frequency_mhz"] / prof["frequency_mhz_max"]
+    prof["time_ratio"] = prof["time_s"] / prof["time_s_max"]
+    prof["power_at_max_w"] = prof["power_w_max"]
+    prof["limit_w"] = prof["gpu"].map(LIMIT_W)        # A100 SXM: not stated (NaN)
+    prof["design_w"] = prof["gpu"].map(DESIGN_W)
+    prof = prof[prof["clock_frac"] < 1.0]
+
+    zeus = pd.read_csv(folder / "zeus_power_limit.csv")
+    zeus = zeus[(zeus["server_scheduler"] == "ZeusGlobalPowerLimit") & (zeus["dp"] == 1)
+                & (zeus["tp"] == 1)].copy()
+    zeus["busy_s"] = zeus["fwd_time_s"] + zeus["bwd_time_s"]
+    steps = zeus.groupby(["gpu", "model", "power_limit_w", "stage"], as_index=False)[
+        ["busy_s", "iter_time_s", "avg_power_w"]].median()
+    base = steps[steps["power_limit_w"] == 300].drop(columns=["power_limit_w", "avg_power_w"])
+    steps = steps[steps["power_limit_w"] < 300].merge(
+        base, on=["gpu", "model", "stage"], suffixes=("", "_300"))
+    job_iter = steps.groupby(["gpu", "model", "power_limit_w"])["iter_time_s"].transform("max")
+    job_base = steps.groupby(["gpu", "model", "power_limit_w"])["iter_time_s_300"].transform("max")
+    steps["iter_ratio"] = job_iter / job_base
+    steps = steps.rename(columns={"busy_s_300": "busy300_s", "iter_time_s_300": "iter300_s",
+                                  "power_limit_w": "limit_w"})
+    steps["design_w"] = steps["gpu"].map(DESIGN_W)
+    return PowerReference(perseus=per_stage, profiles=prof, zeus=steps)
+
+
+def predict_perseus(p: PowerParams, d: pd.DataFrame) -> np.ndarray:
+    """Per-stage average power from the stage's measured busy and waiting time."""
+    limit, design = d["limit_w"].to_numpy(), d["design_w"].to_numpy()
+    busy = np.minimum(p.busy_share * design, limit)
+    wait = np.minimum(p.wait_share * design, limit)
+    b, it = d["busy_s"].to_numpy(), d["iter_s"].to_numpy()
+    return (b * busy + np.maximum(it - b, 0.0) * wait) / it
+
+
+def predict_profiles(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(time ratio, power) against clock: t(φ)/t(1) = β/φ + 1 − β; power = static +
+    (demand − static)·φ^a, where the limit is known capped at it, else scaled to the measured
+    power at maximum clock."""
+    phi = d["clock_frac"].to_numpy()
+    time_ratio = p.slowdown(phi)
+    limit = d["limit_w"].to_numpy()
+    at_max = d["power_at_max_w"].to_numpy()
+    # Unknown limit: the demand is what the GPU drew at full clock.
+    scale = np.where(np.isnan(limit), at_max / p.busy_share, d["design_w"].to_numpy())
+    static = p.static_share * scale
+    demand = p.busy_share * scale
+    power = p.busy_power(static, demand, phi)
+    power = np.where(np.isnan(limit), power, np.minimum(power, np.nan_to_num(limit, nan=1e9)))
+    return time_ratio, power
+
+
+def predict_zeus(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(iteration time ratio per job, per-stage average power) under a power limit, from the
+    300 W step's timeline: busy power capped at the limit lowers the clock, which stretches
+    compute; the slowest stage's stretch sets the pipeline."""
+    tdp = d["design_w"].to_numpy()
+    limit = d["limit_w"].to_numpy()
+    demand = p.busy_share * tdp
+    static = p.static_share * tdp
+    phi = np.where(demand > limit, p.capped_clock(static, demand, limit), 1.0)
+    busy = d["busy300_s"].to_numpy()
+    stretched = busy * p.slowdown(phi)
+    frame = d.assign(extra=stretched - busy)
+    job = ["gpu", "model", "limit_w"]
+    extra = frame.groupby(job)["extra"].transform("max").to_numpy()
+    base = frame.groupby(job)["iter300_s"].transform("max").to_numpy()
+    iteration = base + extra
+    busy_w = np.minimum(p.busy_power(static, demand, phi), limit)
+    wait_w = np.minimum(p.wait_share * tdp, limit)
+    power = (stretched * busy_w + np.maximum(iteration - stretched, 0.0) * wait_w) / iteration
+    return iteration / base, power
+
+
+def source_errors(p: PowerParams, ref: PowerReference) -> dict[str, dict[str, np.ndarray]]:
+    """Log errors (predicted / measured) per source and target."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    out["perseus"] = {"avg_power": np.log(predict_perseus(p, ref.perseus)
+                                          / ref.perseus["avg_power_w"].to_numpy())}
+    t, w = predict_profiles(p, ref.profiles)
+    out["stage_profiles"] = {
+        "time_ratio": np.log(t / ref.profiles["time_ratio"].to_numpy()),
+        "power": np.log(w / ref.profiles["power_w"].to_numpy())}
+    t, w = predict_zeus(p, ref.zeus)
+    jobs = ~ref.zeus.duplicated(["gpu", "model", "limit_w"]).to_numpy()
+    out["zeus_power_limit"] = {
+        "iter_time_ratio": np.log(t[jobs] / ref.zeus["iter_ratio"].to_numpy()[jobs]),
+        "avg_power": np.log(w / ref.zeus["avg_power_w"].to_numpy())}
+    return out
+
+
+def fit(ref: PowerReference, *, sources: tuple[str, ...] = SOURCES,
+        start: PowerParams | None = None) -> PowerParams:
+    """Least-squares fit of the `FITTED` parameters on `sources`, from `PRIOR` (the fixed
+    parameters taken from `start`, default the shipped ones)."""
+    from scipy.optimize import least_squares
+
+    start = (start or load_power_params()).replace(**PRIOR)
+    prior = np.array([PRIOR[k] for k in FITTED])
+    lo = np.array([BOUNDS[k][0] for k in FITTED])
+    hi = np.array([BOUNDS[k][1] for k in FITTED])
+
+    def params(x: np.ndarray) -> PowerParams:
+        return start.replace(**dict(zip(FITTED, x.tolist(), strict=True)))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        errors = source_errors(params(x), ref)
+        parts = []
+        for name in sources:
+            for values in errors[name].values():
+                parts.append(values / np.sqrt(len(values) * len(errors[name])))
+        parts.append(PRIOR_WEIGHT * np.log(x / prior))
+        return np.concatenate(parts)
+
+    result = least_squares(residuals, np.clip(prior, lo, hi), bounds=(lo, hi), x_scale="jac")
+    return params(result.x)
+
+
+def mape(log_errors: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.expm1(log_errors))) * 100)
+
+
+def validation_table(ref: PowerReference) -> pd.DataFrame:
+    """Per source and target: MAPE with every source in the fit (in-sample) and with the source
+    held out (the others fit, this one predicted), and the number of points."""
+    full = fit(ref)
+    rows = []
+    for held in SOURCES:
+        held_params = fit(ref, sources=tuple(s for s in SOURCES if s != held))
+        inside = source_errors(full, ref)[held]
+        outside = source_errors(held_params, ref)[held]
+        for target, values in inside.items():
+            rows.append({"source": held, "target": target, "points": len(values),
+                         "mape_in_sample": mape(values),
+                         "mape_held_out": mape(outside[target])})
+    return pd.DataFrame(rows)

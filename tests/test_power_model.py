@@ -1,0 +1,159 @@
+"""The power, clock and thermal model: rules it must keep, the slot layout, uneven pipeline
+splits, and its fit to the measured GPU power in shared/reference/power."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from advisor import catalog
+from advisor.errors import CatalogError, ConfigError
+from advisor.parallel import make_config, make_job
+from advisor.perf.analytical import analytical_table, predict_config
+from advisor.perf.layout import stage_layer_counts, stage_layout
+from advisor.perf.power import load_power_params
+from advisor.perf.power_fit import FITTED, fit, load_reference, validation_table
+from advisor.perf.thermal import chassis_catalog, chassis_for, slot_map
+from advisor.space import enumerate_space, validate
+from tests.conftest import SHARED_REFERENCE, _shared
+
+
+def _table(model_name: str, platform, gpus: int):
+    model = catalog.load_model(model_name)
+    configs = enumerate_space(make_job(model, platform, num_gpus=gpus))
+    return analytical_table(model, platform, configs)
+
+
+@pytest.mark.parametrize("platform_name", ["b200", "gb200", "gb300", "b300"])
+def test_blackwell_stays_below_its_slowdown_limit(platform_name):
+    platform = catalog.load_platform(platform_name)
+    table = _table("llama3-70b", platform, 64)
+    assert (table["peak_temp_c"] < platform.thermal_slowdown_c).all()
+    assert (table["throttle_risk_thermal"] < 0.01).all()
+
+
+def test_throttle_risk_separates_layouts_whose_power_differs():
+    table = _table("llama3-70b", catalog.load_platform("h200"), 64)
+    fits = table[table["fits"]]
+    assert fits["avg_power_w"].std() > 10
+    assert fits["throttle_risk"].round(2).nunique() > 20
+    assert fits["peak_power_w"].round(0).nunique() > 20
+
+
+def test_thermal_slowdown_holds_a_hot_gpu_at_its_limit(tmp_path):
+    hot = tmp_path / "hot.toml"
+    hot.write_text('base = "h200"\nname = "hot-h200"\nthermal_slowdown_c = 70\n'
+                   '[sources]\nthermal_slowdown_c = "test: a slowdown limit below the rear '
+                   'GPUs\' steady temperature"\n')
+    platform = catalog.load_platform_override(hot)
+    model = catalog.load_model("llama3-70b")
+    job = make_job(model, platform, num_gpus=32, seq_len=8192, gbs=128)
+    normal = predict_config(model, catalog.load_platform("h200"), make_config(job, tp=4, pp=4))
+    throttled = predict_config(model, platform, make_config(job, tp=4, pp=4))
+    assert throttled.power.peak_temp_c == pytest.approx(70, abs=0.1)
+    assert throttled.power.throttle_risk_thermal > 0.5
+    assert throttled.power.min_clock_frac < normal.power.min_clock_frac
+    assert throttled.step.step_time_s > normal.step.step_time_s
+    assert throttled.power.straggler_slot >= 4      # a rear GPU sets the pace
+
+
+def test_slots_follow_megatron_rank_order():
+    chassis = chassis_for(catalog.load_platform("h200"))
+    # tp 1, pp 32: eight stages per node, stage s in slot s mod 8, rear slots behind s - 4
+    slots = slot_map(chassis, gpus_per_stage=np.array([1]), pp=32)
+    assert slots.valid[0, :, 0].all() and not slots.valid[0, :, 1:].any()
+    assert (slots.slot[0, :, 0] == np.arange(32) % 8).all()
+    up = slots.upstream_stage[0, :, 0]
+    assert (up[4:8] == np.arange(4)).all() and (up[:4] == -1).all()
+    # a stage of a whole node (tp 8) has GPUs in every slot, each breathing its own stage's air
+    whole = slot_map(chassis, gpus_per_stage=np.array([8]), pp=4)
+    assert whole.valid.all()
+    assert (whole.upstream_stage[0, :, 4:] == np.arange(4)[:, None]).all()
+
+
+def test_chassis_catalog_cites_every_number():
+    for chassis in chassis_catalog().values():
+        assert chassis.num_slots == len(chassis.upstream) == len(chassis.row)
+    assert chassis_for(catalog.load_platform("mi250")).package_skew_c > 0
+    assert chassis_for(catalog.load_platform("gb200")).num_slots == 4
+
+
+def test_nic_count_sets_the_scale_out_bandwidth(tmp_path):
+    h100 = catalog.load_platform_override(
+        Path(__file__).resolve().parents[1] / "examples" / "paper-h100-cluster.toml")
+    assert h100.num_nics_per_node == 8
+    assert h100.inter_node_bandwidth_bytes_per_s == pytest.approx(12.5e9)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "h100"\nnum_nics_per_node = 1\nnic_bandwidth_bytes_per_s = 12.5e9\n'
+                   'inter_node_bandwidth_bytes_per_s = 12.5e9\n[sources]\n'
+                   'num_nics_per_node = "t"\nnic_bandwidth_bytes_per_s = "t"\n'
+                   'inter_node_bandwidth_bytes_per_s = "t"\n')
+    with pytest.raises(CatalogError, match="contradicts"):
+        catalog.load_platform_override(bad)
+
+
+def test_uneven_split_follows_megatron():
+    assert stage_layer_counts(80, 4, first=21, last=19) == [21, 20, 20, 19]
+    assert stage_layer_counts(61, 8, first=7, last=6) == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert stage_layer_counts(10, 3) == [4, 3, 3]
+    model = catalog.load_model("llama3-70b")
+    layout = stage_layout(model, 4, 1, first=21, last=19)
+    assert layout.num_layers.tolist() == [21, 20, 20, 19] and not layout.even
+    inter = stage_layout(model, 4, 2, first=22, last=18)
+    assert inter.num_layers.tolist() == [22, 20, 20, 18]
+
+
+def test_uneven_split_rules_name_the_fix():
+    model, platform = catalog.load_model("llama3-70b"), catalog.load_platform("h200")
+    job = make_job(model, platform, num_gpus=32, seq_len=8192, gbs=128)
+    base = make_config(job, tp=4, pp=4)
+    with pytest.raises(ConfigError, match="middle stages"):
+        validate(base.replace(first_stage_layers=21, last_stage_layers=18), model, platform)
+    with pytest.raises(ConfigError, match="needs pp > 1"):
+        make_config(job, tp=8, pp=1).replace(first_stage_layers=3)
+    validate(base.replace(first_stage_layers=21, last_stage_layers=19), model, platform)
+
+
+@pytest.fixture(scope="module")
+def power_reference():
+    return load_reference(_shared(SHARED_REFERENCE / "power"))
+
+
+def test_shipped_power_parameters_are_the_fit(power_reference):
+    shipped = load_power_params()
+    fitted = fit(power_reference)
+    for key in FITTED:
+        assert getattr(fitted, key) == pytest.approx(getattr(shipped, key), rel=2e-3), key
+
+
+def test_power_model_predicts_held_out_sources(power_reference):
+    table = validation_table(power_reference).set_index(["source", "target"])["mape_held_out"]
+    assert table["perseus", "avg_power"] < 5
+    assert table["zeus_power_limit", "avg_power"] < 5
+    assert table["stage_profiles", "time_ratio"] < 10
+    assert table["stage_profiles", "power"] < 15
+    assert table["zeus_power_limit", "iter_time_ratio"] < 20
+
+
+def test_predict_per_gpu_lists_every_gpu_and_draws_the_heat_map(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from advisor.cli import app
+
+    png = tmp_path / "heat.png"
+    result = CliRunner().invoke(app, ["predict", "-m", "gpt3-175b", "-p", "h200", "-g", "32",
+                                      "--tp", "2", "--pp", "16", "--analytical", "--per-gpu",
+                                      "--json", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    gpus = out["gpus"]
+    assert len(gpus) == 32 and {g["stage"] for g in gpus} == set(range(16))
+    assert sum(g["straggler"] for g in gpus) >= 1
+    rear = [g["peak_temp_c"] for g in gpus if g["row"] == "rear"]
+    front = [g["peak_temp_c"] for g in gpus if g["row"] == "front"]
+    assert min(rear) > max(front)
+    assert png.stat().st_size > 10_000
