@@ -35,6 +35,11 @@ def vtrain_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def power_dir() -> Path:
+    return _shared(SHARED_REFERENCE / "power")
+
+
+@pytest.fixture(scope="session")
 def ref(reference_csv):
     """The published reference runs (read-only: shared by every test module that uses it)."""
     from advisor.perf.fit import reference_from_frame

@@ -17,7 +17,6 @@ from advisor.perf.power import load_power_params
 from advisor.perf.power_fit import FITTED, fit, load_reference, validation_table
 from advisor.perf.thermal import chassis_catalog, chassis_for, slot_map
 from advisor.space import enumerate_space, validate
-from tests.conftest import SHARED_REFERENCE, _shared
 
 
 def _table(model_name: str, platform, gpus: int):
@@ -117,8 +116,8 @@ def test_uneven_split_rules_name_the_fix():
 
 
 @pytest.fixture(scope="module")
-def power_reference():
-    return load_reference(_shared(SHARED_REFERENCE / "power"))
+def power_reference(power_dir):
+    return load_reference(power_dir)
 
 
 def test_shipped_power_parameters_are_the_fit(power_reference):
