@@ -113,8 +113,24 @@ def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, lis
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
-        sequence_parallel=tp > 1, **overlap)
+        sequence_parallel=tp > 1, first_stage_layers=_stage_layers(row, "first_stage_layers"),
+        last_stage_layers=_stage_layers(row, "last_stage_layers"), **overlap)
     return config, assumed
+
+
+def _stage_layers(row: pd.Series, key: str) -> int:
+    """An uneven pipeline split's layer count; empty or 0 is the even share."""
+    raw = str(row.get(key, "")).strip()
+    if raw == "":
+        return 0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key} = {raw!r} is not a number.") from None
+    if not math.isfinite(value) or value != int(value) or value < 0:
+        raise ConfigError(f"{key} = {raw!r} must be a whole number ≥ 0 (0 or empty = even "
+                          f"split).")
+    return int(value)
 
 
 def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,

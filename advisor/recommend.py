@@ -17,6 +17,7 @@ from advisor.errors import AdvisorError, ConfigError
 from advisor.objective import Constraints, check_objective, pareto_front, rank
 from advisor.parallel import Job, ParallelConfig, make_job
 from advisor.perf.analytical import Prediction, predict_config
+from advisor.placement import Placement, propose_placement
 from advisor.predictor import Predicted
 from advisor.rationale import (
     contributions_in_words,
@@ -52,6 +53,9 @@ class Choice:
     reasons: list[str]
     warnings: list[str]
     contributions: str = ""
+    placement: Placement | None = None
+    """An uneven pipeline split the model predicts better for the objective (None: the even
+    split is best, or pp is 1)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,8 @@ def recommend(job: Job, *, objective: str = "throughput",
     # up in the trade-offs instead of crowding the list.
     head = ranked.drop_duplicates(list(LAYOUT)).head(top)
     shap = _contributions(head, job, predictor)
-    choices = [_choice(i + 1, row, job, predictor, shap[i])
+    choices = [_choice(i + 1, row, job, predictor, shap[i], objective=objective,
+                       constraints=constraints)
                for i, (_, row) in enumerate(head.iterrows())]
     best = ranked.iloc[0]
     lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
@@ -122,17 +127,20 @@ def recommend(job: Job, *, objective: str = "throughput",
         ranked=ranked, num_trials=result.num_trials, study_name=result.study_name)
 
 
-def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str) -> Choice:
+def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str, *,
+            objective: str, constraints: Constraints) -> Choice:
     config = config_from_row(row)
     analytical = predict_config(job.model, job.platform, config,
                                 calibration=predictor.calibration)
+    placement = propose_placement(job.model, job.platform, config, objective=objective,
+                                  constraints=constraints, calibration=predictor.calibration)
     predicted = Predicted.from_row(row)
     return Choice(rank=position, config=config, summary=describe(row, job.model),
                   predicted=predicted, analytical=analytical,
                   reasons=layout_reasons(analytical, job.model, job.platform),
                   warnings=warnings(row, job.platform, job.model,
                                     surrogate=predictor.surrogate is not None),
-                  contributions=contributions)
+                  contributions=contributions, placement=placement)
 
 
 def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:

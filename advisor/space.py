@@ -104,7 +104,7 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
                           f"layers of {name} (plus embedding and loss stages): every virtual "
                           f"stage needs a layer; try vp in {_fmt(ok)}.")
     if config.uneven:
-        _check_uneven(config, model)
+        check_uneven(config, model)
     if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
         raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
                           f" must be divisible by tp ({config.tp}).")
@@ -130,7 +130,7 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
     return config_notes(config, model, platform)
 
 
-def _check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
+def check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
     """Megatron-Core's rules for `--decoder-first/last-pipeline-num-layers`: every stage keeps
     at least one layer, the middle stages split the rest evenly, and with a virtual pipeline
     every stage's layers split evenly over its vp chunks."""

@@ -32,7 +32,9 @@ from advisor.parallel import Job, ParallelConfig, make_config, make_job
 def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16",
           **choices) -> tuple[ParallelConfig, Job]:
     job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision)
-    changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32") if k in choices}
+    changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32",
+                                           "first_stage_layers", "last_stage_layers")
+               if k in choices}
     return make_config(job, **choices).replace(**changes), job
 
 
@@ -46,6 +48,13 @@ CASES = {
     "nvfp4": lambda: _case("llama3-8b", 8, platform="b200", precision="nvfp4", tp=2),
     "moe-ep8": lambda: _case("mixtral-8x7b", 64, tp=2, ep=8, recompute="full"),
     "moe-mla-shared": lambda: _case("deepseek-v3", 256, tp=8, pp=2, ep=64),
+    # Uneven splits (Go et al. MICRO'25 finding 5; NVIDIA's DeepSeek-V3 61 layers on PP 8).
+    "uneven-21-19-pp4": lambda: _case("llama3-70b", 64, tp=4, pp=4, first_stage_layers=21,
+                                      last_stage_layers=19),
+    "uneven-last-only-vp2": lambda: _case("llama3-70b", 64, tp=8, pp=4, vp=2,
+                                          last_stage_layers=14),
+    "uneven-moe-61-pp8": lambda: _case("deepseek-v3", 512, tp=2, pp=8, ep=64,
+                                       first_stage_layers=7, last_stage_layers=6),
 }
 
 
@@ -57,7 +66,9 @@ TRAINING_ONLY = {"micro_batch_size", "global_batch_size", "seq_length", "max_pos
                  "num_virtual_stages_per_pipeline_rank", "ckpt_format",
                  "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16"}
 #: arguments.py flags whose dest differs from the flag name.
-DESTS = {"fp8_format": "fp8", "fp4_format": "fp4"}
+DESTS = {"fp8_format": "fp8", "fp4_format": "fp4",
+         "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+         "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +129,12 @@ def _validate_args(ns: dict, world: int) -> dict:
     vp = None if vp in (None, 1) else vp
     if vp is not None:
         assert pp > 1, "interleaved schedule needs pipeline-model-parallel size > 1"
-    else:
+    uneven = ("num_layers_in_first_pipeline_stage" in ns
+              or "num_layers_in_last_pipeline_stage" in ns)
+    if uneven:  # arguments.py checks even divisibility only without an uneven split
+        assert not (ns.get("account_for_embedding_in_pipeline_split")
+                    or ns.get("account_for_loss_in_pipeline_split"))
+    elif vp is None:
         extra = (ns.get("account_for_embedding_in_pipeline_split", False)
                  + ns.get("account_for_loss_in_pipeline_split", False))
         assert (ns["num_layers"] + extra) % pp == 0
@@ -238,6 +254,20 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
         assert tc.moe_shared_expert_intermediate_size == (
             model.num_shared_experts * model.shared_ffn_size or None)
     _check_layout(tc, config, job, mcore)
+    if config.uneven:
+        _check_uneven_split(tc, config, job, mcore)
+
+
+def _check_uneven_split(tc, config: ParallelConfig, job: Job, mcore) -> None:
+    """megatron-core builds, stage by stage, the layer counts advisor predicted for."""
+    from advisor.perf.layout import stage_layer_counts
+
+    vp = tc.virtual_pipeline_model_parallel_size
+    built = [sum(mcore["layers_to_build"](tc, vp_stage=v if vp else None, pp_rank=r)
+                 for v in range(vp or 1)) for r in range(config.pp)]
+    assert built == stage_layer_counts(job.model.num_layers, config.pp,
+                                       first=config.first_stage_layers,
+                                       last=config.last_stage_layers)
 
 
 def test_megatron_command_is_launchable():
@@ -366,6 +396,8 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
                          mcore) == config.num_microbatches
     assert data["seq_length"] == model_cfg["seq_length"] == config.seq_len
     _check_layout(tc, config, job, mcore)
+    if config.uneven:
+        _check_uneven_split(tc, config, job, mcore)
 
 
 def test_nemo_command_names_the_recipe():
@@ -468,3 +500,5 @@ def test_torchtitan_refuses_what_it_cannot_express():
     config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=4, etp=2)
     with pytest.raises(ConfigError, match="etp \\(2\\)"):
         torchtitan_args(config, job)
+    with pytest.raises(ConfigError, match="uneven pipeline split.*module_fqns_per_model_part"):
+        torchtitan_args(*CASES["uneven-21-19-pp4"]())

@@ -44,13 +44,20 @@ ModelsOpt = Annotated[Path | None, typer.Option(
     "bundled ones).")]
 AnalyticalOpt = Annotated[bool, typer.Option(
     "--analytical", help="Analytical model only: skip the learned surrogate.")]
+FirstStageOpt = Annotated[int, typer.Option(
+    "--first-stage-layers", min=0, help="Uneven pipeline split: layers on the first stage "
+    "(Megatron-LM --decoder-first-pipeline-num-layers); 0 = the even share.")]
+LastStageOpt = Annotated[int, typer.Option(
+    "--last-stage-layers", min=0, help="Uneven pipeline split: layers on the last stage, which "
+    "also holds the output layer and loss (--decoder-last-pipeline-num-layers); 0 = even.")]
 NoOverlapOpt = Annotated[bool, typer.Option(
     "--no-overlap", help="Turn off the overlap NVIDIA's recipes use (TP communication, gradient "
     "reduce, parameter gather).")]
 
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
-                ep, etp, vp, mbs, recompute, dp_sharding, no_overlap):
+                ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
+                last_stage_layers=0):
     from advisor.catalog import load_model, load_platform
     from advisor.parallel import make_config, make_job
     from advisor.perf.analytical import predict_config
@@ -60,6 +67,9 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
     config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                          recompute=recompute, dp_sharding=dp_sharding, overlap=not no_overlap)
+    if first_stage_layers or last_stage_layers:
+        config = config.replace(first_stage_layers=first_stage_layers,
+                                last_stage_layers=last_stage_layers)
     notes = validate(config, m, p, num_gpus=gpus)
     return m, p, predict_config(m, p, config), notes, (config, job)
 
@@ -84,6 +94,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+            first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             no_overlap: NoOverlapOpt = False, models: ModelsOpt = None,
             analytical: AnalyticalOpt = False,
             per_gpu: Annotated[bool, typer.Option(
@@ -119,7 +130,8 @@ def predict(input: Annotated[Path | None, typer.Option(
         m, p, pred, notes, pair = _prediction(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
-            dp_sharding=dp_sharding, no_overlap=no_overlap)
+            dp_sharding=dp_sharding, no_overlap=no_overlap,
+            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
         learned = predictor.predict([pair]).iloc[0].to_dict() if predictor else None
         if learned and learned.get("pred_error"):
             notes = [*notes, f"surrogate unavailable: {learned['pred_error']}"]
@@ -257,6 +269,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+            first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             no_overlap: NoOverlapOpt = False, json_out: JsonOpt = False) -> None:
     """Explain one configuration in words and numbers: where the time goes, what is exposed,
     what limits power, why it might throttle.
@@ -269,10 +282,27 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     m, p, pred, notes, _ = _prediction(
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
-        no_overlap=no_overlap)
-    lines = explain_lines(pred, m, p) + [f"Note: {n}" for n in notes]
+        no_overlap=no_overlap, first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers)
+    lines = explain_lines(pred, m, p) + _placement_lines(m, p, pred.config)
+    lines += [f"Note: {n}" for n in notes]
     if json_out:
         emit_json({"explanation": lines, "prediction": _as_dict(pred, notes)})
         return
     for line in lines:
         typer.echo(line)
+
+
+def _placement_lines(m, p, config) -> list[str]:
+    """A thermal-aware uneven split worth trying, for an evenly split pipeline."""
+    from advisor.placement import propose_placement
+
+    if config.pp < 2 or config.uneven:
+        return []
+    proposal = propose_placement(m, p, config)
+    if proposal is None:
+        return ["Placement: no uneven split within a few layers of the even one is predicted "
+                "to help (the stages are balanced, or moving layers only moves the straggler)."]
+    c = proposal.config
+    return [f"Placement: {proposal.describe()}; predict it with --first-stage-layers "
+            f"{c.first_stage_layers} --last-stage-layers {c.last_stage_layers}."]

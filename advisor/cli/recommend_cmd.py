@@ -212,13 +212,11 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
 
     refused: dict[str, list[int]] = {}
     for choice in rec.choices:
-        try:
-            text = emit(kind, choice.config, job)
-        except ConfigError as e:
-            refused.setdefault(str(e), []).append(choice.rank)
+        text, note = _choice_command(kind, choice, job, refused)
+        if text is None:
             continue
-        return text, (f"#{choice.rank}, the best {kind} can express ({_reasons(refused)})"
-                      if refused else "")
+        first = f"#{choice.rank}, the best {kind} can express ({_reasons(refused)})"
+        return text, "; ".join(n for n in (first if refused else "", note) if n)
     layouts = rec.ranked.drop_duplicates(list(LAYOUT)).head(EMIT_SEARCH_LIMIT)
     best = float(layouts["score"].max()) if "score" in layouts else 0.0
     for position, (_, row) in enumerate(layouts.iterrows(), 1):
@@ -234,6 +232,34 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
                       f"{behind}), the best {kind} can express; the shown ones it cannot: "
                       f"{_reasons(refused)}")
     return None, f"{kind} cannot express any recommended configuration: {_reasons(refused)}"
+
+
+def _choice_command(kind: str, choice, job,
+                    refused: dict[str, list[int]]) -> tuple[str | None, str]:
+    """`choice`'s command with its proposed uneven split where `kind` can express that, else
+    with the even split; a note saying which. (None, "") and the reason in `refused` when
+    `kind` can express neither."""
+    from advisor.emit import emit
+
+    placement, placed_error = choice.placement, None
+    if placement:
+        try:
+            return (emit(kind, placement.config, job),
+                    f"with the proposed placement, {placement.describe()}")
+        except ConfigError as e:
+            placed_error = str(e).rstrip(".")
+    try:
+        text = emit(kind, choice.config, job)
+    except ConfigError as e:
+        reason = str(e).rstrip(".")
+        if placed_error:
+            reason += f" (its proposed uneven split: {placed_error})"
+        refused.setdefault(reason, []).append(choice.rank)
+        return None, ""
+    if placed_error:
+        return text, (f"even split: {kind} cannot express the proposed "
+                      f"{'/'.join(map(str, placement.layers_after))} split ({placed_error})")
+    return text, ""
 
 
 def _reasons(refused: dict[str, list[int]]) -> str:

@@ -76,6 +76,8 @@ def _print_choice(console: Console, c: Choice) -> None:
     console.print("  " + "; ".join(c.reasons) + ".")
     if c.contributions:
         console.print(f"  Learned: {c.contributions}.")
+    if c.placement:
+        console.print(f"  placement: {c.placement.describe()} (analytical).", style="cyan")
     for w in c.warnings:
         console.print(f"  warning: {w}.", style="yellow")
 
@@ -126,7 +128,9 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
             "rank": c.rank, "summary": c.summary, "config": c.config.to_dict(),
             "predicted": {k: _clean(v) for k, v in asdict(c.predicted).items()},
             "breakdown_s": c.analytical.step.components(), "reasons": c.reasons,
-            "warnings": c.warnings, "contributions": c.contributions} for c in rec.choices],
+            "warnings": c.warnings, "contributions": c.contributions,
+            "placement": c.placement.to_dict() if c.placement else None}
+            for c in rec.choices],
         "tradeoffs": rec.tradeoffs,
         "pareto_peak_power": _front_json(rec.pareto_power, "pred_peak_power_w", j.model),
         "pareto_energy": _front_json(rec.pareto_energy, "pred_energy_j_per_token", j.model),

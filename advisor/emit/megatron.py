@@ -145,7 +145,14 @@ def _parallel_args(config: ParallelConfig, model: ModelSpec) -> list[str]:
             args += ["--moe-token-dispatcher-type", "alltoall"]
     if config.vp > 1:
         args += ["--num-virtual-stages-per-pipeline-rank", str(config.vp)]
-    if config.pp > 1:
+    if config.uneven:
+        # Megatron-Core's uneven split: the named end stages, the rest even in between; it
+        # cannot be combined with counting the embedding or loss as layers (TransformerConfig).
+        if config.first_stage_layers:
+            args += ["--decoder-first-pipeline-num-layers", str(config.first_stage_layers)]
+        if config.last_stage_layers:
+            args += ["--decoder-last-pipeline-num-layers", str(config.last_stage_layers)]
+    elif config.pp > 1:
         extra = pipeline_extra_layers(model, config.pp * config.vp)
         # The loss stage (output GEMM + loss) is the heavier one, so it is counted first.
         if extra >= 1:

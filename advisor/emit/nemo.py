@@ -50,7 +50,16 @@ def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
         values["trainer.strategy.expert_tensor_parallel_size"] = config.etp
         if config.ep > 1:
             values["model.config.moe_token_dispatcher_type"] = "alltoall"
-    if config.pp > 1:
+    if config.uneven:
+        # megatron-core's uneven split (TransformerConfig); it excludes the embedding/loss
+        # accounting, so both are turned off explicitly.
+        values["model.config.num_layers_in_first_pipeline_stage"] = (
+            config.first_stage_layers or None)
+        values["model.config.num_layers_in_last_pipeline_stage"] = (
+            config.last_stage_layers or None)
+        values["model.config.account_for_loss_in_pipeline_split"] = False
+        values["model.config.account_for_embedding_in_pipeline_split"] = False
+    elif config.pp > 1:
         extra = pipeline_extra_layers(job.model, config.pp * config.vp)
         values["model.config.account_for_loss_in_pipeline_split"] = extra >= 1
         values["model.config.account_for_embedding_in_pipeline_split"] = extra == 2

@@ -108,6 +108,14 @@ def _refuse(config: ParallelConfig) -> None:
     if config.attention == "unfused":
         raise ConfigError("attention unfused has no torchtitan flag: the recipe's model picks "
                           "its attention kernels (SDPA/flex); use attention flash.")
+    if config.uneven:
+        first, last = config.first_stage_layers or "even", config.last_stage_layers or "even"
+        raise ConfigError(f"an uneven pipeline split (first stage {first}, last {last} "
+                          f"layers) has no torchtitan "
+                          f"0.3.0 flag: its stages take equal layer counts (less the embedding/"
+                          f"output weights); list each stage's modules in "
+                          f"parallelism.module_fqns_per_model_part in the TOML, or emit for "
+                          f"megatron or nemo.")
     if config.etp > 1:
         raise ConfigError(f"etp ({config.etp}) has no torchtitan 0.3.0 equivalent: experts are "
                           f"sharded by expert_parallel_degree and FSDP only; use etp 1.")
