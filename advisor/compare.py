@@ -83,7 +83,8 @@ def parse_sides(text: str) -> list[tuple[str, int]]:
 
 def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int | None = None,
             gbs: int | None = None, precision: str = "bf16", objective: str = "throughput",
-            constraints: Constraints | None = None, predictor=None) -> Comparison:
+            constraints: Constraints | None = None, predictor=None, finetune: str = "none",
+            lora_rank: int = 16, lora_targets: str = "attention") -> Comparison:
     """Recommend on every side with the same sequence length and global batch (the largest
     default among the sides unless given), then judge."""
     from advisor.predictor import Predictor
@@ -94,7 +95,8 @@ def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int
     out = []
     for platform, n in sides:
         job = make_job(model, platform, num_gpus=n, seq_len=seq_len, gbs=gbs,
-                       precision=precision)
+                       precision=precision, finetune=finetune, lora_rank=lora_rank,
+                       lora_targets=lora_targets)
         rec = recommend(job, objective=objective, constraints=constraints, top=1,
                         predictor=predictor)
         out.append(Side(f"{n} × {platform.name}", platform, n, rec))

@@ -18,6 +18,12 @@ from advisor.platform import Platform
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "unfused")
 DP_SHARDING = ("none", "optimizer", "full")
+FINETUNE = ("none", "lora", "full")
+"""none: pre-training; lora: LoRA adapters on a frozen base; full: every weight trained (the
+same work per step as pre-training)."""
+LORA_TARGETS = ("attention", "all-linear")
+"""attention: the QKV and output projections (the MLPerf Training llama2_70b_lora reference:
+q/k/v/o projections, rank 16); all-linear: those plus the dense MLP (and shared-expert) GEMMs."""
 #: Precision recipe -> the tensor-core class whose peak it runs at.
 PRECISIONS = {
     "bf16": "bf16", "fp16": "fp16", "16-bit": "bf16",
@@ -45,6 +51,15 @@ def _check_common(obj: Any, counts: tuple[str, ...]) -> None:
     if obj.precision not in PRECISIONS:
         raise ConfigError(f"precision {obj.precision!r} is unknown; use one of "
                           f"{', '.join(PRECISIONS)}.")
+
+
+def _check_finetune(obj: Any) -> None:
+    if obj.finetune not in FINETUNE:
+        raise ConfigError(f"finetune {obj.finetune!r} is unknown; use one of "
+                          f"{', '.join(FINETUNE)} (none = pre-training).")
+    if obj.lora_targets not in LORA_TARGETS:
+        raise ConfigError(f"lora_targets {obj.lora_targets!r} is unknown; use one of "
+                          f"{', '.join(LORA_TARGETS)}.")
 
 
 @dataclass(frozen=True)
@@ -101,8 +116,19 @@ class ParallelConfig:
     (`--decoder-last-pipeline-num-layers`); 0 = the even share. Heavier stages on cooler or
     less loaded GPUs: the last stage also carries the output layer and the loss."""
 
+    finetune: str = "none"
+    """none (pre-training), lora (adapters on a frozen base) or full (fine-tuning every
+    weight: pre-training's work per step)."""
+    lora_rank: int = 16
+    """LoRA adapter rank r: each adapted d_in × d_out weight gains r·(d_in + d_out) trainable
+    parameters (MLPerf llama2_70b_lora: 16). Ignored unless finetune is lora."""
+    lora_targets: str = "attention"
+    """Which GEMMs carry adapters (`LORA_TARGETS`)."""
+
     def __post_init__(self) -> None:
-        _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"))
+        _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len",
+                             "lora_rank"))
+        _check_finetune(self)
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
                               f"{', '.join(RECOMPUTE)}.")
@@ -181,9 +207,14 @@ class Job:
     seq_len: int
     gbs: int
     precision: str = "bf16"
+    finetune: str = "none"
+    """none (pre-training), lora or full fine-tuning (see `ParallelConfig.finetune`)."""
+    lora_rank: int = 16
+    lora_targets: str = "attention"
 
     def __post_init__(self) -> None:
-        _check_common(self, ("num_gpus", "seq_len", "gbs"))
+        _check_common(self, ("num_gpus", "seq_len", "gbs", "lora_rank"))
+        _check_finetune(self)
         if not self.platform.supports(PRECISIONS[self.precision]):
             raise ConfigError(
                 f"{self.platform.name} cannot run {self.precision}: it has no "
@@ -210,12 +241,14 @@ def default_gbs(model: ModelSpec, *, num_gpus: int, seq_len: int) -> int:
 
 
 def make_job(model: ModelSpec, platform: Platform, *, num_gpus: int, seq_len: int | None = None,
-             gbs: int | None = None, precision: str = "bf16") -> Job:
+             gbs: int | None = None, precision: str = "bf16", finetune: str = "none",
+             lora_rank: int = 16, lora_targets: str = "attention") -> Job:
     """A `Job` with the documented defaults for sequence length and global batch."""
     seq_len = seq_len or default_seq_len(model)
     gbs = gbs or default_gbs(model, num_gpus=num_gpus, seq_len=seq_len)
     return Job(model=model, platform=platform, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs,
-               precision=precision)
+               precision=precision, finetune=finetune, lora_rank=lora_rank,
+               lora_targets=lora_targets)
 
 
 def make_config(job: Job, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
@@ -233,7 +266,8 @@ def make_config(job: Job, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     dp = job.num_gpus // (tp * pp * cp)
     return ParallelConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, gbs=job.gbs,
-        seq_len=job.seq_len, precision=job.precision, recompute=recompute,
+        seq_len=job.seq_len, precision=job.precision, finetune=job.finetune,
+        lora_rank=job.lora_rank, lora_targets=job.lora_targets, recompute=recompute,
         dp_sharding=dp_sharding, sequence_parallel=tp > 1,
         overlap_grad_reduce=overlap,
         overlap_param_gather=overlap and dp_sharding != "none",

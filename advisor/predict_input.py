@@ -114,8 +114,23 @@ def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, lis
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
         sequence_parallel=tp > 1, first_stage_layers=_stage_layers(row, "first_stage_layers"),
-        last_stage_layers=_stage_layers(row, "last_stage_layers"), **overlap)
+        last_stage_layers=_stage_layers(row, "last_stage_layers"), **_finetune(row), **overlap)
     return config, assumed
+
+
+def _finetune(row: pd.Series) -> dict[str, object]:
+    """finetune (empty = pre-training), lora_rank (empty = 16) and lora_targets (empty =
+    attention); ParallelConfig checks the values."""
+    out: dict[str, object] = {}
+    finetune = str(row.get("finetune", "")).strip().lower()
+    if finetune:
+        out["finetune"] = finetune
+    if str(row.get("lora_rank", "")).strip():
+        out["lora_rank"] = _int(row, "lora_rank", 16, [])
+    targets = str(row.get("lora_targets", "")).strip().lower()
+    if targets:
+        out["lora_targets"] = targets
+    return out
 
 
 def _stage_layers(row: pd.Series, key: str) -> int:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from advisor.errors import AdvisorError
 from advisor.perf.columns import Columns, take
+from advisor.perf.finetune import is_lora
 from advisor.predictor_columns import as_columns, group_rows, resolve
 
 Z90 = 1.2816
@@ -193,7 +194,8 @@ class Predictor:
             ratio = {k: v.to_numpy() for k, v in self.surrogate.predict_ratio(
                 feats, np.full(n, platform.family),
                 np.full(n, model.family or model.name)).items()}
-            ok = ratio["supported"]
+            # No measured LoRA run trained the trees: those rows keep the analytical prior.
+            ok = ratio["supported"] & ~is_lora(cols, n)
             learned = np.where(ok, tps * ratio["p50"], tps)
             low = np.where(ok, tps * ratio["p10"], low)
             high = np.where(ok, tps * ratio["p90"], high)
@@ -204,7 +206,7 @@ class Predictor:
         scale = learned / tps
         gpus = cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]
         step = table["step_time_s"] / scale
-        power = self._power(model, platform, feats, table)
+        power = self._power(model, platform, feats, table, lora=is_lora(cols, n))
         avg = power["pred_avg_power_w"]
         return {
             "pred_step_time_s": step,
@@ -224,7 +226,8 @@ class Predictor:
             "pred_error": np.full(n, "", dtype=object),
         }
 
-    def _power(self, model, platform, feats, table) -> dict[str, np.ndarray]:
+    def _power(self, model, platform, feats, table, *,
+               lora: np.ndarray) -> dict[str, np.ndarray]:
         """Average and peak power with their bands, and the measured-style throttle fractions:
         learned where a power surrogate was trained and supports the row, else the analytical
         watts (with no band: the analytical power model has no measurements to size one) and
@@ -254,7 +257,7 @@ class Predictor:
         model_families = np.full(n, model.family or model.name)
         for column, surrogate in self.power.items():
             q = surrogate.predict(frame, families, model_families)
-            ok = q["supported"].to_numpy()
+            ok = q["supported"].to_numpy() & ~lora
             fallback = out[f"pred_{column}"]
             out[f"pred_{column}"] = np.where(ok, q["p50"].to_numpy(), fallback)
             out[f"pred_{column}_p10"] = np.where(ok, q["p10"].to_numpy(), np.nan)

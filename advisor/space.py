@@ -199,7 +199,8 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                         continue  # nothing to overlap: same row as overlap off
                     rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
                                  job.precision, recompute, sharding, tp > 1, grad, param, tpo,
-                                 False, "flash", 0, 0))
+                                 False, "flash", 0, 0, job.finetune, job.lora_rank,
+                                 job.lora_targets))
     frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
     for knob in ("grad_reduce_in_fp32", "attention"):  # not enumerated: pinning sets them
         if knob in pins:
@@ -212,7 +213,8 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
     return frame
 
 
-_JOB_FIELDS = ("gbs", "seq_len", "precision")
+_JOB_FIELDS = ("gbs", "seq_len", "precision", "finetune", "lora_rank", "lora_targets")
+"""Fields every configuration of a job shares: set on the `Job`, never pinned."""
 _BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_fp32")
 
@@ -253,8 +255,10 @@ def _expert_layouts(model: ModelSpec, *, tp: int, dense_group: int) -> list[tupl
 def config_from_row(row: pd.Series | dict) -> ParallelConfig:
     """A validated `ParallelConfig` from one row of an `enumerate_space` table."""
     values = {k: row[k] for k in PARALLEL_FIELDS if k in row}
-    for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len"):
-        values[k] = int(values[k])
+    for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len",
+              "first_stage_layers", "last_stage_layers", "lora_rank"):
+        if k in values:
+            values[k] = int(values[k])
     for k in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
               "tp_comm_overlap"):
         values[k] = bool(values[k])

@@ -31,6 +31,22 @@ GbsOpt = Annotated[int | None, typer.Option(
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+FinetuneOpt = Annotated[str, typer.Option(
+    "--finetune", help="none (pre-training), lora (LoRA adapters on a frozen base: no weight "
+    "gradients for the base, adapters' gradients and optimizer only) or full (fine-tune every "
+    "weight: pre-training's work per step).")]
+LoraRankOpt = Annotated[int, typer.Option(
+    "--lora-rank", min=1, help="With --finetune lora: the adapter rank (MLPerf llama2_70b_lora: "
+    "16).")]
+LoraTargetsOpt = Annotated[str, typer.Option(
+    "--lora-targets", help="With --finetune lora: attention (QKV and output projections, the "
+    "MLPerf reference) or all-linear (also the MLP GEMMs).")]
+
+
+def finetune_job(finetune: str, lora_rank: int, lora_targets: str) -> dict[str, Any]:
+    """`make_job` keyword arguments for the fine-tuning options."""
+    return {"finetune": finetune.strip().lower(), "lora_rank": lora_rank,
+            "lora_targets": lora_targets.strip().lower()}
 
 
 def guard(fn: F) -> F:

@@ -10,11 +10,15 @@ import typer
 from rich.console import Console
 
 from advisor.cli.common import (
+    FinetuneOpt,
     GbsOpt,
     JsonOpt,
+    LoraRankOpt,
+    LoraTargetsOpt,
     PrecisionOpt,
     SeqLenOpt,
     emit_json,
+    finetune_job,
     guard,
 )
 from advisor.errors import AdvisorError
@@ -57,14 +61,15 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
-                last_stage_layers=0):
+                last_stage_layers=0, finetune=None):
     from advisor.catalog import load_model, load_platform
     from advisor.parallel import make_config, make_job
     from advisor.perf.analytical import predict_config
     from advisor.space import validate
 
     m, p = load_model(model), load_platform(platform)
-    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
+                   **(finetune or {}))
     config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                          recompute=recompute, dp_sharding=dp_sharding, overlap=not no_overlap)
     if first_stage_layers or last_stage_layers:
@@ -95,6 +100,8 @@ def predict(input: Annotated[Path | None, typer.Option(
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
+            finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
+            lora_targets: LoraTargetsOpt = "attention",
             no_overlap: NoOverlapOpt = False, models: ModelsOpt = None,
             analytical: AnalyticalOpt = False,
             per_gpu: Annotated[bool, typer.Option(
@@ -131,7 +138,8 @@ def predict(input: Annotated[Path | None, typer.Option(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap,
-            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+            finetune=finetune_job(finetune, lora_rank, lora_targets))
         learned = predictor.predict([pair]).iloc[0].to_dict() if predictor else None
         if learned and learned.get("pred_error"):
             notes = [*notes, f"surrogate unavailable: {learned['pred_error']}"]
@@ -270,6 +278,8 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
+            finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
+            lora_targets: LoraTargetsOpt = "attention",
             no_overlap: NoOverlapOpt = False, json_out: JsonOpt = False) -> None:
     """Explain one configuration in words and numbers: where the time goes, what is exposed,
     what limits power, why it might throttle.
@@ -283,7 +293,8 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, first_stage_layers=first_stage_layers,
-        last_stage_layers=last_stage_layers)
+        last_stage_layers=last_stage_layers,
+        finetune=finetune_job(finetune, lora_rank, lora_targets))
     lines = explain_lines(pred, m, p) + _placement_lines(m, p, pred.config)
     lines += [f"Note: {n}" for n in notes]
     if json_out:

@@ -11,14 +11,18 @@ import typer
 from rich.console import Console
 
 from advisor.cli.common import (
+    FinetuneOpt,
     GbsOpt,
     GpusOpt,
     JsonOpt,
+    LoraRankOpt,
+    LoraTargetsOpt,
     ModelOpt,
     PlatformOpt,
     PrecisionOpt,
     SeqLenOpt,
     emit_json,
+    finetune_job,
     guard,
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
@@ -43,9 +47,10 @@ def _pin(flag: str, what: str):
 @guard
 def recommend(
         model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLenOpt = None,
-        gbs: GbsOpt = None, precision: PrecisionOpt = "bf16", objective: ObjectiveOpt =
-        "throughput", max_power_w: MaxPowerOpt = None, max_throttle_risk: MaxRiskOpt = None,
-        memory_margin: MarginOpt = 0.0,
+        gbs: GbsOpt = None, precision: PrecisionOpt = "bf16", finetune: FinetuneOpt = "none",
+        lora_rank: LoraRankOpt = 16, lora_targets: LoraTargetsOpt = "attention",
+        objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
+        max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = 0.0,
         tp: _pin("--tp", "the tensor-parallel size") = None,
         pp: _pin("--pp", "the pipeline stages") = None,
         cp: _pin("--cp", "the context-parallel size") = None,
@@ -112,7 +117,8 @@ def recommend(
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
                                   overlap=overlap).items() if v is not None}
     m, p = load_model(model), load_platform(platform)
-    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
+                   **finetune_job(finetune, lora_rank, lora_targets))
     constraints = Constraints(max_power_w=max_power_w, max_throttle_risk=max_throttle_risk,
                               memory_margin=memory_margin)
     predictor = Predictor(None) if analytical else Predictor.load(models)
@@ -151,6 +157,8 @@ def compare(
             "--platforms", help="Sides to compare as PLATFORM:GPUS pairs, e.g. h200:32,h100:64 "
             "(a platform may be a cluster .toml).")],
         seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
+        finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
+        lora_targets: LoraTargetsOpt = "attention",
         objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = 0.0,
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
@@ -176,7 +184,8 @@ def compare(
                               memory_margin=memory_margin)
     predictor = Predictor(None) if analytical else Predictor.load(models)
     result = run(load_model(model), sides, seq_len=seq_len, gbs=gbs, precision=precision,
-                 objective=objective, constraints=constraints, predictor=predictor)
+                 objective=objective, constraints=constraints, predictor=predictor,
+                 **finetune_job(finetune, lora_rank, lora_targets))
     from advisor.cli.render import comparison_json, print_comparison
 
     if json_out:

@@ -7,7 +7,7 @@ is checked against the installed package by `tests/test_emit.py`.
 
 from __future__ import annotations
 
-from advisor.emit import check_fits, gpus_label, pairs, shell_command, torchrun_words
+from advisor.emit import check_fits, gpus_label, pairs, refuse_lora, shell_command, torchrun_words
 from advisor.errors import ConfigError
 from advisor.model import ModelSpec
 from advisor.parallel import Job, ParallelConfig
@@ -25,6 +25,7 @@ def megatron_args(config: ParallelConfig, job: Job) -> list[str]:
         ConfigError: `config` does not fit `job`, or Megatron-LM cannot express a setting.
     """
     check_fits(config, job)
+    refuse_lora("megatron", config)
     return [*model_args(job.model, seq_len=config.seq_len),
             *_parallel_args(config, job.model), *_batch_args(config),
             *_memory_args(config), *_precision_args(config)]

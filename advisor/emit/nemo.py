@@ -9,7 +9,7 @@ Names follow NeMo 2's recipes and performance scripts (`scripts/performance/help
 
 from __future__ import annotations
 
-from advisor.emit import check_fits, gpus_label, node_layout, shell_command
+from advisor.emit import check_fits, gpus_label, node_layout, refuse_lora, shell_command
 from advisor.emit.megatron import FP8_RECIPES, model_args, pipeline_extra_layers
 from advisor.errors import ConfigError
 from advisor.model import ModelSpec
@@ -34,6 +34,7 @@ def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
         ConfigError: `config` does not fit `job`, or NeMo 2 cannot express a setting.
     """
     check_fits(config, job)
+    refuse_lora("nemo", config)
     model_args(job.model, seq_len=config.seq_len)  # the same model limits as Megatron-LM
     nodes, per_node = node_layout(job)
     values: dict[str, object] = {

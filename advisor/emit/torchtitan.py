@@ -9,7 +9,7 @@ settings go into config functions), but 0.3.0 still reads every flag written her
 
 from __future__ import annotations
 
-from advisor.emit import check_fits, gpus_label, pairs, shell_command, torchrun_words
+from advisor.emit import check_fits, gpus_label, pairs, refuse_lora, shell_command, torchrun_words
 from advisor.emit.megatron import pipeline_extra_layers
 from advisor.errors import ConfigError
 from advisor.parallel import Job, ParallelConfig
@@ -50,6 +50,7 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
         ConfigError: `config` does not fit `job`, or torchtitan cannot express a setting.
     """
     check_fits(config, job)
+    refuse_lora("torchtitan", config)
     module, function = torchtitan_recipe(job.model.name)
     _refuse(config)
     args = ["--module", module, "--config", function]

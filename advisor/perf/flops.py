@@ -147,6 +147,18 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return 3.0 * forward
 
 
+@functools.lru_cache(maxsize=4096)
+def core_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """The forward FLOPs of `model_flops_per_token` that multiply no weight: attention score and
+    value products and Mamba scans (a frozen-weight backward still runs them twice)."""
+    counts = sublayer_counts(model)
+    last = model.sublayers[-1]
+    attention = counts.attention + model.num_mtp_layers * (last.mixer == "attention")
+    mamba = counts.mamba + model.num_mtp_layers * (last.mixer == "mamba")
+    return (attention * attention_core_flops_per_token(model, seq_len)
+            + mamba * mamba_scan_flops_per_token(model))
+
+
 def mtp_extra_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of one multi-token-prediction module beyond its transformer layer: the
     2h → h projection and another pass through the output layer."""

@@ -23,6 +23,9 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
   stage (Korthikanti et al. 2022, §4.2.3).
 * The last stage holds the FP32 softmax of one micro-batch's logits for the loss, times
   (1 + MTP modules).
+* LoRA fine-tuning (`advisor/perf/finetune.py`): the frozen base keeps its weights but no
+  gradients or optimizer state; the adapters (16-bit weights) carry both, sharded like any
+  other parameter. Activations as in training.
 * Stored activations are 16-bit (FP8 recipes keep BF16 activations between layers), and every
   MoE expert gets its even share of tokens (the force-balanced routing of NVIDIA's benchmarks);
   real routing imbalance needs headroom this model does not add.
@@ -45,6 +48,7 @@ from advisor.perf.columns import (
     pipeline_groups,
     take,
 )
+from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.layout import stage_layout
 from advisor.platform import Platform
 
@@ -178,6 +182,17 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
                           GRAD_BYTES[True], GRAD_BYTES[False])
     grads = np.where(full, sharded * grad_bytes, params * grad_bytes) + fsdp_buffers
     optimizer = np.where(shard_opt, sharded, params) * OPTIMIZER_BYTES
+    lora = is_lora(configs, len(tp))[:, None]
+    if lora.any():
+        adapters = stage_adapter_params(model, layout, ranks=configs["lora_rank"],
+                                        targets=configs["lora_targets"]) / tp
+        adapters_sharded = adapters / dp_group
+        weights = np.where(lora, weights + np.where(full, adapters_sharded, adapters)
+                           * WEIGHT_BYTES, weights)
+        grads = np.where(lora, np.where(full, adapters_sharded, adapters) * grad_bytes
+                         + fsdp_buffers, grads)
+        optimizer = np.where(lora, np.where(shard_opt, adapters_sharded, adapters)
+                             * OPTIMIZER_BYTES, optimizer)
 
     # ---- activations --------------------------------------------------------------------------
     tokens = mbs * seq / cp                # tokens of one micro-batch on one GPU

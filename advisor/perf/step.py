@@ -60,10 +60,11 @@ from advisor.perf.columns import (
     pipeline_groups,
     take,
 )
-from advisor.perf.flops import model_flops_per_token
+from advisor.perf.finetune import is_lora, stage_adapter_params
+from advisor.perf.flops import core_flops_per_token, model_flops_per_token
 from advisor.perf.layout import StageLayout, stage_layout
 from advisor.perf.power import POWER_COLUMNS, power_thermal
-from advisor.perf.step_comm import data_parallel, micro_batch_comm
+from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
 from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
 from advisor.perf.timeline import StageTimeline
 from advisor.platform import Platform
@@ -132,6 +133,11 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
     out["tokens_per_sec_per_gpu"] = tokens / out["step_time_s"] / world
     flops = per_value(cols["seq_len"], lambda s: model_flops_per_token(model, int(s)))
+    lora = is_lora(cols, n)
+    if lora.any():
+        # The work a frozen base does: no weight-gradient GEMMs (a third of their FLOPs).
+        cores = per_value(cols["seq_len"], lambda s: core_flops_per_token(model, int(s)))
+        flops = np.where(lora, flops - (flops / 3.0 - cores), flops)
     out["tflops_per_gpu"] = out["tokens_per_sec_per_gpu"] * flops / 1e12
     peak = per_value(cols["precision"], lambda p: platform.peak_flops(PRECISIONS[p]))
     out["mfu"] = out["tflops_per_gpu"] * 1e12 / peak
@@ -165,10 +171,13 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
 
     # ---- one micro-batch per stage (configs × pp): compute, then communication ---------------
     layers = StageLayers.of(layout, pp)
+    lora = is_lora(configs, len(tp))[:, None]
     compute = stage_compute(model, platform, layers, eff=eff, frameworks=frameworks,
                             framework=framework, rows=rows, tp=tp, ep=ep, etp=etp, mbs=mbs,
                             seq=seq, sp=sp, pclass=pclass, is_full=is_full, is_sel=is_sel,
-                            attention=configs.get("attention"))
+                            attention=configs.get("attention"),
+                            lora=lora if lora.any() else None,
+                            lora_targets=configs.get("lora_targets"))
     gemm_fwd, attn_fwd = compute.gemm_fwd_s, compute.attention_fwd_s
     mem_fwd = compute.memory_fwd_s
     gemm_mb, attn_mb, mem_mb = compute.gemm_s, compute.attention_s, compute.memory_s
@@ -183,8 +192,23 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     ep_raw, pp_raw = comm.ep_s, comm.pp_s
     data = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
                          precision=precision, grad_bytes=grad_bytes)
-    rs, ag, ar = data.reduce_scatter_s, data.all_gather_s, data.all_reduce_s
     full = sharding == "full"
+    if lora.any():
+        # LoRA: only the adapters' gradients sync and only they are re-gathered after the
+        # optimizer step; FSDP still gathers the frozen base before every use.
+        tuned = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
+                              precision=precision, grad_bytes=grad_bytes,
+                              trainable=stage_adapter_params(model, layout,
+                                                             ranks=configs["lora_rank"],
+                                                             targets=configs["lora_targets"]))
+        data = DataParallel(
+            dense_params=np.where(lora, tuned.dense_params, data.dense_params),
+            expert_params=np.where(lora, tuned.expert_params, data.expert_params),
+            dense_group=data.dense_group, expert_group=np.where(lora, 1.0, data.expert_group),
+            reduce_scatter_s=np.where(lora, tuned.reduce_scatter_s, data.reduce_scatter_s),
+            all_gather_s=np.where(lora & ~full, tuned.all_gather_s, data.all_gather_s),
+            all_reduce_s=np.where(lora, tuned.all_reduce_s, data.all_reduce_s))
+    rs, ag, ar = data.reduce_scatter_s, data.all_gather_s, data.all_reduce_s
     shard_opt = sharding != "none"
     fwd_mb = gemm_fwd + attn_fwd + mem_fwd
     bwd_mb = compute_mb - fwd_mb

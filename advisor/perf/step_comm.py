@@ -160,15 +160,21 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
 
 def data_parallel(layout: StageLayout, platform: Platform, coll: CollectiveModel, *,
                   tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, ep: np.ndarray,
-                  etp: np.ndarray, precision: np.ndarray,
-                  grad_bytes: np.ndarray) -> DataParallel:
+                  etp: np.ndarray, precision: np.ndarray, grad_bytes: np.ndarray,
+                  trainable: np.ndarray | None = None) -> DataParallel:
     """The data-parallel collectives of one step on every stage: gradients of `grad_bytes`
     per parameter, parameters gathered at 16 bits (8 with MXFP8's `precision`); tp, cp, dp,
-    ep, etp as column vectors (configurations × 1)."""
+    ep, etp as column vectors (configurations × 1). `trainable` (configurations × stages,
+    before TP) replaces the stage's parameters where only some train (LoRA adapters: the
+    frozen base and its experts sync nothing)."""
     domain = platform.nvlink_domain_size
-    dense_params = (layout.dense_params + layout.embedding_params + layout.output_params)[
-        None, :] / tp
-    expert_params = layout.expert_params[None, :] / (ep * etp)
+    if trainable is None:
+        dense_params = (layout.dense_params + layout.embedding_params + layout.output_params)[
+            None, :] / tp
+        expert_params = layout.expert_params[None, :] / (ep * etp)
+    else:
+        dense_params = trainable / tp
+        expert_params = np.zeros_like(dense_params)
     dp_group = dp * cp
     # A stage without routed experts (a dense model, or MoE's dense first layers) has no expert
     # gradients to sync: a group of one costs nothing, where the latency of an empty collective

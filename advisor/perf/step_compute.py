@@ -15,6 +15,7 @@ import numpy as np
 from advisor.model import ModelSpec
 from advisor.perf.calibration import Efficiency, FrameworkEfficiency
 from advisor.perf.columns import per_value
+from advisor.perf.finetune import ADAPTER_BACKWARD_TRAFFIC, adapter_traffic_per_layer_token
 from advisor.perf.flops import (
     Gemm,
     attention_core_flops_per_token,
@@ -129,11 +130,15 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
                   framework: Callable[[str], FrameworkEfficiency], rows: np.ndarray,
                   tp: np.ndarray, ep: np.ndarray, etp: np.ndarray, mbs: np.ndarray,
                   seq: np.ndarray, sp: np.ndarray, pclass: np.ndarray, is_full: np.ndarray,
-                  is_sel: np.ndarray, attention: np.ndarray | None) -> StageCompute:
+                  is_sel: np.ndarray, attention: np.ndarray | None,
+                  lora: np.ndarray | None = None,
+                  lora_targets: np.ndarray | None = None) -> StageCompute:
     """Compute of one micro-batch of `rows` token rows per GPU, for configurations given as
     column vectors (configurations × 1): tp, ep, etp, mbs, seq (sequence length), sp (sequence
     parallel), pclass (the precision's class), is_full / is_sel (recompute), attention (the
-    `attention` column, None where the input has none), run by `frameworks`' kernels."""
+    `attention` column, None where the input has none), run by `frameworks`' kernels; `lora`
+    (configurations × 1) marks LoRA fine-tuning with adapters on `lora_targets`
+    (`advisor/perf/finetune.py`: frozen GEMMs skip their weight gradients)."""
     h = model.hidden_size
     gemms = layer_gemms(model)
 
@@ -223,9 +228,16 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         gemm_fwd = gemm_fwd + last * mtp * clock.time((Gemm(2 * h, h, "none"),), rows, tp)
     attn_fwd = na * t_core + nm * t_scan
     mem_fwd = na * t_e_attn + nm * t_e_mamba + nl * t_e_mlp + nmoe * t_e_moe
-    gemm_mb = 3.0 * gemm_fwd
+    # Forward, input gradients and weight gradients; a frozen base (LoRA) skips the last.
+    weight_passes = 3.0 if lora is None else np.where(lora, 2.0, 3.0)
+    gemm_mb = weight_passes * gemm_fwd
     attn_mb = (1.0 + ATTENTION_BACKWARD_RATIO) * attn_fwd
     mem_mb = 3.0 * mem_fwd + last * t_loss * (1 + mtp)
+    if lora is not None and lora.any():
+        adapters = np.where(lora, adapter_traffic_per_layer_token(
+            model, layers, targets=lora_targets) * ACT / tp * to_s, 0.0)
+        mem_fwd = mem_fwd + adapters
+        mem_mb = mem_mb + (1.0 + ADAPTER_BACKWARD_TRAFFIC) * adapters
     re_gemm = np.where(is_full, gemm_fwd - last * t_output_gemm * (1 + mtp), 0.0)
     re_attn = np.where(is_full | is_sel, na * t_core, 0.0) + np.where(is_full, nm * t_scan, 0.0)
     re_mem = np.where(is_full, mem_fwd, 0.0)
@@ -237,5 +249,5 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         gemm_fwd_s=gemm_fwd, attention_fwd_s=attn_fwd, memory_fwd_s=mem_fwd, gemm_s=gemm_mb,
         attention_s=attn_mb, memory_s=mem_mb, recompute_gemm_s=re_gemm,
         recompute_attention_s=re_attn, recompute_memory_s=re_mem, host_s=host_mb,
-        tp_gemm_s=gemm_mb - nmoe * 3.0 * t_experts + re_gemm,
+        tp_gemm_s=gemm_mb - nmoe * weight_passes * t_experts + re_gemm,
         gemm_utilization=clock.utilization)
