@@ -95,7 +95,7 @@ def test_predict_one_config_from_flags_json():
     step = d["step"]
     parts = sum(step[k] for k in ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s",
                                   "ep_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
-                                  "optimizer_s", "overhead_s"))
+                                  "optimizer_s", "overhead_s", "throttle_s"))
     assert parts == pytest.approx(step["step_time_s"])
     assert d["power"]["peak_power_w"] >= d["power"]["avg_power_w"]
     assert d["memory"]["fits"] is True
@@ -236,3 +236,29 @@ def test_dataset_with_wrong_schema_is_one_line_exit_2(tmp_path):
     bad.write_text("run_id,source,status,model,gpu,num_gpus,precision,seq_len,gbs,colour\n"
                    "a,campaign,ok,llama3-8b,h100,8,bf16,4096,64,blue\n")
     _one_line_error(run("dataset", "validate", str(bad)))
+
+
+def test_json_output_is_strict_json():
+    # NaN bands (no power surrogate) must be null: NaN is not JSON.
+    r = run("predict", "-m", "70b", "-p", "h200", "-g", "64", "--tp", "4", "--pp", "2",
+            "--json")
+    assert r.exit_code == 0, r.output
+
+    def refuse(constant):
+        raise ValueError(f"{constant} in JSON output")
+
+    data = json.loads(r.stdout, parse_constant=refuse)
+    assert data["learned"]["pred_avg_power_w_p10"] is None
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["recommend", "-m", "70b", "-p", "h200", "-g", "0"], "--gpus"),
+    (["recommend", "-m", "70b", "-p", "h200", "-g", "8", "--bogus"], "No such option: --bogus"),
+])
+def test_usage_errors_are_one_error_line(args, expected):
+    out = subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True,
+                         text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+    assert "Traceback" not in out.stderr

@@ -47,12 +47,17 @@ def test_recommend_emits_launch_commands(emitter, flag):
 
 
 def test_recommend_constraints_and_pins_from_flags():
-    r = run("recommend", *JOB, "--json", "--tp", "8", "--no-overlap", "--max-power-w", "720",
-            "--memory-margin", "0.1", "--top", "2")
+    pinned = [*JOB, "--json", "--tp", "8", "--no-overlap", "--memory-margin", "0.1"]
+    free = json.loads(run("recommend", *pinned, "--top", "50").stdout)["choices"]
+    # a limit between the pinned layouts' lowest and highest predicted peak power
+    peaks = sorted(c["predicted"]["peak_power_w"] for c in free)
+    limit = f"{(peaks[0] + peaks[-1]) / 2:.1f}"
+    assert peaks[0] < float(limit) < peaks[-1]
+    r = run("recommend", *pinned, "--max-power-w", limit, "--top", "2")
     assert r.exit_code == 0, r.output
     for c in json.loads(r.stdout)["choices"]:
         assert c["config"]["tp"] == 8 and not c["config"]["tp_comm_overlap"]
-        assert c["predicted"]["peak_power_w"] <= 720
+        assert c["predicted"]["peak_power_w"] <= float(limit)
 
 
 def test_recommend_plot_writes_png(tmp_path):

@@ -32,4 +32,28 @@ app.command()(evaluate)
 
 
 def main() -> None:
-    app()
+    """Run the CLI; a usage error (unknown option, bad value) is one `error:` line and exit 2,
+    like every other error (`common.guard`)."""
+    import sys
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        print("error: aborted.", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:
+        # Click's exceptions, whichever Click Typer bundles: they carry exit_code and a
+        # one-line format_message(); anything else is a bug and keeps its traceback.
+        if not (hasattr(e, "exit_code") and hasattr(e, "format_message")):
+            raise
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":
+            print(ctx.get_help() if ctx else e.format_message())
+            sys.exit(0)
+        if e.exit_code == 2:
+            where = ctx.command_path if ctx else "advisor"
+            print(f"error: {e.format_message()} (see {where} --help)", file=sys.stderr)
+        else:
+            print(f"error: {e.format_message()}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -66,7 +67,20 @@ def guard(fn: F) -> F:
 
 
 def emit_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=_jsonable))
+    """Print `data` as JSON; NaN and infinities (no JSON for them) become null."""
+    typer.echo(json.dumps(_finite(data), indent=2, default=_jsonable, allow_nan=False))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # NumPy scalars
+        return _finite(value.item())
+    return value
 
 
 def _jsonable(value: Any) -> Any:
