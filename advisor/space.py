@@ -105,6 +105,12 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
                           f"stage needs a layer; try vp in {_fmt(ok)}.")
     if config.uneven:
         check_uneven(config, model)
+    if config.vp > 1 and config.num_microbatches % config.pp:
+        raise ConfigError(
+            f"with vp {config.vp}, the {config.num_microbatches} micro-batches per step must be a "
+            f"multiple of pp ({config.pp}): Megatron-Core's interleaved schedule runs them in "
+            f"groups of pp and stops at the first step otherwise; change mbs or gbs, or use "
+            f"vp 1.")
     if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
         raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
                           f" must be divisible by tp ({config.tp}).")
@@ -161,7 +167,9 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
     """Every valid `ParallelConfig` for `job`, one row each (columns = `ParallelConfig` fields).
 
     Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
-    recompute, dp_sharding, and overlap (all communication-overlap flags on, or all off).
+    recompute, dp_sharding, and overlap (all communication-overlap flags on, or all off); vp > 1
+    only where the micro-batches per step are a multiple of pp (Megatron-Core's interleaved
+    schedule refuses the rest at its first step).
     Sequence parallelism is on whenever tp > 1 (what Megatron/NeMo recipes do). `pins` fixes
     any field to one value. One extra column, `tp_beyond_nvlink`, flags tp larger than the
     platform's NVLink domain.
@@ -197,6 +205,8 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                     tpo = overlap and tp > 1
                     if overlap and not (grad or param or tpo):
                         continue  # nothing to overlap: same row as overlap off
+                    if vp > 1 and (job.gbs // (mbs * dp)) % pp:
+                        continue  # interleaving needs micro-batches in whole groups of pp
                     rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
                                  job.precision, recompute, sharding, tp > 1, grad, param, tpo,
                                  False, "flash", 0, 0, job.finetune, job.lora_rank,

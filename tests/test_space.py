@@ -4,7 +4,7 @@ import pytest
 
 from advisor import catalog
 from advisor.errors import ConfigError
-from advisor.parallel import ParallelConfig, make_job
+from advisor.parallel import ParallelConfig, make_config, make_job
 from advisor.space import config_from_row, enumerate_space, validate
 
 H200 = catalog.load_platform("h200")
@@ -126,3 +126,23 @@ def test_boolean_pins_apply():
     table = enumerate_space(make_job(LLAMA70, H200, num_gpus=64),
                             pins={"grad_reduce_in_fp32": True, "tp": "8"})
     assert table.grad_reduce_in_fp32.all() and set(table.tp) == {8}
+
+
+def test_vp_needs_microbatches_in_whole_groups_of_pp():
+    # Llama 3.1 405B on 768 H100, PP 6 / VP 3 with 16 micro-batches per step: Megatron-Core's
+    # interleaved schedule raises at the first step (16 is not a multiple of 6).
+    model, platform = catalog.load_model("llama3.1-405b"), catalog.load_platform("h100")
+    job = make_job(model, platform, num_gpus=768, seq_len=8192, gbs=256)
+    config = make_config(job, tp=8, pp=6, vp=3)
+    assert config.num_microbatches == 16
+    with pytest.raises(ConfigError, match="multiple of pp"):
+        validate(config, model, platform, num_gpus=768)
+    space = enumerate_space(job, pins={"tp": 8, "pp": 6})
+    assert not space.empty and (space["vp"] == 1).all()   # no mbs gives a multiple of 6
+    validate(config.replace(vp=1), model, platform, num_gpus=768)  # plain 1F1B is fine
+    other = make_job(catalog.load_model("llama3-70b"), catalog.load_platform("h200"),
+                     num_gpus=64)
+    interleaved = enumerate_space(other).query("vp > 1")
+    assert not interleaved.empty
+    assert ((other.gbs // (interleaved["mbs"] * interleaved["dp"])) % interleaved["pp"]
+            == 0).all()
