@@ -45,7 +45,7 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
     capacity = rec.job.platform.memory_capacity_bytes / 1e9
     table = Table(title="Recommended configurations", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)", "W avg\npeak",
-                "J/tok", "risk"):
+                "J/tok", "throttle\nrisk/loss"):
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for c in rec.choices:
         p = c.predicted
@@ -54,7 +54,8 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
         table.add_row(str(c.rank), f"{short(row, rec.job.model)}\n{settings(row)}", _band(p),
                       f"{p.mfu:.0%}", f"{p.memory_gb:.0f}\n({free:.0%})",
                       f"{p.avg_power_w:.0f}\n{p.peak_power_w:.0f}",
-                      f"{p.energy_j_per_token:.2f}", f"{p.throttle_risk:.0%}")
+                      f"{p.energy_j_per_token:.2f}",
+                      f"{p.throttle_risk:.0%}\n−{c.analytical.power.throttle_loss:.1%}")
     console.print(table)
     sources = sorted({c.predicted.source for c in rec.choices})
     console.print(f"Throughput from the {' and '.join(sources)} model; power and throttle risk "
@@ -129,6 +130,7 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
             "predicted": {k: _clean(v) for k, v in asdict(c.predicted).items()},
             "breakdown_s": c.analytical.step.components(), "reasons": c.reasons,
             "warnings": c.warnings, "contributions": c.contributions,
+            "throttle_loss": c.analytical.power.throttle_loss,
             "placement": c.placement.to_dict() if c.placement else None}
             for c in rec.choices],
         "tradeoffs": rec.tradeoffs,
