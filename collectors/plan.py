@@ -162,10 +162,21 @@ def _overlap(space: pd.DataFrame) -> pd.Series:
     return space["overlap_grad_reduce"] | space["overlap_param_gather"] | space["tp_comm_overlap"]
 
 
+#: ParallelConfig fields added after campaigns had been collected: left out of the run id while
+#: they hold their default, so a dataset collected before them resumes with the same ids.
+_LATER_FIELDS = {"first_stage_layers": 0, "last_stage_layers": 0, "finetune": "none",
+                 "lora_rank": 16, "lora_targets": "attention"}
+
+
 def run_id(campaign: str, row: dict) -> str:
-    """Stable across processes and machines: the campaign, model, platform and configuration."""
+    """Stable across processes, machines and advisor versions: the campaign, model, platform
+    and configuration."""
+    fields = {k: _plain(row[k]) for k in PARALLEL_FIELDS}
+    for name, default in _LATER_FIELDS.items():
+        if fields.get(name) == default:
+            del fields[name]
     key = {"model": row["model"], "gpu": row["gpu"], "num_gpus": int(row["num_gpus"]),
-           **{k: _plain(row[k]) for k in PARALLEL_FIELDS}}
+           **fields}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return f"{campaign}-{digest}"
 

@@ -331,3 +331,21 @@ def test_campaign_drives_megatron_through_its_launch_command_and_log(tmp_path):
     assert (rows["framework"] == "megatron").all() and set(rows["tp"]) == {1, 2}
     script = (tmp_path / "runs" / report.planned[0].run_id / "run.sh").read_text()
     assert "torchrun --nproc-per-node=2" in script and "pretrain_gpt.py" in script
+
+
+def test_run_ids_survive_new_config_fields():
+    # A campaign collected before uneven splits and fine-tuning existed resumes with the same
+    # ids: fields added later count only when they leave their default.
+    import hashlib
+
+    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
+    from collectors.plan import run_id
+
+    row = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2,
+           **ParallelConfig(dp=2, gbs=4).to_dict()}
+    before = [f for f in PARALLEL_FIELDS if f not in (
+        "first_stage_layers", "last_stage_layers", "finetune", "lora_rank", "lora_targets")]
+    key = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2, **{k: row[k] for k in before}}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    assert run_id("c", row) == f"c-{digest}"
+    assert run_id("c", {**row, "finetune": "lora"}) != run_id("c", row)
