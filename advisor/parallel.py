@@ -22,8 +22,10 @@ FINETUNE = ("none", "lora", "full")
 """none: pre-training; lora: LoRA adapters on a frozen base; full: every weight trained (the
 same work per step as pre-training)."""
 LORA_TARGETS = ("attention", "all-linear")
-"""attention: the QKV and output projections (the MLPerf Training llama2_70b_lora reference:
-q/k/v/o projections, rank 16); all-linear: those plus the dense MLP (and shared-expert) GEMMs."""
+"""attention: one adapter on the fused QKV projection and one on the output projection (NeMo's
+`linear_qkv` and `linear_proj`; the MLPerf Training llama2_70b_lora reference adapts the
+attention projections at rank 16); all-linear: those plus the dense MLP (and shared-expert)
+GEMMs."""
 #: Precision recipe -> the tensor-core class whose peak it runs at.
 PRECISIONS = {
     "bf16": "bf16", "fp16": "fp16", "16-bit": "bf16",
