@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, ConfigError
 from advisor.perf.columns import Columns, take
 from advisor.perf.finetune import is_lora
 from advisor.predictor_columns import as_columns, group_rows, resolve
@@ -284,6 +284,9 @@ def _invalid(model, configs: Columns) -> np.ndarray:
         bad |= (model.num_experts % ep != 0) | ((tp * cp * dp) % (ep * etp) != 0)
     else:
         bad |= (ep > 1) | (etp > 1)
+    if "num_gpus" in configs:  # the layout must use the job's GPUs, no more and no fewer
+        gpus = configs["num_gpus"]
+        bad |= ~np.isfinite(gpus) | (tp * pp * cp * dp != gpus)
     return bad
 
 
@@ -292,10 +295,21 @@ def _why_invalid(model, platform, configs: Columns) -> list[str]:
     from advisor.space import validate
 
     out = []
-    for values in zip(*(configs[k].tolist() for k in PARALLEL_FIELDS), strict=True):
+    gpus = (configs["num_gpus"].tolist() if "num_gpus" in configs
+            else [None] * len(configs["tp"]))
+    for values, num_gpus in zip(zip(*(configs[k].tolist() for k in PARALLEL_FIELDS),
+                                    strict=True), gpus, strict=True):
         try:
             config = ParallelConfig(**dict(zip(PARALLEL_FIELDS, values, strict=True)))
-            validate(config, model, platform, num_gpus=config.world_size)
+            if num_gpus is not None and math.isnan(num_gpus):
+                raise ConfigError("num_gpus and dp are both empty: give either (dp = "
+                                  "num_gpus / (tp·pp·cp)).")
+            if num_gpus is not None and not (math.isfinite(num_gpus) and num_gpus >= 1
+                                             and num_gpus == int(num_gpus)):
+                raise ConfigError(f"num_gpus must be a positive whole number, got "
+                                  f"{num_gpus!r}.")
+            validate(config, model, platform,
+                     num_gpus=config.world_size if num_gpus is None else int(num_gpus))
             out.append("invalid configuration for this model")
         except AdvisorError as e:
             out.append(str(e))

@@ -77,6 +77,11 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         except (TypeError, ValueError) as e:
             raise ConfigError(f"column {name}: {e}") from None
         cols[name] = column.to_numpy()
+    if "num_gpus" in frame:
+        _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
+                   .to_numpy(float),
+                   missing=(np.ones(n, dtype=bool) if "dp" not in frame
+                            else pd.isna(frame["dp"]).to_numpy()))
     for name, default in (("framework", "megatron"), ("software", "")):
         values = (read(name)[0].astype(object) if name in frame
                   else np.full(n, default, dtype=object))
@@ -85,6 +90,17 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
             values[values == ""] = default
         cols[name] = values
     return cols, frame.index, objects
+
+
+def _derive_dp(cols: dict[str, np.ndarray], gpus: np.ndarray, *, missing: np.ndarray) -> None:
+    """dp from num_gpus where the row leaves it empty (what `predict --input` and the CLI do:
+    dp = num_gpus / (tp·pp·cp)); `num_gpus` is kept so that a contradiction is a row error."""
+    replica = cols["tp"] * cols["pp"] * cols["cp"]
+    whole = np.isfinite(gpus) & (gpus > 0) & (np.mod(gpus, np.maximum(replica, 1)) == 0)
+    derived = np.where(whole, gpus // np.maximum(replica, 1), cols["dp"])
+    cols["dp"] = np.where(missing, derived, cols["dp"]).astype(int)
+    # A row that gives dp but no num_gpus uses the GPUs its layout names.
+    cols["num_gpus"] = np.where(np.isnan(gpus) & ~missing, replica * cols["dp"], gpus)
 
 
 def group_rows(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
@@ -206,12 +222,15 @@ def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] |
             if default:
                 values[values == ""] = default
             cols[name] = values
+        if all(hasattr(job, "num_gpus") for job in jobs):
+            cols["num_gpus"] = np.array([job.num_gpus for job in jobs], dtype=float)
         return cols, pd.RangeIndex(len(pairs)), objects
     rows = []
     for config, job in pairs:
         rows.append(config.to_dict() | {
             "model": job.model, "gpu": job.platform,
             "framework": getattr(job, "framework", "megatron"),
-            "software": getattr(job, "software", "")})
+            "software": getattr(job, "software", ""),
+            "num_gpus": getattr(job, "num_gpus", config.world_size)})
     return pd.DataFrame(rows, columns=[*PARALLEL_FIELDS, "model", "gpu", "framework",
-                                       "software"])
+                                       "software", "num_gpus"])

@@ -176,3 +176,26 @@ def test_vtrain_leave_one_job_out_ranks_layouts(vtrain_dir):
     assert surrogate.mape_pct < analytical.mape_pct
     assert surrogate.median_kendall_tau > 0.8
     assert surrogate.mean_top1_regret_pct <= analytical.mean_top1_regret_pct
+
+
+def test_predictor_derives_dp_from_num_gpus_and_refuses_contradictions():
+    # A frame with num_gpus and no dp is a 64-GPU job, not dp 1 on 8 GPUs; a dp that
+    # contradicts num_gpus, or a job of another size than the config's, is a row error.
+    p = Predictor.load()
+    row = {"model": "llama3-70b", "gpu": "h200", "tp": 4, "pp": 2, "seq_len": 8192,
+           "gbs": 128, "mbs": 1}
+    frame = pd.DataFrame([row | {"num_gpus": 64}, row | {"dp": 8}, row | {"num_gpus": 64, "dp": 4},
+                          row | {"num_gpus": 60}, row])
+    out = p.predict(frame)
+    assert (out["pred_error"].iloc[:2] == "").all()
+    assert out["pred_step_time_s"].iloc[0] == pytest.approx(out["pred_step_time_s"].iloc[1])
+    assert "the job has 64 GPUs; set dp = 8" in out["pred_error"].iloc[2]
+    assert "must divide the job's 60 GPUs" in out["pred_error"].iloc[3]
+    assert "num_gpus and dp are both empty" in out["pred_error"].iloc[4]
+    model, h200 = catalog.load_model("llama3-70b"), catalog.load_platform("h200")
+    job64 = make_job(model, h200, num_gpus=64, seq_len=8192, gbs=128)
+    job32 = make_job(model, h200, num_gpus=32, seq_len=8192, gbs=128)
+    config = make_config(job64, tp=4, pp=2)
+    pairs = p.predict([(config, job64), (config, job32)])
+    assert pairs["pred_error"].iloc[0] == ""
+    assert "the job has 32 GPUs" in pairs["pred_error"].iloc[1]
