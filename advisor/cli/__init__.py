@@ -48,7 +48,10 @@ def main() -> None:
             raise
         ctx = getattr(e, "ctx", None)
         if type(e).__name__ == "NoArgsIsHelpError":
-            print(ctx.get_help() if ctx else e.format_message())
+            try:
+                print(ctx.get_help() if ctx else e.format_message())
+            except BrokenPipeError:  # `advisor | head`: the reader left
+                pass
             sys.exit(0)
         if e.exit_code == 2:
             where = ctx.command_path if ctx else "advisor"
