@@ -48,56 +48,61 @@ def _adapted(model: ModelSpec, targets: str) -> dict[str, tuple[Gemm, ...]]:
     return out
 
 
+_KINDS = ("attention", "mamba", "mlp", "moe_dense")
+
+
 @functools.lru_cache(maxsize=1024)
 def adapter_params_per_layer(model: ModelSpec, rank: int, targets: str) -> dict[str, float]:
     """Trainable parameters of one layer of each kind (attention, mamba, mlp, moe_dense)."""
-    out = {"attention": 0.0, "mamba": 0.0, "mlp": 0.0, "moe_dense": 0.0}
-    for kind, gemms in _adapted(model, targets).items():
-        out[kind] = sum(rank * (g.k + g.n) * g.count for g in gemms)
-    return out
+    return _per_layer(model, targets, lambda g: rank * (g.k + g.n))
 
 
 @functools.lru_cache(maxsize=1024)
 def adapter_traffic_per_token(model: ModelSpec, targets: str) -> dict[str, float]:
     """Forward HBM elements per token of one layer of each kind's adapters, before TP (see the
     module docstring: d_in + 4·d_out per adapted GEMM)."""
-    out = {"attention": 0.0, "mamba": 0.0, "mlp": 0.0, "moe_dense": 0.0}
+    return _per_layer(model, targets, lambda g: g.k + 4.0 * g.n)
+
+
+def _per_layer(model: ModelSpec, targets: str, per_gemm) -> dict[str, float]:
+    out = dict.fromkeys(_KINDS, 0.0)
     for kind, gemms in _adapted(model, targets).items():
-        out[kind] = sum((g.k + 4.0 * g.n) * g.count for g in gemms)
+        out[kind] = sum(per_gemm(g) * g.count for g in gemms)
     return out
 
 
 def stage_adapter_params(model: ModelSpec, layout, *, ranks: np.ndarray,
                          targets: np.ndarray) -> np.ndarray:
     """Trainable adapter parameters of each pipeline stage (configs × stages), before TP."""
-    ranks = np.asarray(ranks).reshape(-1, 1)
-    targets = np.asarray(targets).reshape(-1, 1)
-    out = np.zeros((ranks.shape[0], len(layout.num_layers)))
-    for target in np.unique(targets):
-        unit = adapter_params_per_layer(model, 1, str(target))
-        per_rank = (layout.num_attention * unit["attention"] + layout.num_mamba * unit["mamba"]
-                    + layout.num_mlp * unit["mlp"] + layout.num_moe * unit["moe_dense"])
-        out = np.where(targets == target, ranks * per_rank[None, :], out)
-    return out
+    counts = (layout.num_attention, layout.num_mamba, layout.num_mlp, layout.num_moe)
+    per_rank = _per_stage(counts, targets, lambda t: adapter_params_per_layer(model, 1, t))
+    return np.asarray(ranks).reshape(-1, 1) * per_rank
 
 
 def adapter_traffic_per_layer_token(model: ModelSpec, layers, *,
                                     targets: np.ndarray) -> np.ndarray:
     """Forward adapter HBM elements per token of each stage's layers (configs × stages), before
     TP; `layers` has per-stage counts `attention`, `mamba`, `mlp`, `moe` (1 × stages)."""
+    counts = (layers.attention, layers.mamba, layers.mlp, layers.moe)
+    return _per_stage(counts, targets, lambda t: adapter_traffic_per_token(model, t))
+
+
+def _per_stage(counts: tuple, targets: np.ndarray, unit) -> np.ndarray:
+    """Σ over layer kinds of (layers of that kind on each stage × `unit(target)[kind]`), for
+    each configuration's target (configs × stages)."""
     targets = np.asarray(targets).reshape(-1, 1)
-    out = np.zeros((targets.shape[0], np.shape(layers.attention)[-1]))
+    counts = [np.asarray(c, dtype=float).reshape(1, -1) for c in counts]
+    out = np.zeros((targets.shape[0], counts[0].shape[1]))
     for target in np.unique(targets):
-        unit = adapter_traffic_per_token(model, str(target))
-        per_stage = (layers.attention * unit["attention"] + layers.mamba * unit["mamba"]
-                     + layers.mlp * unit["mlp"] + layers.moe * unit["moe_dense"])
+        per_layer = unit(str(target))
+        per_stage = sum(c * per_layer[kind] for c, kind in zip(counts, _KINDS, strict=True))
         out = np.where(targets == target, per_stage, out)
     return out
 
 
 def is_lora(cols, n: int) -> np.ndarray:
     """Rows that fine-tune with LoRA (a column of `finetune`; absent = pre-training)."""
-    values = cols.get("finetune") if hasattr(cols, "get") else None
+    values = cols.get("finetune")
     if values is None:
         return np.zeros(n, dtype=bool)
     return np.asarray(values).astype(str) == "lora"
