@@ -35,7 +35,8 @@ TARGET_KINDS = {"attention": ("attention",),
                 "all-linear": ("attention", "mlp", "moe_dense", "mamba")}
 ADAPTER_BACKWARD_TRAFFIC = 2.0
 """Backward HBM traffic of an adapter relative to its forward (input and weight gradients of two
-thin GEMMs)."""
+thin GEMMs). placeholder: counted from the tensors each gradient reads and writes, not measured;
+like the forward's d_in + 4·d_out elements per adapted GEMM."""
 
 
 def _adapted(model: ModelSpec, targets: str) -> dict[str, tuple[Gemm, ...]]:
