@@ -24,7 +24,7 @@ from advisor.catalog import load_model, load_platform
 from advisor.emit import EMITTERS, emit
 from advisor.emit.megatron import megatron_args, megatron_command, model_args
 from advisor.emit.nemo import nemo_command, nemo_factory, nemo_overrides
-from advisor.emit.torchtitan import torchtitan_args, torchtitan_command
+from advisor.emit.torchtitan import LOW_PRECISION_RECIPES, torchtitan_args, torchtitan_command
 from advisor.errors import ConfigError
 from advisor.parallel import Job, ParallelConfig, make_config, make_job
 
@@ -46,6 +46,7 @@ CASES = {
     "ddp-unfused": lambda: _case("llama3-8b", 8, tp=2, dp_sharding="none", attention="unfused"),
     "fp8-cp2": lambda: _case("llama3-70b", 64, precision="fp8-cs", tp=8, cp=2, pp=2),
     "nvfp4": lambda: _case("llama3-8b", 8, platform="b200", precision="nvfp4", tp=2),
+    "fp16": lambda: _case("llama3-8b", 8, platform="h100", precision="fp16", tp=2),
     "moe-ep8": lambda: _case("mixtral-8x7b", 64, tp=2, ep=8, recompute="full"),
     "moe-mla-shared": lambda: _case("deepseek-v3", 256, tp=8, pp=2, ep=64),
     # Uneven splits (Go et al. MICRO'25 finding 5; NVIDIA's DeepSeek-V3 61 layers on PP 8).
@@ -109,9 +110,13 @@ def _parse_megatron(args: list[str], mcore) -> dict:
         assert args[i].startswith("--"), f"stray value {args[i]!r}"
         dest = args[i][2:].replace("-", "_")
         dest = DESTS.get(dest, dest)
+        negated = dest.startswith("no_") and dest not in known  # store_false: --no-X → X
+        dest = dest.removeprefix("no_") if negated else dest
         assert dest in known, f"{args[i]} is neither a megatron-core field nor a known flag"
         assert dest not in ns, f"{args[i]} given twice"
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+        if negated:
+            ns[dest], i = False, i + 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
             ns[dest], i = _value(dest, args[i + 1], mcore), i + 2
         else:
             ns[dest], i = True, i + 1
@@ -233,8 +238,12 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
     assert _microbatches(ns["global_batch_size"], ns["micro_batch_size"], derived["dp"],
                          mcore) == config.num_microbatches
     assert tc.recompute_granularity == {"none": None}.get(config.recompute, config.recompute)
-    assert ddp.use_distributed_optimizer == (config.dp_sharding == "optimizer")
+    assert ddp.use_distributed_optimizer == (config.dp_sharding != "none")
     assert ddp.use_megatron_fsdp == (config.dp_sharding == "full")
+    if config.dp_sharding == "full":  # megatron-core 0.16's Megatron-FSDP guide
+        assert ns["gradient_accumulation_fusion"] is False
+    if job.model.is_moe:
+        assert tc.moe_grouped_gemm  # the grouped GEMM advisor prices the experts as
     assert (ddp.overlap_grad_reduce, ddp.overlap_param_gather, ddp.grad_reduce_in_fp32) == (
         config.overlap_grad_reduce, config.overlap_param_gather, config.grad_reduce_in_fp32)
     assert tc.attention_backend.name == ("unfused" if config.attention == "unfused" else "auto")
@@ -337,7 +346,13 @@ def _parse_nemo(overrides: list[str]) -> dict:
     return values
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c != "nvfp4"])
+NEMO_CASES = [c for c in CASES if c != "ddp-unfused"]  # NeMo-Run cannot parse AttnBackend
+#: Parsed by NeMo-Run only: megatron-core's MXFP8 checks need Transformer Engine installed.
+NEMO_ONLY = {"mxfp8-moe": lambda: _case("mixtral-8x7b", 64, platform="b200", precision="mxfp8",
+                                        tp=2, ep=8)}
+
+
+@pytest.mark.parametrize("case", NEMO_CASES)
 def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     import torch
     from megatron.core.model_parallel_config import ModelParallelConfig
@@ -353,6 +368,9 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     assert layout <= set(values)
     strategy = {k.split(".", 2)[2]: v for k, v in values.items()
                 if k.startswith("trainer.strategy.") and not k.startswith("trainer.strategy.ddp.")}
+    # MegatronStrategy's own fields that it copies onto the TransformerConfig at setup.
+    split = {k: strategy.pop(k) for k in list(strategy) if k.startswith(("num_layers_in_",
+                                                                        "account_for_"))}
     ddp = {k.rsplit(".", 1)[1]: v for k, v in values.items()
            if k.startswith("trainer.strategy.ddp.")}
     model_cfg = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("model.config.")}
@@ -363,15 +381,23 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     assert set(strategy) - {"fsdp"} <= _fields(ModelParallelConfig)
     assert set(ddp) <= _fields(mcore["DDP"]) and set(optim) <= _fields(OptimizerConfig)
     assert set(model_cfg) <= _fields(mcore["TransformerConfig"]) | {"seq_length"}
-    assert set(plugin) <= _fields(mcore["TransformerConfig"]) | _fields(mcore["DDP"])
-    assert set(data) <= NEMO_DATA and values["trainer.plugins"] in ("bf16_mixed", "fp16_mixed")
+    assert set(split) <= _fields(mcore["TransformerConfig"])
+    # NeMo's plugin fields: megatron-core ones, plus its own BF16 edge-layer knobs.
+    assert set(plugin) <= _fields(mcore["TransformerConfig"]) | _fields(mcore["DDP"]) | {
+        "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag", "precision", "params_dtype",
+        "pipeline_dtype"}
+    assert set(data) <= NEMO_DATA and "trainer.plugins" not in values
     # The recipe supplies the model shape (what Megatron-LM's shape flags say); the overrides
     # and the bf16 plugin go on top, as NeMo's strategy and plugin copy them onto model.config.
     shape = _parse_megatron(model_args(job.model, seq_len=config.seq_len), mcore)
-    cls, kw = _transformer_kwargs(shape, {"vp": None, "dtype": torch.bfloat16}, mcore)
-    kw.update({k: v for k, v in strategy.items() if k != "fsdp"}, bf16=True)
+    fp16 = plugin.get("precision") == "16-mixed"
+    cls, kw = _transformer_kwargs(shape, {"vp": None, "dtype": torch.float16 if fp16 else
+                                          torch.bfloat16}, mcore)
+    kw.update({k: v for k, v in strategy.items() if k != "fsdp"}, bf16=not fp16, fp16=fp16)
     kw.update({k: v for k, v in model_cfg.items() if k != "seq_length"})
-    kw.update({k: v for k, v in plugin.items() if k.startswith("fp")})
+    kw.update(split)
+    kw.update({k: v for k, v in plugin.items() if k.startswith("fp") and k in _fields(
+        mcore["TransformerConfig"])})
     if "attention_backend" in kw:  # NeMo-Run converts by the field's type (AttnBackend)
         kw["attention_backend"] = mcore["AttnBackend"][kw["attention_backend"]]
     tc = cls(**kw)
@@ -386,7 +412,7 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     OptimizerConfig(**optim)
     assert ddp_cfg.grad_reduce_in_fp32 == plugin["grad_reduce_in_fp32"]
     assert ddp_cfg.grad_reduce_in_fp32 == config.grad_reduce_in_fp32
-    assert ddp_cfg.use_distributed_optimizer == (config.dp_sharding == "optimizer")
+    assert ddp_cfg.use_distributed_optimizer == (config.dp_sharding != "none")
     assert (ddp_cfg.data_parallel_sharding_strategy == "optim_grads_params") == (
         config.dp_sharding == "full")
     world = values["trainer.num_nodes"] * values["trainer.devices"]
@@ -400,6 +426,59 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
         _check_uneven_split(tc, config, job, mcore)
 
 
+@pytest.fixture(scope="module")
+def nemo_run_parse():
+    """NeMo-Run's own override parser applied to NeMo's own recipe (what `nemo llm pretrain
+    --factory F k=v ...` does before it runs anything)."""
+    pytest.importorskip("nemo.collections.llm", reason="nemo_toolkit is not installed")
+    from nemo.collections import llm
+    from nemo_run.cli.lazy import LazyEntrypoint
+
+    def parse(factory: str, overrides: list[str]):
+        return LazyEntrypoint(llm.pretrain, factory=factory, overwrites=overrides).resolve()
+
+    return parse
+
+
+def _read(partial, key: str):
+    value = partial
+    for name in key.split("."):
+        value = getattr(value, name)
+    return value
+
+
+@pytest.mark.parametrize("case", [*NEMO_CASES, *NEMO_ONLY])
+def test_nemo_overrides_parse_with_nemo_run(case, nemo_run_parse):
+    """Every override survives NeMo-Run's parser on the real recipe with the intended value
+    and type (a None read as the string 'None', or a rejected value, fails here)."""
+    config, job = (CASES | NEMO_ONLY)[case]()
+    overrides = nemo_overrides(config, job)
+    recipe = nemo_run_parse(nemo_factory(job.model), overrides)
+    for key, intended in _parse_nemo(overrides).items():
+        got = _read(recipe, key)
+        if key == "trainer.devices":  # Union[list, str, int]: read as "8", which Lightning's
+            got = int(got)            # Trainer takes as 8 devices
+        if isinstance(intended, str) and intended.startswith("torch."):
+            intended = getattr(__import__("torch"), intended.removeprefix("torch."))
+        assert got == intended and type(got) is type(intended), (key, got, intended)
+    strategy = recipe.trainer.strategy
+    assert (strategy.tensor_model_parallel_size, strategy.pipeline_model_parallel_size,
+            strategy.context_parallel_size) == (config.tp, config.pp, config.cp)
+    # The recipe's own pipeline split and recompute modules do not survive (deepseek_v3
+    # carries 3/2 layers on the first/last stage and mla_up_proj/layernorm recompute).
+    assert strategy.num_layers_in_first_pipeline_stage == (
+        config.first_stage_layers if config.uneven and config.first_stage_layers else None)
+    assert strategy.num_layers_in_last_pipeline_stage == (
+        config.last_stage_layers if config.uneven and config.last_stage_layers else None)
+    assert recipe.model.config.recompute_modules == (
+        ["core_attn"] if config.recompute == "selective" else None)
+    assert (recipe.model.config.mtp_num_layers or 0) == job.model.num_mtp_layers
+    plugin = recipe.trainer.plugins
+    assert plugin.fp8 == {"fp8": "hybrid", "fp8-cs": "hybrid", "fp8-block": "hybrid",
+                          "mxfp8": "e4m3"}.get(config.precision)
+    assert plugin.fp4 == ("e2m1" if config.precision == "nvfp4" else None)
+
+
 def test_nemo_command_names_the_recipe():
     config, job = CASES["dense-tp8-pp2-vp5"]()
     command = nemo_command(config, job)
@@ -410,9 +489,16 @@ def test_nemo_command_names_the_recipe():
     assert nemo_factory(load_model("mixtral-8x7b")) == "mixtral_8x7b"
 
 
-def test_nemo_refuses_nvfp4():
-    with pytest.raises(ConfigError, match="no NVFP4 recipe"):
-        nemo_overrides(*CASES["nvfp4"]())
+def test_nemo_refuses_what_its_parser_cannot_read():
+    with pytest.raises(ConfigError, match="AttnBackend"):
+        nemo_overrides(*CASES["ddp-unfused"]())
+
+
+def test_nemo_sets_nvfp4_on_the_precision_plugin():
+    values = _parse_nemo(nemo_overrides(*CASES["nvfp4"]()))
+    assert (values["trainer.plugins.fp4"], values["trainer.plugins.fp4_recipe"]) == (
+        "e2m1", "nvfp4")
+    assert "trainer.plugins" not in values  # the parser cannot swap the plugin by name
 
 
 # ---- TorchTitan ---------------------------------------------------------------------------
@@ -422,7 +508,7 @@ TITAN_CASES = {
     "fsdp": CASES["fsdp"],
     "ddp-unfused-as-flash": lambda: _case("llama3-8b", 8, tp=2, dp_sharding="none"),
     "cp2": lambda: _case("llama3-70b", 64, tp=8, cp=2, pp=2),
-    "moe-ep8-vp2": lambda: _case("qwen3-30b-a3b", 32, tp=2, pp=2, vp=2, ep=8),
+    "moe-ep8-vp2": lambda: _case("qwen3-30b-a3b", 32, tp=2, pp=2, vp=2, ep=8, etp=1),
 }
 
 
@@ -479,6 +565,30 @@ def test_torchtitan_config_manager_loads_the_flags(case, titan):
         assert len(set(weight)) == 1, f"uneven stages {weight}"
 
 
+@pytest.mark.parametrize("key", list(LOW_PRECISION_RECIPES))
+def test_torchtitan_low_precision_recipes_are_torchtitans_own(key, titan):
+    """The float8/MXFP8 config functions advisor names exist in torchtitan 0.3.0 and convert
+    with the converter the precision means. (Loading them builds torchao's converters, which
+    refuse without an SM89+/SM100 GPU, so a CPU test reads the function instead.)"""
+    import importlib
+    import inspect
+
+    model, precision = key
+    module, function = LOW_PRECISION_RECIPES[key]
+    registry = importlib.import_module(f"torchtitan.models.{module}.config_registry")
+    source = inspect.getsource(getattr(registry, function))
+    assert {"mxfp8": "MXFP8LinearConverter", "fp8-cs": "Float8LinearConverter"}[precision] \
+        in source
+    platform = "b200" if precision == "mxfp8" else "h100"
+    gpus = {"llama3-8b": 8, "llama3.1-8b": 8, "llama3.1-405b": 512, "deepseek-v3": 1024}[model]
+    job = make_job(load_model(model), load_platform(platform), num_gpus=gpus,
+                   precision=precision, gbs=2 * gpus)
+    layout = {"llama3.1-405b": dict(tp=8, pp=8),
+              "deepseek-v3": dict(tp=1, ep=64, dp_sharding="full")}.get(model, dict(tp=2))
+    args = torchtitan_args(make_config(job, etp=1, recompute="full", **layout), job)
+    assert args[:4] == ["--module", module, "--config", function]
+
+
 def test_torchtitan_command_is_launchable():
     config, job = CASES["dense-tp8-pp2-vp5"]()
     command = torchtitan_command(config, job)
@@ -488,13 +598,14 @@ def test_torchtitan_command_is_launchable():
 
 
 def test_torchtitan_refuses_what_it_cannot_express():
-    with pytest.raises(ConfigError, match="no torchtitan flag"):
+    # fp8-cs for llama3-70b: torchtitan ships float8 only for 405B and DeepSeek-V3.
+    with pytest.raises(ConfigError, match="no torchtitan 0.3.0 recipe.*llama3_8b_mxfp8"):
         torchtitan_args(*CASES["fp8-cp2"]())
     with pytest.raises(ConfigError, match="attention unfused"):
         torchtitan_args(*CASES["ddp-unfused"]())
     with pytest.raises(ConfigError, match="no bf16 recipe for mixtral-8x7b"):
         torchtitan_args(*CASES["moe-ep8"]())
-    config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, dp_sharding="none")
+    config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, etp=1, dp_sharding="none")
     with pytest.raises(ConfigError, match="ep \\(8\\) to divide dp_shard"):
         torchtitan_args(config, job)
     config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=4, etp=2)

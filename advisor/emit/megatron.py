@@ -96,8 +96,10 @@ def _moe_args(model: ModelSpec) -> list[str]:
     if model.moe_latent_size:
         raise ConfigError(f"{model.name} routes experts in a latent space (moe_latent_size), "
                           f"which this emitter does not write.")
+    # --moe-grouped-gemm: the local experts run as one grouped GEMM, as NVIDIA's MoE recipes
+    # run them (megatron-core's default is a loop of per-expert GEMMs).
     args = ["--num-experts", str(model.num_experts), "--moe-router-topk", str(model.moe_top_k),
-            "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size)]
+            "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size), "--moe-grouped-gemm"]
     if model.moe_top_k == 1:  # TransformerConfig: softmax over one expert has zero gradient
         args.append("--moe-router-pre-softmax")
     if model.num_shared_experts:  # the total width of all shared experts, as Megatron asks
@@ -181,9 +183,13 @@ def _memory_args(config: ParallelConfig) -> list[str]:
     if config.dp_sharding == "optimizer":
         args.append("--use-distributed-optimizer")
     elif config.dp_sharding == "full":
-        # arguments.py: Megatron-FSDP only saves the fsdp_dtensor checkpoint format.
+        # arguments.py: Megatron-FSDP only saves the fsdp_dtensor checkpoint format; megatron-
+        # core 0.16's Megatron-FSDP guide also asks for the distributed optimizer and no
+        # gradient-accumulation fusion (the fused wgrad kernel writes main_grad, which
+        # Megatron-FSDP's sharded buffers replace).
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-                 "optim_grads_params", "--ckpt-format", "fsdp_dtensor"]
+                 "optim_grads_params", "--ckpt-format", "fsdp_dtensor",
+                 "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"]
     if config.overlap_param_gather and not config.overlap_grad_reduce:
         raise ConfigError("overlap_param_gather needs overlap_grad_reduce in Megatron-LM "
                           "(arguments.py); turn overlap_grad_reduce on.")

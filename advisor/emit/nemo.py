@@ -5,6 +5,12 @@ Names follow NeMo 2's recipes and performance scripts (`scripts/performance/help
 `ModelParallelConfig`), its `ddp` is a megatron-core `DistributedDataParallelConfig`,
 `model.config` is the model's `TransformerConfig`, `optim.config` is megatron-core's
 `OptimizerConfig`, and `trainer.plugins` is the `MegatronMixedPrecision` plugin.
+
+Checked against NeMo's own machinery (tests/test_emit_nemo.py): NeMo-Run's CLI parser applies
+the overrides to the real recipe, and the resulting configuration is read back. The parser
+cannot replace the precision plugin by name (`trainer.plugins=bf16_mixed` fails: its type is a
+Union of Lightning plugin classes), so the overrides set the fields of the recipe's own
+`bf16_mixed()` plugin to the values NeMo's precision factories use.
 """
 
 from __future__ import annotations
@@ -49,31 +55,34 @@ def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
     if job.model.is_moe:
         values["trainer.strategy.expert_model_parallel_size"] = config.ep
         values["trainer.strategy.expert_tensor_parallel_size"] = config.etp
+        # As NVIDIA's MoE recipes run: one grouped GEMM over the local experts; all-to-all
+        # dispatch, which advisor prices.
+        values["model.config.moe_grouped_gemm"] = True
         if config.ep > 1:
             values["model.config.moe_token_dispatcher_type"] = "alltoall"
-    if config.uneven:
-        # megatron-core's uneven split (TransformerConfig); it excludes the embedding/loss
-        # accounting, so both are turned off explicitly.
-        values["model.config.num_layers_in_first_pipeline_stage"] = (
-            config.first_stage_layers or None)
-        values["model.config.num_layers_in_last_pipeline_stage"] = (
-            config.last_stage_layers or None)
-        values["model.config.account_for_loss_in_pipeline_split"] = False
-        values["model.config.account_for_embedding_in_pipeline_split"] = False
-    elif config.pp > 1:
-        extra = pipeline_extra_layers(job.model, config.pp * config.vp)
-        values["model.config.account_for_loss_in_pipeline_split"] = extra >= 1
-        values["model.config.account_for_embedding_in_pipeline_split"] = extra == 2
+    values.update(_pipeline_split(config, job))
     values.update({"data.micro_batch_size": config.mbs, "data.global_batch_size": config.gbs,
                    "data.seq_length": config.seq_len, "model.config.seq_length": config.seq_len})
     granularity, method, num_layers = _RECOMPUTE[config.recompute]
+    # recompute_modules too: a recipe's own list (deepseek_v3: mla_up_proj, layernorm) would
+    # otherwise survive; "selective" is megatron-core's default module, core attention.
     values.update({"model.config.recompute_granularity": granularity,
                    "model.config.recompute_method": method,
-                   "model.config.recompute_num_layers": num_layers})
+                   "model.config.recompute_num_layers": num_layers,
+                   "model.config.recompute_modules": ["core_attn"] if granularity == "selective"
+                   else None})
+    # The model advisor priced: its MTP layers (deepseek_v3's recipe adds one when asked) and
+    # FP32 Adam moments (deepseek_v3 turns on the precision-aware optimizer's BF16 moments).
+    values["model.config.mtp_num_layers"] = job.model.num_mtp_layers or None
+    values["optim.config.use_precision_aware_optimizer"] = False
     values.update(_precision(config))  # before _sharding: a new plugin resets its fields
     values.update(_sharding(config))
     if config.attention == "unfused":
-        values["model.config.attention_backend"] = "unfused"
+        # NeMo-Run's parser has no reader for the AttnBackend enum
+        # (model.config.attention_backend=unfused fails to parse).
+        raise ConfigError("NeMo-Run's CLI cannot set model.config.attention_backend (an enum "
+                          "its parser does not read); set AttnBackend.unfused in the recipe's "
+                          "Python, or emit for megatron (--attention-backend unfused).")
     return [f"{key}={_literal(value)}" for key, value in values.items()]
 
 
@@ -86,12 +95,32 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
                 f"'{factory}' is derived from the model name.",
                 "The recipe must configure trainer.strategy.ddp as a "
                 "DistributedDataParallelConfig (NeMo's LLM recipes do)."]
+    if job.model.is_moe and config.ep > 1:
+        comments.append("MoE recipes that add DeepEPCallback (deepseek_v3 does) switch the "
+                        "token dispatcher to DeepEP's flex dispatcher on H100/B200 at setup; "
+                        "advisor priced all-to-all: drop that callback to run what was "
+                        "predicted.")
     if config.tp_comm_overlap:
         comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
                         "to trainer.callbacks (the recipe's *_performance variant does); "
                         "overrides cannot add a callback.")
     return shell_command(comments, [["nemo", "llm", "pretrain", "--factory", factory],
                                     *([o] for o in overrides)])
+
+
+def _pipeline_split(config: ParallelConfig, job: Job) -> dict[str, object]:
+    """The pipeline split, on `trainer.strategy` (the strategy copies its own values over
+    `model.config` at setup); set every time, because recipes carry their own (deepseek_v3:
+    3 and 2 layers on the first and last stage)."""
+    first = config.first_stage_layers or None if config.uneven else None
+    last = config.last_stage_layers or None if config.uneven else None
+    # megatron-core's uneven split excludes the embedding/loss accounting.
+    extra = 0 if config.uneven or config.pp == 1 else pipeline_extra_layers(
+        job.model, config.pp * config.vp)
+    return {"trainer.strategy.num_layers_in_first_pipeline_stage": first,
+            "trainer.strategy.num_layers_in_last_pipeline_stage": last,
+            "trainer.strategy.account_for_loss_in_pipeline_split": extra >= 1,
+            "trainer.strategy.account_for_embedding_in_pipeline_split": extra == 2}
 
 
 def _sharding(config: ParallelConfig) -> dict[str, object]:
@@ -109,24 +138,52 @@ def _sharding(config: ParallelConfig) -> dict[str, object]:
                            "optim_grads_params",
                        "model.config.init_model_with_meta_device": True,
                        "model.config.gradient_accumulation_fusion": False})
-    else:
-        values["optim.config.use_distributed_optimizer"] = config.dp_sharding == "optimizer"
+    # Megatron-FSDP runs with the distributed optimizer too (megatron-core 0.16's guide).
+    values["optim.config.use_distributed_optimizer"] = config.dp_sharding != "none"
     return values
 
 
+_LOW_PRECISION = {
+    # NeMo 2.7's factories (nemo/collections/llm/recipes/precision/mixed_precision.py):
+    # bf16_with_fp8_mixed
+    "fp8": {"fp8": "hybrid", "fp8_margin": 0, "fp8_amax_history_len": 1024,
+            "fp8_amax_compute_algo": "max", "fp8_param_gather": True},
+    # bf16_with_fp8_current_scaling_mixed (its first and last layer stay BF16)
+    "fp8-cs": {"fp8": "hybrid", "first_last_layers_bf16": True,
+               "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1,
+               "fp8_param_gather": True},
+    # bf16_with_fp8_subchannel_scaling_mixed
+    "fp8-block": {"fp8": "hybrid", "fp8_param_gather": False},
+    # bf16_with_mxfp8_mixed
+    "mxfp8": {"fp8": "e4m3", "fp8_param_gather": True,
+              "reuse_grad_buf_for_mxfp8_param_ag": True},
+}
+
+
 def _precision(config: ParallelConfig) -> dict[str, object]:
-    if config.precision == "nvfp4":
-        raise ConfigError("NeMo 2's precision recipes (bf16_mixed, fp16_mixed, "
-                          "bf16_with_fp8_*_mixed, bf16_with_mxfp8_mixed) have no NVFP4 recipe; "
-                          "emit for megatron (--fp4-format e2m1) or use precision mxfp8.")
-    values: dict[str, object] = {
-        "trainer.plugins": "fp16_mixed" if config.precision == "fp16" else "bf16_mixed"}
-    if config.precision in FP8_RECIPES:
-        values["trainer.plugins.fp8"] = "hybrid"
+    """Fields of the recipe's `bf16_mixed()` plugin, set to what NeMo's factory for the
+    precision sets (the parser cannot swap the plugin itself)."""
+    if config.precision == "fp16":
+        # fp16_mixed()'s fields (its grad_reduce_in_fp32 comes from the config, below).
+        return {"trainer.plugins.precision": "16-mixed",
+                "trainer.plugins.params_dtype": "torch.float16",
+                "trainer.plugins.pipeline_dtype": "torch.float16"}
+    # BF16 sets nothing: the recipe's plugin is bf16_mixed() already, and the parser reads
+    # None for its str-typed fp8/fp4 fields as the string 'None'.
+    values: dict[str, object] = {}
+    if config.precision in _LOW_PRECISION:
+        values.update({f"trainer.plugins.{k}": v
+                       for k, v in _LOW_PRECISION[config.precision].items()})
         values["trainer.plugins.fp8_recipe"] = FP8_RECIPES[config.precision]
+    elif config.precision == "nvfp4":
+        # MegatronMixedPrecision's fp4 fields (NeMo 2.7), as Megatron-LM's --fp4-format e2m1
+        # --fp4-recipe nvfp4.
+        values.update({"trainer.plugins.fp4": "e2m1", "trainer.plugins.fp4_recipe": "nvfp4"})
     return values
 
 
 def _literal(value: object) -> str:
     """NeMo-Run reads override values as Python literals; bare words stay strings."""
+    if isinstance(value, list):
+        return "[" + ",".join(f"'{v}'" for v in value) + "]"
     return "None" if value is None else str(value)

@@ -25,12 +25,33 @@ RECIPES = {
 }
 
 
-def torchtitan_recipe(model_name: str) -> tuple[str, str]:
-    """(`--module`, `--config`) of torchtitan 0.3.0's recipe for `model_name`.
+#: (advisor model, precision) -> torchtitan 0.3.0 config functions that train it in low
+#: precision with torchao's converters: Float8LinearConverter's default is tensorwise dynamic
+#: scaling (advisor's fp8-cs), MXFP8LinearConverter is MXFP8 (config_registry.py of each model).
+LOW_PRECISION_RECIPES = {
+    ("llama3-8b", "mxfp8"): ("llama3", "llama3_8b_mxfp8"),
+    ("llama3.1-8b", "mxfp8"): ("llama3", "llama3_8b_mxfp8"),
+    ("llama3.1-405b", "fp8-cs"): ("llama3", "llama3_405b"),
+    ("deepseek-v3", "fp8-cs"): ("deepseek_v3", "deepseek_v3_671b_float8"),
+}
+
+
+def torchtitan_recipe(model_name: str, precision: str = "bf16") -> tuple[str, str]:
+    """(`--module`, `--config`) of torchtitan 0.3.0's recipe for `model_name` in `precision`
+    (bf16, or a float8/MXFP8 recipe the version ships).
 
     Raises:
-        ConfigError: torchtitan 0.3.0 ships no bf16 recipe for the model.
+        ConfigError: torchtitan 0.3.0 ships no such recipe for the model.
     """
+    if precision != "bf16" and precision != "fp16":
+        if (model_name, precision) in LOW_PRECISION_RECIPES:
+            return LOW_PRECISION_RECIPES[(model_name, precision)]
+        shipped = ", ".join(f"{m} {p} ({f})" for (m, p), (_, f) in LOW_PRECISION_RECIPES.items())
+        raise ConfigError(f"precision {precision} for {model_name} has no torchtitan 0.3.0 "
+                          f"recipe: low precision comes from torchao converters inside a config "
+                          f"function, shipped for {shipped}; write one (model_registry(..., "
+                          f"converters=[Float8LinearConverter.Config()])), use bf16, or emit "
+                          f"for megatron.")
     try:
         return RECIPES[model_name]
     except KeyError:
@@ -51,7 +72,7 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     """
     check_fits(config, job)
     refuse_lora("torchtitan", config)
-    module, function = torchtitan_recipe(job.model.name)
+    module, function = torchtitan_recipe(job.model.name, config.precision)
     _refuse(config)
     args = ["--module", module, "--config", function]
     args += _degrees(config, job)
@@ -83,9 +104,12 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     comments = [f"TorchTitan 0.3.0 for {gpus_label(job)}; the recipe keeps its own data, "
                 f"optimizer and compile settings."]
     if config.dp_sharding == "optimizer":
-        comments.append("dp_sharding optimizer (ZeRO-1) has no torchtitan form: written as FSDP "
-                        "that keeps parameters gathered from forward to backward "
-                        "(fsdp_reshard_after_forward never), the same traffic per step.")
+        comments.append(f"dp_sharding optimizer (ZeRO-1) has no torchtitan form: written as "
+                        f"FSDP that keeps parameters gathered from forward to backward "
+                        f"(fsdp_reshard_after_forward never). It gathers once per step but "
+                        f"reduce-scatters gradients in each of the {config.num_microbatches} "
+                        f"micro-batches (Megatron reduces once per step); advisor's "
+                        f"torchtitan prediction prices that.")
     if config.recompute == "selective":
         comments.append("torchtitan's selective AC saves matmul outputs and recomputes the rest; "
                         "Megatron's recomputes core attention.")
@@ -101,11 +125,9 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
 
 
 def _refuse(config: ParallelConfig) -> None:
-    if config.precision_class != "bf16":
-        raise ConfigError(f"precision {config.precision} has no torchtitan flag: 0.3.0 trains "
-                          f"bfloat16 or float32 (training.mixed_precision_param), and float8/"
-                          f"MXFP8/NVFP4 come from model converters inside a config function "
-                          f"(e.g. llama3_8b_mxfp8); use precision bf16 or emit for megatron.")
+    if config.precision == "fp16":
+        raise ConfigError("precision fp16 has no torchtitan flag: 0.3.0 trains bfloat16 or "
+                          "float32 (training.mixed_precision_param); use bf16.")
     if config.attention == "unfused":
         raise ConfigError("attention unfused has no torchtitan flag: the recipe's model picks "
                           "its attention kernels (SDPA/flex); use attention flash.")
