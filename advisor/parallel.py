@@ -83,8 +83,8 @@ class ParallelConfig:
     ep: int = 1
     """Expert parallel: MoE experts split over ep GPUs (all-to-all)."""
     etp: int = 1
-    """Expert tensor parallel (MoE only). 1 as Megatron-Bridge's MoE recipes set it; Megatron-LM
-    itself defaults to etp = tp."""
+    """Expert tensor parallel (MoE only). `make_config` and `predict --input` default it to tp,
+    as Megatron-Core and NeMo 2 do when it is unset (Megatron-Bridge's MoE recipes set 1)."""
     vp: int = 1
     """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
     mbs: int = 1
@@ -231,12 +231,15 @@ def default_seq_len(model: ModelSpec) -> int:
 
 def default_gbs(model: ModelSpec, *, num_gpus: int, seq_len: int) -> int:
     """About 2M tokens per step (GPT-3 used 0.5-3.2M, Llama 2 4M), as a power of two, and at
-    least num_gpus/8 sequences so that pure DP over whole nodes stays possible.
+    least num_gpus/2 sequences, so the batch grows with the job: each data-parallel replica
+    keeps enough micro-batches to fill a pipeline (NVIDIA's Llama 3.1 405B recipes on 1,024
+    H100 run GBS 512-1,536, published_runs.csv; 2M tokens alone would be GBS 256 there and
+    force PP 32).
     """
     target_tokens = 2**21 if model.params.total >= 5e9 else 2**19
     gbs = max(1, target_tokens // seq_len)
     gbs = 1 << (gbs.bit_length() - 1)
-    floor = max(1, num_gpus // 8)
+    floor = max(1, num_gpus // 2)
     while gbs < floor:
         gbs *= 2
     return gbs
@@ -253,19 +256,30 @@ def make_job(model: ModelSpec, platform: Platform, *, num_gpus: int, seq_len: in
                lora_targets=lora_targets)
 
 
+def default_etp(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int) -> int:
+    """Expert tensor parallelism when a run does not say: Megatron-Core's (and NeMo 2's)
+    default, etp = tp, where the expert layout allows it (ep × etp must divide tp × cp × dp),
+    else 1. Dense models: 1."""
+    if not model.is_moe or (tp * cp * dp) % (ep * tp):
+        return 1
+    return tp
+
+
 def make_config(job: Job, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
-                etp: int = 1, vp: int = 1, mbs: int = 1, recompute: str = "none",
+                etp: int | None = None, vp: int = 1, mbs: int = 1, recompute: str = "none",
                 dp_sharding: str = "optimizer", overlap: bool = True) -> ParallelConfig:
     """The `ParallelConfig` for `job` with these choices; dp is what the GPUs leave.
 
     `overlap` turns on what NVIDIA's tuned Megatron recipes run with: sequence parallelism and
     TP communication overlap when tp > 1, gradient-reduce overlap, and parameter-gather overlap
-    with a sharded optimizer.
+    with a sharded optimizer. `etp` None: `default_etp` (Megatron-Core's etp = tp).
     """
     if job.num_gpus % (tp * pp * cp):
         raise ConfigError(f"tp × pp × cp = {tp * pp * cp} does not divide {job.num_gpus} GPUs; "
                           f"pick sizes whose product divides it.")
     dp = job.num_gpus // (tp * pp * cp)
+    if etp is None:
+        etp = default_etp(job.model, tp=tp, cp=cp, dp=dp, ep=ep)
     return ParallelConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, gbs=job.gbs,
         seq_len=job.seq_len, precision=job.precision, finetune=job.finetune,

@@ -10,12 +10,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from advisor import framework_defaults
 from advisor.catalog import load_model, load_platform
 from advisor.errors import AdvisorError, ConfigError
 from advisor.model import ModelSpec
-from advisor.parallel import ParallelConfig
+from advisor.parallel import ParallelConfig, default_etp
 from advisor.perf.analytical import SOURCE, Prediction, predict_config
 from advisor.perf.memory import MemoryBreakdown, estimate_memory
 from advisor.perf.step import DEFAULT_FRAMEWORK
@@ -107,9 +109,12 @@ def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, lis
         sharding = "optimizer"
         assumed.append("dp_sharding=optimizer (Megatron distributed optimizer)")
     overlap = _framework_defaults(row, tp=tp, sharding=sharding, assumed=assumed)
+    ep = _int(row, "ep", 1, assumed if model.is_moe else [])
     config = ParallelConfig(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=_int(row, "ep", 1, assumed if model.is_moe else []),
-        etp=_int(row, "etp", 1, assumed if model.is_moe else []), vp=_int(row, "vp", 1, assumed),
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
+        etp=_int(row, "etp", default_etp(model, tp=tp, cp=cp, dp=dp, ep=ep),
+                 assumed if model.is_moe else [], "Megatron-Core's default: the TP size"),
+        vp=_int(row, "vp", 1, assumed),
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
@@ -151,47 +156,40 @@ def _stage_layers(row: pd.Series, key: str) -> int:
 def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,
                         assumed: list[str]) -> dict[str, bool | str]:
     """Overlap, gradient and attention settings a row's framework runs with when the row does
-    not say.
-
-    Megatron-Bridge/NeMo performance recipes (rows with a container release in `software`, or
-    from NVIDIA's NeMo documentation) turn
-    on gradient-reduce and parameter-gather overlap, TP communication overlap when tp > 1, and
-    keep gradients in BF16. Megatron-LM as published in 2021-22 (no release) had none of these,
-    reduced FP32 gradients and ran unfused attention (FlashAttention arrived in Megatron-LM in
-    2023). PyTorch FSDP (other frameworks) prefetches gathers and overlaps reduce-scatters by
-    itself.
-    """
+    not say (`advisor.framework_defaults`: current Megatron-Core unless the row names a
+    2021-22 release or source)."""
     given = {k: str(row.get(k, "")).strip().lower() for k in
              ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-              "grad_reduce_in_fp32")}
-    framework = str(row.get("framework", "")).strip().lower()
-    nvidia_doc = "nemo" in str(row.get("source_name", "")).lower()
-    recipe = framework == "megatron" and (bool(str(row.get("software", "")).strip())
-                                          or nvidia_doc)
-    fsdp = framework not in ("", "megatron") and sharding == "full"  # FSDP prefetches itself
-    defaults = {"overlap_grad_reduce": recipe or fsdp, "overlap_param_gather": (recipe or fsdp)
-                and sharding != "none", "tp_comm_overlap": recipe and tp > 1,
-                "grad_reduce_in_fp32": framework == "megatron" and not recipe}
+              "grad_reduce_in_fp32", "attention")}
+    framework = str(row.get("framework", "")).strip().lower() or "megatron"
+    software = str(row.get("software", "")).strip()
+    source = str(row.get("source_name", ""))
+    table = framework_defaults.defaults(np.array([framework], dtype=object),
+                                        np.array([software], dtype=object), np.array([tp]),
+                                        np.array([sharding], dtype=object),
+                                        np.array([source], dtype=object))
     out: dict[str, bool | str] = {}
-    for key, default in defaults.items():
-        if given[key] in ("true", "1", "yes"):
+    defaulted = []
+    for key in given:
+        default = table[key][0]
+        default = str(default) if key == "attention" else bool(default)
+        if key == "attention":
+            out[key] = given[key] or default
+            if not given[key]:
+                defaulted.append(f"attention={default}")
+        elif given[key] in ("true", "1", "yes"):
             out[key] = True
         elif given[key] in ("false", "0", "no"):
             out[key] = False
         else:
             out[key] = default
-            if default:
-                why = ("NVIDIA performance recipe" if recipe else "PyTorch FSDP prefetch"
-                       if fsdp else "Megatron-LM default")
-                assumed.append(f"{key}=true ({why})")
+            defaulted.append(f"{key}={str(default).lower()}")
     if out["overlap_param_gather"] and sharding == "none":
         out["overlap_param_gather"] = False
-    attention = str(row.get("attention", "")).strip().lower()
-    if not attention:
-        attention = "unfused" if framework == "megatron" and not recipe else "flash"
-        if attention == "unfused":
-            assumed.append("attention=unfused (Megatron-LM before FlashAttention)")
-    return out | {"attention": attention}
+    if defaulted:
+        reason = framework_defaults.why(framework, software, source)
+        assumed.append(f"{', '.join(defaulted)} ({reason})")
+    return out
 
 
 def predict_row(row: pd.Series) -> RowPrediction:
@@ -202,12 +200,13 @@ def predict_row(row: pd.Series) -> RowPrediction:
         model = load_model(str(row["model"]))
         platform = load_platform(str(row["gpu"]))
         config, out.assumed = parse_run_row(row, model)
-        out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])))
+        framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
+        out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])),
+                             framework=framework)
         if str(row.get("recompute", "")).strip() == "":
             config, _ = lightest_recompute_that_fits(model, config, platform)
             out.assumed.append(f"recompute={config.recompute} (unknown: the least recompute "
                                f"that fits, as tuned recipes turn it on only when needed)")
-        framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
         out.analytical = predict_config(model, platform, config, framework=framework)
         out.memory = out.analytical.memory
         out.config = config

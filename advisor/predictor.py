@@ -134,6 +134,8 @@ class Predictor:
         else:
             out = pd.concat(parts).reindex(pd.RangeIndex(len(index)))
             out["pred_error"] = out["pred_error"].fillna("")
+            if "pred_assumed" in out:
+                out["pred_assumed"] = out["pred_assumed"].fillna("")
         out.index = index
         return out
 
@@ -159,16 +161,21 @@ class Predictor:
                        rows: np.ndarray) -> pd.DataFrame:
         """Predictions for configurations of one model on one platform run by one framework;
         `rows` are their positions in the input."""
+        cols = _default_etp(model, cols)
         invalid = _invalid(model, cols)
         if invalid.any():
-            bad = pd.DataFrame({"pred_error": _why_invalid(model, platform, take(cols, invalid))},
+            bad = pd.DataFrame({"pred_error": _why_invalid(model, platform, take(cols, invalid),
+                                                           framework)},
                                index=rows[invalid])
             if invalid.all():
                 return bad
             good = ~invalid
             return pd.concat([self._predict_group(model, platform, framework, take(cols, good),
                                                   rows[good]), bad])
-        return pd.DataFrame(self._predict_arrays(model, platform, framework, cols), index=rows)
+        out = self._predict_arrays(model, platform, framework,
+                                   {k: v for k, v in cols.items() if k not in _BOOKKEEPING})
+        out["pred_assumed"] = cols["assumed"]
+        return pd.DataFrame(out, index=rows)
 
     def _predict_arrays(self, model, platform, framework: str,
                         cols: Columns) -> dict[str, np.ndarray]:
@@ -267,6 +274,28 @@ class Predictor:
         return out
 
 
+_BOOKKEEPING = ("assumed", "etp_unset")
+"""Columns `as_columns` adds that are not configuration."""
+
+
+def _default_etp(model, cols: Columns) -> Columns:
+    """etp where the input left it unset: Megatron-Core's default etp = tp for MoE models
+    (`parallel.default_etp`), noted in `assumed`."""
+    unset = cols["etp_unset"] & (cols["tp"] > 1) if model.is_moe else None
+    if unset is None or not unset.any():
+        return cols
+    tp, ep = cols["tp"], cols["ep"]
+    fits = (tp * cols["cp"] * cols["dp"]) % (ep * tp) == 0
+    use = unset & fits
+    cols = dict(cols)
+    cols["etp"] = np.where(use, tp, cols["etp"]).astype(cols["etp"].dtype)
+    note = "etp=tp (Megatron-Core's default)"
+    cols["assumed"] = np.where(use, np.where(cols["assumed"] == "", note,
+                                             cols["assumed"] + "; " + note),
+                               cols["assumed"]).astype(object)
+    return cols
+
+
 def _invalid(model, configs: Columns) -> np.ndarray:
     """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the
     same one configuration at a time)."""
@@ -290,7 +319,7 @@ def _invalid(model, configs: Columns) -> np.ndarray:
     return bad
 
 
-def _why_invalid(model, platform, configs: Columns) -> list[str]:
+def _why_invalid(model, platform, configs: Columns, framework: str = "megatron") -> list[str]:
     from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
     from advisor.space import validate
 
@@ -308,7 +337,7 @@ def _why_invalid(model, platform, configs: Columns) -> list[str]:
                                              and num_gpus == int(num_gpus)):
                 raise ConfigError(f"num_gpus must be a positive whole number, got "
                                   f"{num_gpus!r}.")
-            validate(config, model, platform,
+            validate(config, model, platform, framework=framework,
                      num_gpus=config.world_size if num_gpus is None else int(num_gpus))
             out.append("invalid configuration for this model")
         except AdvisorError as e:

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 import pandas as pd
 
+from advisor import framework_defaults
 from advisor.errors import ConfigError
 from advisor.perf.columns import Columns
 
@@ -89,7 +90,40 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         if default:
             values[values == ""] = default
         cols[name] = values
+    unset = {name: (np.ones(n, dtype=bool) if name not in frame
+                    else pd.isna(frame[name]).to_numpy())
+             for name in (*framework_defaults.FIELDS, "etp")}
+    source = read("source_name")[0] if "source_name" in frame else None
+    _apply_framework_defaults(cols, unset, source)
     return cols, frame.index, objects
+
+
+def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],
+                              source: np.ndarray | None) -> None:
+    """Fill the cells a frame left unset as `predict --input` does (`framework_defaults`),
+    and say so in `cols["assumed"]`; etp (it needs the model) is marked in
+    `cols["etp_unset"]` for the Predictor."""
+    n = len(cols["tp"])
+    cols["etp_unset"] = unset.pop("etp")
+    assumed = np.full(n, "", dtype=object)
+    if any(mask.any() for mask in unset.values()):
+        table = framework_defaults.defaults(cols["framework"], cols["software"], cols["tp"],
+                                            cols["dp_sharding"], source)
+        table["overlap_param_gather"] &= cols["dp_sharding"] != "none"
+        parts = [[] for _ in range(n)]
+        for name, mask in unset.items():
+            if not mask.any():
+                continue
+            cols[name] = np.where(mask, table[name], cols[name]).astype(cols[name].dtype)
+            for i in np.flatnonzero(mask):
+                parts[i].append(f"{name}={str(table[name][i]).lower()}")
+        for i in range(n):
+            if parts[i]:
+                reason = framework_defaults.why(str(cols["framework"][i]),
+                                                str(cols["software"][i]),
+                                                "" if source is None else str(source[i]))
+                assumed[i] = f"{', '.join(parts[i])} ({reason})"
+    cols["assumed"] = assumed
 
 
 def _derive_dp(cols: dict[str, np.ndarray], gpus: np.ndarray, *, missing: np.ndarray) -> None:
@@ -224,6 +258,9 @@ def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] |
             cols[name] = values
         if all(hasattr(job, "num_gpus") for job in jobs):
             cols["num_gpus"] = np.array([job.num_gpus for job in jobs], dtype=float)
+        # A ParallelConfig states every field: nothing is assumed.
+        cols["assumed"] = np.full(len(pairs), "", dtype=object)
+        cols["etp_unset"] = np.zeros(len(pairs), dtype=bool)
         return cols, pd.RangeIndex(len(pairs)), objects
     rows = []
     for config, job in pairs:

@@ -81,9 +81,15 @@ def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -
     return notes
 
 
+PP_WITH_FSDP = ("torchtitan", "automodel", "nemo-automodel", "pytorch-fsdp", "fsdp")
+"""Frameworks that run FSDP (PyTorch FSDP2) with pipeline parallelism: TorchTitan and NeMo
+AutoModel (DeepSeek-V3 on 256-1,024 H100, Kimi-K2 on 256 H100). Megatron-FSDP does not."""
+
+
 def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
-             num_gpus: int | None = None) -> list[str]:
-    """Raise `ConfigError` naming the broken rule; return warnings for allowed oddities."""
+             num_gpus: int | None = None, framework: str = "megatron") -> list[str]:
+    """Raise `ConfigError` naming the broken rule; return warnings for allowed oddities. Rules
+    that depend on the framework (FSDP with pipelining) follow `framework`'s."""
     name = model.name
     if num_gpus is not None and config.world_size != num_gpus:
         raise ConfigError(f"tp × pp × cp × dp = {config.tp} × {config.pp} × {config.cp} × "
@@ -126,10 +132,11 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
             raise ConfigError(
                 f"ep × etp ({config.ep} × {config.etp}) must divide tp × cp × dp ({dense_group}): "
                 f"Megatron folds expert parallelism into the GPUs of one pipeline stage.")
-    if config.dp_sharding == "full" and config.pp > 1:
+    if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
-                          f"by Megatron-LM or TorchTitan's Megatron path; use dp_sharding "
-                          f"optimizer, or pp 1.")
+                          f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
+                          f"optimizer, pp 1, or a framework that runs FSDP2 with pipelining "
+                          f"({', '.join(PP_WITH_FSDP[:2])}).")
     if not platform.supports(config.precision_class):
         raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
                           f"{config.precision}.")

@@ -199,3 +199,35 @@ def test_predictor_derives_dp_from_num_gpus_and_refuses_contradictions():
     pairs = p.predict([(config, job64), (config, job32)])
     assert pairs["pred_error"].iloc[0] == ""
     assert "the job has 32 GPUs" in pairs["pred_error"].iloc[1]
+
+
+@pytest.mark.parametrize("row", [
+    # Current Megatron-Core (no release named): overlap, SP, flash attention, BF16 grads.
+    {"model": "llama3-70b", "gpu": "h200", "num_gpus": 64, "tp": 4, "pp": 2, "seq_len": 8192,
+     "gbs": 128, "mbs": 1, "recompute": "selective"},
+    # A 2021 release: no overlap, FP32 gradient reduce, unfused attention.
+    {"model": "llama3-70b", "gpu": "h200", "num_gpus": 64, "tp": 4, "pp": 2, "seq_len": 8192,
+     "gbs": 128, "mbs": 1, "recompute": "selective", "software": "2021"},
+    # MoE with etp unset: Megatron-Core's etp = tp.
+    {"model": "mixtral-8x7b", "gpu": "h100", "num_gpus": 64, "tp": 2, "ep": 8, "seq_len": 4096,
+     "gbs": 256, "mbs": 1, "recompute": "full"},
+])
+def test_predictor_takes_the_same_defaults_as_predict_input(row):
+    """The same row through `Predictor.predict` and `predict --input` (both analytical here):
+    the same prediction, and the assumptions said."""
+    from advisor.predict_input import predict_frame
+
+    frame = pd.DataFrame([row]).astype({k: str for k in row if k == "software"})
+    direct = Predictor(None).predict(frame).iloc[0]
+    via_input = predict_frame(frame.astype(str)).iloc[0]
+    assert direct["pred_error"] == "" and via_input["pred_error"] == ""
+    assert direct["pred_tokens_per_sec_per_gpu"] == pytest.approx(
+        via_input["pred_tokens_per_sec_per_gpu"], rel=1e-4)  # predict --input rounds
+    assert direct["pred_memory_gb"] == pytest.approx(via_input["pred_memory_gb"], abs=0.01)
+    assumed = direct["pred_assumed"]
+    if "software" in row:
+        assert "attention=unfused" in assumed and "2021-22 Megatron-LM" in assumed
+    else:
+        assert "overlap_grad_reduce=true" in assumed and "names no release" in assumed
+    if row["model"] == "mixtral-8x7b":
+        assert "etp=tp" in assumed and "etp=2" in via_input["pred_assumed"]

@@ -2,7 +2,14 @@ import pytest
 
 from advisor import catalog
 from advisor.errors import ConfigError
-from advisor.parallel import Job, ParallelConfig, default_gbs, default_seq_len, make_job
+from advisor.parallel import (
+    Job,
+    ParallelConfig,
+    default_gbs,
+    default_seq_len,
+    make_config,
+    make_job,
+)
 
 
 def test_vp_requires_pp():
@@ -56,6 +63,19 @@ def test_defaults_are_documented_values():
     assert default_seq_len(m) == 8192
     assert default_seq_len(catalog.load_model("llama3.1-405b")) == 8192
     assert default_gbs(m, num_gpus=64, seq_len=8192) == 256          # 2M tokens
-    assert default_gbs(m, num_gpus=16384, seq_len=8192) == 2048      # at least gpus/8
+    assert default_gbs(m, num_gpus=16384, seq_len=8192) == 8192      # at least gpus/2
+    # The batch grows with the job: 405B on 1,024 GPUs gets NVIDIA's smallest recipe batch.
+    assert default_gbs(catalog.load_model("llama3.1-405b"), num_gpus=1024, seq_len=8192) == 512
     job = make_job(m, catalog.load_platform("h200"), num_gpus=64)
     assert (job.seq_len, job.gbs) == (8192, 256)
+
+
+def test_etp_defaults_to_tp_as_megatron_core_does():
+    moe = catalog.load_model("mixtral-8x7b")
+    job = make_job(moe, catalog.load_platform("h100"), num_gpus=64, seq_len=4096, gbs=256)
+    assert make_config(job, tp=4, ep=8).etp == 4
+    assert make_config(job, tp=4, ep=8, etp=1).etp == 1
+    # ep × tp must divide the stage's GPUs (tp·cp·dp = 16 with pp 4): 8 × 4 does not.
+    assert make_config(job, tp=4, pp=4, ep=8).etp == 1
+    dense = make_job(catalog.load_model("llama3-8b"), catalog.load_platform("h100"), num_gpus=8)
+    assert make_config(dense, tp=2).etp == 1

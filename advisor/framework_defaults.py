@@ -1,0 +1,70 @@
+"""What a run's framework does when the run does not say: overlap, sequence parallelism,
+gradient-reduce precision, attention kernels and expert tensor parallelism. One rule, used by
+`predict --input` rows (`predict_input.parse_run_row`) and by `Predictor.predict` frames, so the
+two answer the same question the same way.
+
+Every framework runs sequence parallelism with tensor parallelism. Megatron (Megatron-LM,
+Megatron-Core, NeMo, Megatron-Bridge) runs with current Megatron-Core defaults —
+gradient-reduce and parameter-gather overlap, TP communication overlap when tp > 1, BF16
+gradient reduction, fused (flash) attention — unless
+the run names a release from 2022 or earlier (`software` such as "2021" or "22.05", or a
+source dated 2019-2022 such as "SC'21"): Megatron-LM as published then had no overlap, reduced
+FP32 gradients and ran unfused attention (FlashAttention arrived in Megatron-LM in 2023).
+PyTorch FSDP (other frameworks) prefetches gathers and overlaps reduce-scatters by itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+OLD_RELEASE = re.compile(r"^(?:v?[0-3]\.|(?:20)?(?:19|20|21|22)(?:[.\-]|$))")
+"""A `software` release from 2022 or earlier: Megatron-LM v0-v3, or a year / YY.MM container."""
+OLD_SOURCE = re.compile(r"(?:'|\b20)(?:19|20|21|22)\b")
+"""A source dated 2019-2022 ("Narayanan et al. SC'21", "Korthikanti et al. 2022")."""
+
+FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+          "tp_comm_overlap", "grad_reduce_in_fp32", "attention")
+
+
+def old_megatron(framework: np.ndarray, software: np.ndarray,
+                 source: np.ndarray | None = None) -> np.ndarray:
+    """Rows run by 2021-22 Megatron-LM (see module docstring)."""
+    framework = np.asarray(framework, dtype=object)
+    old = np.array([bool(OLD_RELEASE.match(str(s).strip().lower())) for s in software])
+    if source is not None:
+        old |= np.array([bool(OLD_SOURCE.search(str(s))) for s in source])
+    return (framework == "megatron") & old
+
+
+def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
+             sharding: np.ndarray, source: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each of `FIELDS` as its framework sets it by default, per row."""
+    framework = np.asarray(framework, dtype=object)
+    megatron = framework == "megatron"
+    old = old_megatron(framework, software, source)
+    current = megatron & ~old
+    fsdp = ~megatron & (np.asarray(sharding, dtype=object) == "full")
+    overlap = current | fsdp
+    tp = np.asarray(tp)
+    return {"sequence_parallel": tp > 1,
+            "overlap_grad_reduce": overlap,
+            "overlap_param_gather": overlap & (np.asarray(sharding, dtype=object) != "none"),
+            "tp_comm_overlap": current & (tp > 1),
+            "grad_reduce_in_fp32": megatron & old,
+            "attention": np.where(megatron & old, "unfused", "flash").astype(object)}
+
+
+def why(framework: str, software: str, source: str = "") -> str:
+    """The assumption in words, for `pred_assumed`."""
+    if framework != "megatron":
+        return f"{framework}'s defaults (PyTorch FSDP prefetch and overlap)"
+    if bool(old_megatron(np.array([framework]), np.array([software]), np.array([source]))[0]):
+        return ("2021-22 Megatron-LM (its release or source is dated then): no overlap, FP32 "
+                "gradient reduce, unfused attention")
+    if not software.strip():
+        return ("framework megatron names no release: current Megatron-Core defaults "
+                "(overlap, SP, flash attention, BF16 gradient reduce); set software to a "
+                "2021-22 release for old Megatron-LM")
+    return f"Megatron-Core {software} defaults (overlap, SP, flash attention, BF16 gradients)"
