@@ -214,3 +214,25 @@ def test_single_config_matches_the_table():
     assert one.step.step_time_s == pytest.approx(table["step_time_s"])
     assert one.memory.total_bytes == pytest.approx(table["total_bytes"])
     assert one.source == "analytical"
+
+
+def test_torchtitan_zero1_reduce_scatters_every_micro_batch():
+    """TorchTitan 0.3.0 runs dp_sharding optimizer as FSDP2 that keeps parameters gathered:
+    gradients are reduce-scattered in each micro-batch's backward, where Megatron's
+    distributed optimizer reduces once per step."""
+    import pandas as pd
+
+    from advisor.perf.analytical import analytical_table
+
+    model = load_model("llama3-8b")
+    platform = load_platform("examples/paper-h100-cluster.toml")  # 100 Gb/s between nodes
+    job = make_job(model, platform, num_gpus=16, seq_len=8192, gbs=256)
+    for overlap in (True, False):
+        frame = pd.DataFrame([make_config(job, tp=1, mbs=1, overlap=overlap).to_dict()])
+        mega, titan = (analytical_table(model, platform, frame, framework=f).iloc[0]
+                       for f in ("megatron", "torchtitan"))
+        if overlap:  # the same gradients, 16 times: hidden, but 16 times the traffic
+            assert titan["hidden_comm_s"] > 5 * mega["hidden_comm_s"]
+        else:  # nothing hides it: the step pays every reduce-scatter
+            assert titan["dp_comm_s"] > 5 * mega["dp_comm_s"] > 0
+            assert titan["step_time_s"] > mega["step_time_s"] * 1.1

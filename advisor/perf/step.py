@@ -216,6 +216,12 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     # FSDP gathers parameters before forward and backward and reduce-scatters gradients, every
     # micro-batch, prefetching under the compute of the neighbouring layers.
     fsdp_mb = np.where(full, 2.0 * ag + rs, 0.0)
+    # TorchTitan 0.3.0 has no ZeRO-1: `dp_sharding optimizer` runs as FSDP2 with
+    # reshard_after_forward never (the emitter's form), which gathers parameters once per step
+    # but reduce-scatters gradients in every micro-batch's backward (no gradient-sync skip for
+    # accumulation), where Megatron's distributed optimizer reduces once per step.
+    titan_zero1 = (frameworks[:, None] == "torchtitan") & (sharding == "optimizer")
+    fsdp_mb = np.where(titan_zero1, rs, fsdp_mb)
 
     # ---- what overlap hides, per micro-batch ----------------------------------------------------
     # One budget: communication can hide under at most OVERLAP_EFFICIENCY of the micro-batch's
@@ -227,7 +233,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     # is what the data-parallel gradient sync and parameter gather can hide under.
     budget = OVERLAP_EFFICIENCY * (compute_mb + recompute_mb)
     fsdp_hideable = np.where(full, np.where(param_overlap, 2.0 * ag, 0.0)
-                             + np.where(grad_overlap, rs, 0.0), 0.0)
+                             + np.where(grad_overlap, rs, 0.0),
+                             np.where(titan_zero1 & grad_overlap, rs, 0.0))
     hidden = {}
     cp_attention = attn_mb + re_attn     # ring attention hides under the attention kernels
     for name, raw, under in (("tp", np.where(tp_overlap, tp_all, 0.0), compute.tp_gemm_s),
@@ -244,7 +251,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
                  + fsdp_exposed_mb)
     overhead_mb = np.maximum(compute.host_s - device_mb, 0.0)   # the GPU waiting for launches
     microbatch = device_mb + overhead_mb
-    grad_sync = np.where(shard_opt, rs, ar)
+    grad_sync = np.where(titan_zero1, 0.0, np.where(shard_opt, rs, ar))  # titan: per micro-batch
     grad_hidden = np.where(grad_overlap, np.minimum(np.minimum(
         grad_sync, OVERLAP_EFFICIENCY * bwd_mb), budget), 0.0)
     budget = budget - grad_hidden
