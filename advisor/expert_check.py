@@ -15,11 +15,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from advisor.errors import AdvisorError
-from advisor.objective import TIE_TOLERANCE, Constraints, rank
-from advisor.parallel import PARALLEL_FIELDS
-from advisor.rationale import tradeoff
-from advisor.recommend import pinned_space, recommend
-from advisor.search import feasible, score_configs
+from advisor.objective import Constraints
+from advisor.recommend import recommend
+from advisor.why_not import rank_layout
 
 RECIPE_SOURCES = ("NeMo", "Megatron-Bridge")
 KNOBS = ("tp", "pp", "cp", "ep", "vp", "mbs")
@@ -35,12 +33,18 @@ class ExpertVerdict:
     """Position of the recipe's layout among advisor's distinct layouts (1 = advisor's pick);
     None where advisor does not consider it (does not fit, or outside the space)."""
     ratio: float | None
-    """advisor's top pick / the recipe, predicted tokens/s per GPU."""
+    """advisor's top pick / the recipe's best variant, predicted tokens/s per GPU."""
     why: str
+    exact_rank: int | None = None
+    """Position counting virtual-pipeline and micro-batch variants as layouts of their own."""
 
     @property
     def agrees(self) -> bool:
         return self.rank is not None and self.rank <= TOP
+
+    @property
+    def agrees_exactly(self) -> bool:
+        return self.exact_rank is not None and self.exact_rank <= TOP
 
 
 def recipe_jobs(reference: pd.DataFrame) -> pd.DataFrame:
@@ -68,43 +72,12 @@ def check(row: pd.Series, *, predictor) -> ExpertVerdict:
         rec = recommend(job, top=1, predictor=predictor, constraints=Constraints())
     except AdvisorError as e:
         return ExpertVerdict(label, recipe, None, None, f"advisor cannot plan this job: {e}")
-    # Score the recipe's layout directly (Optuna may not have sampled it) and rank it among
-    # advisor's candidates with the same rule `recommend` uses.
-    try:
-        variants = pinned_space(job, recipe | {"dp": job.num_gpus // (
-            recipe["tp"] * recipe["pp"] * recipe["cp"])})
-    except AdvisorError as e:
-        return ExpertVerdict(label, recipe, None, None, f"outside advisor's space: {e}")
-    scored = score_configs(job, variants, predictor=predictor, constraints=Constraints())
-    fits = scored[feasible(scored)]
-    if fits.empty:
-        least = scored["pred_memory_gb"].min()
-        return ExpertVerdict(label, recipe, None, None,
-                             f"the memory model says it does not fit: at least {least:.0f} GB "
-                             f"per GPU of {job.platform.memory_capacity_bytes / 1e9:.0f} GB "
-                             f"with any recompute and sharding")
-    columns = [c for c in rec.ranked.columns if c in fits.columns]
-    pool = pd.concat([rec.ranked[columns], fits[columns]], ignore_index=True)
-    ranked = rank(pool.drop_duplicates(list(PARALLEL_FIELDS)), "throughput")
-    layouts = ranked.drop_duplicates(list(KNOBS)).reset_index(drop=True)
-    match = (layouts[list(KNOBS)] == pd.Series(recipe)).all(axis=1).to_numpy()
-    if not match.any():  # cannot happen: the recipe's own variants are in the pool
-        raise AssertionError(f"{label}: the recipe's layout vanished from its own ranking")
-    position = int(match.argmax())
-    mine, best = layouts.iloc[position], layouts.iloc[0]
-    ratio = float(best["pred_tokens_per_sec_per_gpu"]) / float(mine["pred_tokens_per_sec_per_gpu"])
-    why = ""
-    if position >= TOP:
-        change = tradeoff(mine, best)
-        if bool(mine["near_best"]):
-            why = (f"the recipe is within {TIE_TOLERANCE:.0%} of advisor's best (pessimistic "
-                   f"estimate), where advisor prefers the more conventional layout: from the "
-                   f"recipe, {change}")
-        else:
-            gain = float(best["score"]) / float(mine["score"]) - 1
-            why = (f"advisor predicts its pick {gain:.0%} faster on the pessimistic (p10) "
-                   f"estimate: from the recipe, {change}")
-    return ExpertVerdict(label, recipe, position + 1, ratio, why)
+    # The same "why not this layout?" that `recommend --layout` answers: the recipe's variants
+    # are scored directly (Optuna may not have sampled them) and ranked with recommend's rule.
+    verdict = rank_layout(rec, recipe, predictor=predictor)
+    ratio = None if verdict.gap is None else 1.0 + verdict.gap
+    return ExpertVerdict(label, recipe, verdict.rank, ratio, verdict.why,
+                         exact_rank=verdict.exact_rank)
 
 
 def agreement(reference: pd.DataFrame, *, workers: int = 1) -> list[ExpertVerdict]:

@@ -13,10 +13,16 @@ import pandas as pd
 
 from advisor.errors import ConfigError
 
-OBJECTIVES = ("throughput", "energy", "balanced")
+OBJECTIVES = ("throughput", "energy", "balanced", "cost")
 """throughput: most tokens/s per GPU. energy: most tokens per joule. balanced: the largest
 product of throughput and tokens per joule, each relative to the best candidate (the knee of the
-throughput-energy front)."""
+throughput-energy front). cost: fewest dollars per million tokens (GPU-hour price / tokens per
+GPU-hour): on one platform that is the throughput ranking; `compare` weighs the prices."""
+
+RISKS = ("expected", "averse")
+"""expected: rank on the predicted median (what a platform engineer means by "fastest").
+averse: rank on the pessimistic p10, so a layout the measured data supports poorly (a wide
+band) cannot win on its median; the recommendation says what that traded."""
 
 
 @dataclass(frozen=True)
@@ -70,29 +76,48 @@ def check_objective(objective: str) -> str:
     return objective
 
 
+def check_risk(risk: str) -> str:
+    if risk not in RISKS:
+        raise ConfigError(f"--risk {risk!r} is unknown; use expected (rank on the predicted "
+                          f"median) or averse (rank on the pessimistic p10).")
+    return risk
+
+
 TIE_TOLERANCE = 0.05
-"""Candidates within this fraction of the best score count as a tie: the model cannot rank
-them (its leave-one-source-out error is larger), so the conventional layout goes first."""
+"""Candidates within this fraction of the best score count as a tie, which the more
+conventional layout wins: the model cannot order them (its error against NVIDIA's measured
+recipes is 2-6 % per layout, more between layouts). The recommendation says when a tie
+decided, and by how much the layout it beat is predicted faster."""
 
 
-def score(scored: pd.DataFrame, objective: str) -> np.ndarray:
+def throughput_basis(scored: pd.DataFrame, risk: str = "expected") -> np.ndarray:
+    """Tokens/s per GPU that ranking uses: the median, or the p10 where `risk` is averse (and
+    the Predictor gives one)."""
+    check_risk(risk)
+    tps = scored["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    low = scored.get("pred_tokens_per_sec_per_gpu_p10")
+    if risk == "expected" or low is None:
+        return tps
+    return np.minimum(low.to_numpy(float), tps)
+
+
+def score(scored: pd.DataFrame, objective: str, risk: str = "expected") -> np.ndarray:
     """Higher is better, for every row (NaN where the row could not be predicted).
 
-    Scores use the pessimistic (p10) throughput where the Predictor gives one: a layout the
-    measured data does not support has a wide band and cannot win on an optimistic guess.
+    `risk="expected"` scores the predicted median; `"averse"` the pessimistic p10, so a layout
+    the measured data does not support (a wide band) cannot win on its median.
     """
     check_objective(objective)
     tps = scored["pred_tokens_per_sec_per_gpu"].to_numpy(float)
-    low = scored.get("pred_tokens_per_sec_per_gpu_p10")
-    low = tps if low is None else np.minimum(low.to_numpy(float), tps)
-    tokens_per_j = (1.0 / scored["pred_energy_j_per_token"].to_numpy(float)) * (low / tps)
-    if objective == "throughput":
-        return low
+    basis = throughput_basis(scored, risk)
+    tokens_per_j = (1.0 / scored["pred_energy_j_per_token"].to_numpy(float)) * (basis / tps)
+    if objective in ("throughput", "cost"):  # one platform: one price per GPU-hour
+        return basis
     if objective == "energy":
         return tokens_per_j
     # Relative throughput × relative tokens per joule: scale-free, so it does not matter that
     # one is in tokens/s and the other in tokens/J.
-    return (low / np.nanmax(low)) * (tokens_per_j / np.nanmax(tokens_per_j))
+    return (basis / np.nanmax(basis)) * (tokens_per_j / np.nanmax(tokens_per_j))
 
 
 def conventional_order(scored: pd.DataFrame) -> np.ndarray:
@@ -104,11 +129,11 @@ def conventional_order(scored: pd.DataFrame) -> np.ndarray:
             * 100 + np.log2(scored["mbs"].to_numpy(float)) * 10 + recompute)
 
 
-def rank(scored: pd.DataFrame, objective: str) -> pd.DataFrame:
+def rank(scored: pd.DataFrame, objective: str, risk: str = "expected") -> pd.DataFrame:
     """Rows best first. Rows within `TIE_TOLERANCE` of the best score come first, the most
     conventional of them first; the rest follow by score; exact ties go to more memory
     headroom."""
-    values = score(scored, objective)
+    values = score(scored, objective, risk)
     near = values >= (1.0 - TIE_TOLERANCE) * np.nanmax(values) if len(values) else values > 0
     out = scored.assign(score=values, near_best=near,
                         _order=np.where(near, conventional_order(scored), 0))

@@ -34,7 +34,8 @@ MIN_GAIN = 0.005
 """The smallest predicted gain worth proposing (0.5 %): below it the change is within the
 model's own noise between neighbouring layouts."""
 METRICS = {"throughput": "tokens/s per GPU", "energy": "samples per MJ",
-           "balanced": "tokens/s × samples per MJ"}
+           "balanced": "tokens/s × samples per MJ",
+           "cost": "tokens/s per GPU (one platform, one price)"}
 """What the proposal improves, per objective (`advisor.objective.OBJECTIVES`)."""
 
 
@@ -100,7 +101,7 @@ def candidate_splits(model: ModelSpec, config: ParallelConfig) -> list[ParallelC
 def _metric(table: pd.DataFrame, objective: str) -> np.ndarray:
     tps = np.array(table["tokens_per_sec_per_gpu"], dtype=float)
     per_mj = np.array(table["samples_per_mj"], dtype=float)
-    return {"throughput": tps, "energy": per_mj, "balanced": tps * per_mj}[objective]
+    return {"throughput": tps, "energy": per_mj, "balanced": tps * per_mj, "cost": tps}[objective]
 
 
 def _allowed(table: pd.DataFrame, constraints: Constraints) -> np.ndarray:

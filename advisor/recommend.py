@@ -14,7 +14,15 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
-from advisor.objective import Constraints, check_objective, pareto_front, rank
+from advisor.objective import (
+    TIE_TOLERANCE,
+    Constraints,
+    check_objective,
+    check_risk,
+    pareto_front,
+    rank,
+    throughput_basis,
+)
 from advisor.parallel import Job, ParallelConfig, make_job
 from advisor.perf.analytical import Prediction, predict_config
 from advisor.placement import Placement, propose_placement
@@ -30,8 +38,10 @@ from advisor.rationale import (
 from advisor.search import feasible, search, violation_columns
 from advisor.space import config_from_row, enumerate_space
 
-LAYOUT = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "mbs")
-"""What makes two recommendations different layouts (rather than variants of one)."""
+LAYOUT = ("tp", "pp", "cp", "dp", "ep", "etp")
+"""What makes two recommendations different layouts: how the GPUs are split. Virtual pipeline
+stages, micro-batch, recompute, sharding and overlap tune one layout; the best variant of each
+layout is shown, the others appear in the trade-offs."""
 
 
 class Infeasible(AdvisorError):
@@ -76,17 +86,24 @@ class Recommendation:
     """Every feasible scored configuration, best first."""
     num_trials: int = 0
     study_name: str = ""
+    risk: str = "expected"
+    ranking: list[str] = field(default_factory=list)
+    """How the order was decided, in words: the basis (median or p10), and where a tie rule or
+    the risk-averse basis put a layout ahead of a faster one."""
 
 
-def recommend(job: Job, *, objective: str = "throughput",
+def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected",
               constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
               predictor=None, engine: str = "auto", trials: int | None = None,
               storage: str | None = None, study_name: str | None = None,
               seed: int | None = None, progress=None) -> Recommendation:
-    """Search `job`'s space and return the `top` configurations (see module docstring)."""
+    """Search `job`'s space and return the `top` distinct layouts (see module docstring),
+    ranked on the expected (median) prediction, or on the pessimistic p10 with
+    `risk="averse"`."""
     from advisor.predictor import Predictor
 
     check_objective(objective)
+    check_risk(risk)
     if top < 1:
         raise ConfigError(f"--top must be at least 1, got {top}.")
     constraints = constraints or Constraints()
@@ -95,7 +112,7 @@ def recommend(job: Job, *, objective: str = "throughput",
     space = pinned_space(job, pins)
     result = search(job, predictor=predictor, constraints=constraints, objective=objective,
                     space=space, pins=pins, engine=engine, trials=trials, storage=storage,
-                    study_name=study_name, seed=seed, progress=progress)
+                    study_name=study_name, seed=seed, progress=progress, risk=risk)
     scored = result.scored
     tried = (f"Optuna's {result.num_trials} trials ({result.num_valid} valid layouts of "
              f"{result.num_space:,}) found none that " if result.engine == "optuna" else "")
@@ -108,9 +125,9 @@ def recommend(job: Job, *, objective: str = "throughput",
         message = constraint_message(scored, constraints)
         raise Infeasible(tried + "meets the constraints; raise --trials or use --search "
                          "exhaustive. Among them: " + message if tried else message)
-    ranked = rank(scored[ok], objective)
-    # One row per layout: variants that differ only in recompute, sharding or overlap show
-    # up in the trade-offs instead of crowding the list.
+    ranked = rank(scored[ok], objective, risk)
+    # One row per layout: variants that differ only in VP, micro-batch, recompute, sharding
+    # or overlap show up in the trade-offs instead of crowding the list.
     head = ranked.drop_duplicates(list(LAYOUT)).head(top)
     shap = _contributions(head, job, predictor)
     choices = [_choice(i + 1, row, job, predictor, shap[i], objective=objective,
@@ -124,7 +141,45 @@ def recommend(job: Job, *, objective: str = "throughput",
         choices=choices, tradeoffs=lines,
         pareto_power=pareto_front(ranked, "pred_peak_power_w"),
         pareto_energy=pareto_front(ranked, "pred_energy_j_per_token"),
-        ranked=ranked, num_trials=result.num_trials, study_name=result.study_name)
+        ranked=ranked, num_trials=result.num_trials, study_name=result.study_name,
+        risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk))
+
+
+def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) -> list[str]:
+    """How `ranked`'s order was decided: the basis, and any layout the tie rule or the
+    risk-averse basis put behind #1 although it is predicted faster."""
+    what = {"throughput": "throughput", "energy": "tokens per joule",
+            "balanced": "throughput × tokens per joule",
+            "cost": "throughput (one platform: dollars per token fall as it rises)"}[objective]
+    basis = ("expected (median)" if risk == "expected" else
+             "pessimistic (p10, --risk averse)")
+    notes = [f"Ranked on the {basis} {what}; the p10–p90 band is the throughput's "
+             f"uncertainty. Layouts within {TIE_TOLERANCE:.0%} of the best count as a tie, "
+             f"which the more conventional one wins (no CP, no FSDP, smaller micro-batch, "
+             f"less recompute)."]
+    if ranked.empty:
+        return notes
+    best = ranked.iloc[0]
+    median = ranked["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    fastest = ranked.iloc[int(np.nanargmax(median))]
+    gain = float(fastest["pred_tokens_per_sec_per_gpu"]) / float(
+        best["pred_tokens_per_sec_per_gpu"]) - 1
+    if gain < 0.005 or objective not in ("throughput", "cost"):
+        return notes
+    from advisor.rationale import short
+
+    if risk == "averse":
+        low_best, low_fast = (float(x) for x in throughput_basis(
+            pd.DataFrame([best, fastest]), "averse"))
+        notes.append(f"Traded for certainty: {short(fastest, job.model)} is predicted "
+                     f"{gain:.1%} faster on the median, but its p10 is {low_fast:,.0f} against "
+                     f"#1's {low_best:,.0f} tokens/s per GPU (a wider band: the measured data "
+                     f"supports it less).")
+    else:
+        notes.append(f"{short(fastest, job.model)} ({describe(fastest, job.model)}) is "
+                     f"predicted {gain:.1%} faster than #1, within the tie tolerance; #1 is "
+                     f"the more conventional layout.")
+    return notes
 
 
 def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str, *,
@@ -150,7 +205,7 @@ def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
             else None)
     if shap is None:
         return [""] * len(rows)
-    return [contributions_in_words(shap.iloc[i]) if supported[i] else ""
+    return [contributions_in_words(shap.iloc[i], moe=job.model.is_moe) if supported[i] else ""
             for i in range(len(rows))]
 
 
@@ -237,7 +292,7 @@ def smallest_fitting_gpus(job: Job) -> int | None:
     def fits(n: int) -> bool:
         try:
             trial = make_job(job.model, job.platform, num_gpus=n, seq_len=job.seq_len,
-                             gbs=max(job.gbs, n // 8), precision=job.precision)
+                             gbs=max(job.gbs, n // 2), precision=job.precision)
             space = enumerate_space(trial)
         except AdvisorError:
             return False

@@ -18,31 +18,32 @@ import pandas as pd
 
 from advisor.catalog import load_model, load_platform
 from advisor.parallel import make_job
-from advisor.perf.memory import memory_table
-from advisor.space import enumerate_space
 
 SUMMARY = ("tp", "pp", "dp", "cp", "ep", "vp", "mbs", "recompute", "dp_sharding")
 
 
 def best_configurations(predictor, model_name: str, platform_name: str, num_gpus: int, *,
                         seq_len: int | None = None, gbs: int | None = None,
-                        precision: str = "bf16", pins: dict | None = None) -> pd.DataFrame:
-    """Every configuration of the job that fits in memory, predicted, best first."""
+                        precision: str = "bf16", pins: dict | None = None,
+                        objective: str = "throughput", risk: str = "expected") -> pd.DataFrame:
+    """Every configuration of the job that fits in memory, predicted, best first — ranked
+    exactly as `advisor recommend` ranks them (`recommend.recommend`); empty where none fits."""
+    from advisor.errors import AdvisorError
+    from advisor.recommend import Infeasible, recommend
+
     model, platform = load_model(model_name), load_platform(platform_name)
     job = make_job(model, platform, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs,
                    precision=precision)
-    space = enumerate_space(job, pins=pins)
-    if space.empty:
-        return space
-    fits = memory_table(model, platform=platform, configs=space)["fits"].to_numpy()
-    space = space[fits].drop(columns="tp_beyond_nvlink")
-    if space.empty:
-        return space
-    space = space.assign(model=model.name, gpu=platform.name)
-    pred = predictor.predict(space)
-    ranked = space.join(pred)
-    ranked = ranked[ranked["pred_error"] == ""]
-    return ranked.sort_values("pred_tokens_per_sec_per_gpu", ascending=False)
+    try:
+        rec = recommend(job, objective=objective, risk=risk, pins=pins, top=1,
+                        predictor=predictor)
+    except Infeasible:
+        return pd.DataFrame()
+    except AdvisorError as e:  # a pin no layout allows (dp = replicas that do not divide)
+        if "is not valid" in str(e):
+            return pd.DataFrame()
+        raise
+    return rec.ranked
 
 
 def throughput_table(predictor, model_name: str, platforms: list[str], gpu_counts: list[int],
@@ -66,6 +67,9 @@ def throughput_table(predictor, model_name: str, platforms: list[str], gpu_count
                 "tokens_per_sec_p90": float(best["pred_tokens_per_sec_per_gpu_p90"]) * gpus,
                 "avg_power_w": float(best["pred_avg_power_w"]),
                 "source": best["pred_source"],
+                # False: no published run calibrated the platform family (AMD today); its
+                # figures borrow other families' efficiencies.
+                "calibrated": bool(best["pred_calibrated"]),
                 "config": {k: best[k] for k in SUMMARY}})
     return pd.DataFrame(rows)
 

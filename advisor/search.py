@@ -52,7 +52,7 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
            space: pd.DataFrame, pins: dict | None = None, engine: str = "auto",
            trials: int | None = None, storage: str | None = None,
            study_name: str | None = None, seed: int | None = None,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, risk: str = "expected") -> SearchResult:
     """Score `space` (an `enumerate_space` table with `pins` applied) exhaustively or with
     Optuna. Optuna-only options (`trials`, `storage`, `study_name`, `seed`) choose Optuna
     under `engine="auto"` and are refused with `engine="exhaustive"`."""
@@ -75,7 +75,8 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
                             num_space=len(space))
     return _optuna(job, space, predictor=predictor, constraints=constraints,
                    objective=objective, trials=trials or DEFAULT_TRIALS, storage=storage,
-                   study_name=study_name, seed=seed, pins=pins or {}, progress=progress)
+                   study_name=study_name, seed=seed, pins=pins or {}, progress=progress,
+                   risk=risk)
 
 
 def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
@@ -115,12 +116,13 @@ def feasible(scored: pd.DataFrame) -> np.ndarray:
 # --- Optuna -----------------------------------------------------------------------------------
 
 def default_study_name(job: Job, *, objective: str, constraints: Constraints,
-                       pins: dict) -> str:
+                       pins: dict, risk: str = "expected") -> str:
     """Same question → same study: workers started with the same flags share one study."""
     key = json.dumps({"model": job.model.name, "platform": job.platform.name,
                       "gpus": job.num_gpus, "seq": job.seq_len, "gbs": job.gbs,
                       "precision": job.precision, "objective": objective,
-                      "constraints": constraints.describe(), "pins": pins},
+                      "constraints": constraints.describe(), "pins": pins,
+                      **({"risk": risk} if risk != "expected" else {})},
                      sort_keys=True, default=str)
     return f"advisor-{job.model.name}-{job.num_gpus}x{job.platform.name}-" + \
         hashlib.sha256(key.encode()).hexdigest()[:10]
@@ -236,14 +238,15 @@ class _Nearest:
 
 def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraints,
             objective: str, trials: int, storage: str | None, study_name: str | None,
-            seed: int | None, pins: dict, progress: Progress | None) -> SearchResult:
+            seed: int | None, pins: dict, progress: Progress | None,
+            risk: str = "expected") -> SearchResult:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = (["maximize", "minimize"] if objective == "balanced" else
                   ["minimize"] if objective == "energy" else ["maximize"])
     name = study_name or default_study_name(job, objective=objective,
-                                            constraints=constraints, pins=pins)
+                                            constraints=constraints, pins=pins, risk=risk)
     if seed is None and storage is None:
         seed = 0  # reproducible alone; workers sharing a study each draw their own
     sampler = optuna.samplers.TPESampler(seed=seed)
@@ -278,7 +281,7 @@ def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraint
                 cache[r] = row
         for trial, r in zip(batch, rows, strict=True):
             _tell(study, trial, cache.get(r), objective, directions,
-                  scales=_scales(constraints, capacity_gb))
+                  scales=_scales(constraints, capacity_gb), risk=risk)
         done += len(batch)
         if progress:
             progress(done, trials)
@@ -311,7 +314,7 @@ def _scales(constraints: Constraints, capacity_gb: float) -> dict[str, float]:
 
 
 def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[str], *,
-          scales: dict[str, float]) -> None:
+          scales: dict[str, float], risk: str = "expected") -> None:
     """Invalid layouts are infeasible trials with the worst values, so TPE learns to avoid
     them; constraint values are the predicted excess as a fraction of the limit (≤ 0 = met)."""
     if row is None or pd.isna(row.get("pred_tokens_per_sec_per_gpu")):
@@ -324,12 +327,14 @@ def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[
         if col.startswith("violates_"):
             name = col.removeprefix("violates_")
             trial.set_constraint(name, float(row[col]) / scales.get(name, 1.0))
-    # The values `objective.score` ranks by: pessimistic (p10) throughput and the energy per
-    # token it implies.
+    # The values `objective.score` ranks by: the median throughput (the p10 when risk-averse)
+    # and the energy per token it implies.
     tps = float(row["pred_tokens_per_sec_per_gpu"])
-    low = min(float(row.get("pred_tokens_per_sec_per_gpu_p10", tps)), tps)
+    low = (min(float(row.get("pred_tokens_per_sec_per_gpu_p10", tps)), tps)
+           if risk == "averse" else tps)
     energy = float(row["pred_energy_j_per_token"]) * tps / low
-    values = {"throughput": [low], "energy": [energy], "balanced": [low, energy]}[objective]
+    values = {"throughput": [low], "cost": [low], "energy": [energy],
+              "balanced": [low, energy]}[objective]
     study.tell(trial, values)
 
 

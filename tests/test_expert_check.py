@@ -42,5 +42,5 @@ def test_agreement_with_published_experts(verdicts):
         if v.rank is not None:
             assert " would " in v.why, v.why
         else:
-            assert v.why.startswith(("outside advisor's space", "the memory model says",
+            assert v.why.startswith(("outside the valid space", "the memory model says",
                                      "advisor cannot plan")), v.why

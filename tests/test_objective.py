@@ -45,14 +45,21 @@ def test_constraints_reject_nonsense(kwargs):
         Constraints(**kwargs)
 
 
-def test_score_is_pessimistic_and_energy_prefers_fewer_joules():
+def test_score_is_expected_by_default_and_pessimistic_when_averse():
     frame = _frame([100.0, 110.0], [1.0, 2.0],
                    pred_tokens_per_sec_per_gpu_p10=[95.0, 60.0])
-    assert score(frame, "throughput").tolist() == [95.0, 60.0]  # wide band loses
+    assert score(frame, "throughput").tolist() == [100.0, 110.0]  # the median decides
+    assert score(frame, "throughput", "averse").tolist() == [95.0, 60.0]  # wide band loses
+    assert rank(frame, "throughput")["pred_tokens_per_sec_per_gpu"].iloc[0] == 110.0
+    assert rank(frame, "throughput", "averse")["pred_tokens_per_sec_per_gpu"].iloc[0] == 100.0
     energy = score(frame, "energy")
     assert energy[0] > energy[1]
+    # On one platform the price per GPU-hour is one number: cost ranks as throughput.
+    assert score(frame, "cost").tolist() == score(frame, "throughput").tolist()
     with pytest.raises(ConfigError):
         score(frame, "speed")
+    with pytest.raises(ConfigError, match="--risk"):
+        score(frame, "throughput", "reckless")
 
 
 def test_near_ties_go_to_the_conventional_layout():
