@@ -26,6 +26,15 @@ class Side:
     platform: Platform
     num_gpus: int
     recommendation: Recommendation
+    gpu_hour_usd: float | None = None
+    """Price of one GPU for an hour (--gpu-hour-price, else the catalog's; None: unknown)."""
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        """GPU-hour price / tokens per GPU-hour × 1e6 (None without a price)."""
+        if self.gpu_hour_usd is None:
+            return None
+        return self.gpu_hour_usd / (self.tokens_per_sec_per_gpu * 3600.0) * 1e6
 
     @property
     def best(self) -> Choice:
@@ -81,14 +90,52 @@ def parse_sides(text: str) -> list[tuple[str, int]]:
     return sides
 
 
+def parse_prices(text: str | None) -> dict[str, float]:
+    """`--gpu-hour-price`: `3.5` (every side) or `h100=2.5,h200=3.6` → {"*": 3.5} or
+    {"h100": 2.5, "h200": 3.6}."""
+    if text is None or not text.strip():
+        return {}
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.rpartition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = float("nan")
+        if not (price > 0) or (sep and not name.strip()):
+            raise ConfigError(f"--gpu-hour-price takes US dollars per GPU-hour: one number "
+                              f"(3.5) or PLATFORM=PRICE pairs (h100=2.5,h200=3.6); {part!r} is "
+                              f"not one.")
+        out[name.strip().lower() if sep else "*"] = price
+    return out
+
+
+def side_price(platform: Platform, prices: dict[str, float]) -> float | None:
+    """The price for `platform`: given by name or alias, else for every side, else the
+    catalog's."""
+    for name in (platform.name, *platform.aliases):
+        if name.lower() in prices:
+            return prices[name.lower()]
+    return prices.get("*", platform.gpu_hour_usd)
+
+
 def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int | None = None,
             gbs: int | None = None, precision: str = "bf16", objective: str = "throughput",
             constraints: Constraints | None = None, predictor=None, finetune: str = "none",
-            lora_rank: int = 16, lora_targets: str = "attention") -> Comparison:
+            lora_rank: int = 16, lora_targets: str = "attention",
+            prices: dict[str, float] | None = None) -> Comparison:
     """Recommend on every side with the same sequence length and global batch (the largest
-    default among the sides unless given), then judge."""
+    default among the sides unless given), then judge. `prices` (`parse_prices`) override
+    the catalog's GPU-hour prices."""
     from advisor.predictor import Predictor
 
+    prices = prices or {}
+    if objective == "cost":
+        unpriced = [p.name for p, _ in sides if side_price(p, prices) is None]
+        if unpriced:
+            raise ConfigError(f"--objective cost needs a GPU-hour price for "
+                              f"{', '.join(unpriced)} (the catalog has none): pass "
+                              f"--gpu-hour-price {unpriced[0]}=USD.")
     predictor = predictor or Predictor.load()
     seq_len = seq_len or default_seq_len(model)
     gbs = gbs or max(default_gbs(model, num_gpus=n, seq_len=seq_len) for _, n in sides)
@@ -99,7 +146,8 @@ def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int
                        lora_targets=lora_targets)
         rec = recommend(job, objective=objective, constraints=constraints, top=1,
                         predictor=predictor)
-        out.append(Side(f"{n} × {platform.name}", platform, n, rec))
+        out.append(Side(f"{n} × {platform.name}", platform, n, rec,
+                        gpu_hour_usd=side_price(platform, prices)))
     winner = max(out, key=lambda side: _merit(side, out, objective))
     return Comparison(model, seq_len, gbs, objective, out, winner, verdict(out, winner, model))
 
@@ -110,6 +158,8 @@ def _merit(side: Side, sides: list[Side], objective: str) -> float:
     tps, per_j = side.tokens_per_sec, 1.0 / side.energy_j_per_token
     if objective == "throughput":
         return tps
+    if objective == "cost":
+        return -float(side.usd_per_million_tokens)
     if objective == "energy":
         return per_j
     return (tps / max(s.tokens_per_sec for s in sides)) * (
@@ -127,6 +177,17 @@ def verdict(sides: list[Side], winner: Side, model: ModelSpec) -> list[str]:
                  f"({greenest.energy_j_per_token:.3f} J)." if saving >= TIE else
                  f"Energy: a tie within {TIE:.0%} ({greenest.energy_j_per_token:.3f} J per "
                  f"token on {greenest.label}).")
+    priced = [s for s in sides if s.usd_per_million_tokens is not None]
+    if len(priced) >= 2:
+        cheapest = min(priced, key=lambda s: s.usd_per_million_tokens)
+        dearest = max(priced, key=lambda s: s.usd_per_million_tokens)
+        saving = 1 - cheapest.usd_per_million_tokens / dearest.usd_per_million_tokens
+        lines.append(f"Cost: {cheapest.label} trains a million tokens for "
+                     f"${cheapest.usd_per_million_tokens:.2f} at ${cheapest.gpu_hour_usd:.2f} "
+                     f"per GPU-hour, {saving:.0%} less than {dearest.label} "
+                     f"(${dearest.usd_per_million_tokens:.2f})." if saving >= TIE else
+                     f"Cost: a tie within {TIE:.0%} (${cheapest.usd_per_million_tokens:.2f} per "
+                     f"million tokens on {cheapest.label}).")
     if winner is not fastest:
         lines.insert(0, f"Best for this objective: {winner.label}.")
     return lines
@@ -154,17 +215,18 @@ def _pair(fast: Side, slow: Side, model: ModelSpec) -> str:
                        f"{per_gpu:.0%} more tokens/s per GPU, more than the "
                        f"{slow.num_gpus / fast.num_gpus:.1f}× GPU count makes up")
     elif fast.num_gpus > slow.num_gpus:
-        heavy = [s.label for s in (fast, slow) if s.comm_share >= COMM_BOUND]
-        bound = ("compute-bound" if not heavy else
-                 f"communication-heavy on {' and '.join(heavy)}")
-        memory = (f" outweigh {slow.platform.display_name}'s larger memory"
-                  if slow.platform.memory_capacity_bytes > fast.platform.memory_capacity_bytes
-                  else " win")
-        lead = (f"; per GPU {slow.label} is {-per_gpu:.0%} faster, not enough to make up "
-                f"{fast.num_gpus / slow.num_gpus:.1f}× the GPUs" if per_gpu < -0.005 else "")
-        why.append(f"scale-out wins: the job is {bound} (communication and bubble take "
-                   f"{fast.comm_share:.0%} of the step on {fast.label}, "
-                   f"{slow.comm_share:.0%} on {slow.label}), so more GPUs{memory}{lead}")
+        # More GPUs win by number; communication is a cost they pay, never the reason.
+        count = fast.num_gpus / slow.num_gpus
+        lead = (f"{slow.label} is {-per_gpu:.0%} faster per GPU, not enough to make up "
+                f"{count:.1f}× the GPUs" if per_gpu < -0.005 else
+                f"{count:.1f}× the GPUs, each as fast or faster")
+        comm = (f", despite more exposed communication and bubble ({fast.comm_share:.0%} of "
+                f"the step against {slow.comm_share:.0%})"
+                if fast.comm_share > slow.comm_share + 0.02 else
+                f", and with less exposed communication and bubble ({fast.comm_share:.0%} "
+                f"of the step against {slow.comm_share:.0%})"
+                if slow.comm_share > fast.comm_share + 0.02 else "")
+        why.append(f"scale-out wins on GPU count: {lead}{comm}")
     else:
         why.append(f"per GPU {fast.tokens_per_sec_per_gpu:,.0f} vs "
                    f"{slow.tokens_per_sec_per_gpu:,.0f} tokens/s")

@@ -60,6 +60,9 @@ class Platform:
     chassis: str | None = None
     """How the node's devices sit in the cooling path (`advisor/catalog/chassis.toml`); None
     takes `hgx-air` for air cooling and `cold-plate` for liquid."""
+    gpu_hour_usd: float | None = None
+    """On-demand rental price of one device for an hour (US dollars), where a public rate card
+    gives one: the default of `--gpu-hour-price` for the cost objective."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
@@ -68,6 +71,19 @@ class Platform:
     def memory_capacity_bytes(self) -> float:
         """Bytes a training process can address: the driver's total where the catalog has it."""
         return self.hbm_usable_bytes or self.hbm_bytes
+
+    def capacity_note(self) -> str:
+        """Why the capacity shown differs from the name's (H200 "141 GB" shown as 150 GB), or ""
+        where it does not."""
+        usable = self.hbm_usable_bytes
+        if not usable or abs(usable / self.hbm_bytes - 1) < 0.02:
+            return ""
+        gib = usable / 2**30
+        unit = (f"the datasheet's {self.hbm_bytes / 1e9:.0f} GB counts binary gigabytes "
+                f"(the driver's {gib:.1f} GiB)" if abs(gib / (self.hbm_bytes / 1e9) - 1) < 0.03
+                else f"the datasheet says {self.hbm_bytes / 1e9:.0f} GB")
+        return (f"{usable / 1e9:.1f} GB per GPU is what the driver reports usable (decimal GB, "
+                f"as every figure here); {unit}")
 
     def peak_flops(self, precision_class: str) -> float:
         """Dense peak FLOP/s for a precision class (`bf16`, `fp16`, `fp8`, `fp4`)."""

@@ -189,12 +189,17 @@ def neighbours(pick: pd.Series, ranked: pd.DataFrame, limit: int = 3) -> list[pd
     return out
 
 
-def contributions_in_words(contributions: pd.Series, limit: int = 3) -> str:
-    """SHAP values of the surrogate's log(measured/analytical), grouped by knob."""
+MOE_KNOBS = ("EP", "ETP")
+
+
+def contributions_in_words(contributions: pd.Series, limit: int = 3, *,
+                           moe: bool = True) -> str:
+    """SHAP values of the surrogate's log(measured/analytical), grouped by knob; a dense model
+    (`moe` False) has no EP or ETP to credit (their features sit at 1 for it)."""
     grouped: dict[str, float] = {}
     for feature, value in contributions.items():
         name = FEATURE_KNOBS.get(str(feature))
-        if name:
+        if name and (moe or name not in MOE_KNOBS):
             grouped[name] = grouped.get(name, 0.0) + float(value)
     top = sorted(grouped.items(), key=lambda kv: -abs(kv[1]))[:limit]
     top = [(k, v) for k, v in top if abs(v) >= 0.005]
@@ -218,6 +223,10 @@ def warnings(row: pd.Series, platform: Platform, model: ModelSpec, *,
     if float(row["pred_throttle_risk"]) >= HIGH_THROTTLE_RISK:
         out.append(f"throttle risk {float(row['pred_throttle_risk']):.0%}: expect clocks to "
                    f"drop on the hottest GPUs; a smaller micro-batch or recompute lowers peaks")
+    if not bool(row.get("pred_calibrated", True)):
+        out.append(f"{platform.family} is uncalibrated: no published run measured it, so "
+                   f"throughput and MFU use the calibrated families' average efficiencies; "
+                   f"treat the figures as a rough guide until a campaign measures it")
     if surrogate and bool(row.get("pred_extrapolation", False)):
         out.append("outside the measured data's support: the throughput band is wide and the "
                    "prediction leans on the analytical model"

@@ -5,7 +5,9 @@
 Each job asks for some GPUs; the cluster has free GPUs of several types. The loop asks advisor
 for the throughput of the job's best configuration on each type it could get (Gavel's
 throughput-table shape), prefers the type with the best lower bound (p10: a cautious scheduler
-does not bet on an optimistic estimate), and books the GPUs.
+does not bet on an optimistic estimate) among calibrated platforms — an uncalibrated one (no
+published run measured its family: MI300X today) is used only when nothing else is free — and
+books the GPUs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ def main() -> None:
         if table.empty:
             print(f"{model} × {gpus}: no configuration fits on {', '.join(candidates)}")
             continue
-        best = table.sort_values("tokens_per_sec_p10", ascending=False).iloc[0]
+        trusted = table[table["calibrated"]]
+        if trusted.empty:
+            print(f"  (only uncalibrated platforms are free: {', '.join(table['platform'])})")
+        best = (trusted if not trusted.empty else table).sort_values(
+            "tokens_per_sec_p10", ascending=False).iloc[0]
         FREE[best["platform"]] -= gpus
         print(f"{model} × {gpus} → {best['platform']}: {best['tokens_per_sec']:,.0f} tokens/s "
               f"(p10 {best['tokens_per_sec_p10']:,.0f}, {best['source']}), layout "

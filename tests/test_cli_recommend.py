@@ -65,6 +65,26 @@ def test_recommend_plot_writes_png(tmp_path):
     r = run("recommend", *JOB, "--plot", str(out), "--top", "2")
     assert r.exit_code == 0, r.output
     assert out.read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {out}" in r.stderr  # stderr: stdout may be JSON a script reads
+
+
+def test_recommend_why_not_this_layout():
+    r = run("recommend", *JOB, "--layout", "tp4 pp4 vp5 cp2")
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("Why not this layout?"))
+    assert re.search(r"tp4 pp4 vp5 cp2 (ranks #\d+|is not a candidate)", line), line
+    data = json.loads(run("recommend", *JOB, "--layout", "tp4 pp4 vp5 cp2", "--json").stdout)
+    assert data["layout"]["layout"] == {"tp": 4, "pp": 4, "vp": 5, "cp": 2}
+    assert data["risk"] == "expected" and data["ranking"][0].startswith("Ranked on the expected")
+    bad = run("recommend", *JOB, "--layout", "tensor4")
+    assert bad.exit_code == 2 and "--layout: cannot read 'tensor4'" in bad.stderr
+
+
+def test_piped_tables_keep_every_column():
+    # Rich assumes 80 columns off a terminal and cuts tables with "…"; advisor does not.
+    r = run("recommend", *JOB, "--top", "2")
+    assert r.exit_code == 0 and "…" not in r.stdout
+    assert any(len(line) > 80 for line in r.stdout.splitlines())
 
 
 @pytest.mark.parametrize("args, message", [
@@ -134,3 +154,12 @@ def test_emit_refusing_everything_still_prints_the_recommendation():
 def test_gpu_count_that_breaks_divisibility_is_not_called_a_memory_problem():
     r = run("recommend", "-m", "8b", "-g", "37", "-p", "h100")
     assert r.exit_code == 2 and "no valid layout" in r.stderr and "try --gbs 259" in r.stderr
+
+
+def test_compare_cost_objective_and_prices():
+    r = run("compare", "-m", "70b", "--platforms", "h200:32,h100:64", "--objective", "cost",
+            "--gpu-hour-price", "h100=2,h200=3")
+    assert r.exit_code == 0, r.output
+    assert "$/Mtok" in r.stdout and "Cost: " in r.stdout and "(3.00)" in r.stdout
+    bad = run("compare", "-m", "70b", "--platforms", "mi300x:32,h100:64", "--objective", "cost")
+    assert bad.exit_code == 2 and "--gpu-hour-price mi300x=" in bad.stderr

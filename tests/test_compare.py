@@ -1,7 +1,7 @@
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.compare import compare, parse_sides
+from advisor.compare import compare, parse_prices, parse_sides
 from advisor.errors import ConfigError
 from advisor.predictor import Predictor
 
@@ -41,6 +41,14 @@ def _claims(line: str, result) -> None:
         assert slow.comm_share >= 0.2
     if "compute-bound" in line:
         assert all(s.comm_share < 0.2 for s in result.sides)
+    if "scale-out wins" in line:
+        out, up = sorted(result.sides, key=lambda s: -s.num_gpus)[:2]
+        # More GPUs win by number; their communication is a cost, never the reason.
+        assert "communication-heavy" not in line and "communication-bound" not in line
+        if "despite more exposed communication" in line:
+            assert out.comm_share > up.comm_share
+        if "with less exposed communication" in line:
+            assert out.comm_share < up.comm_share
     if "larger memory" in line:
         named = next(s for s in result.sides if s.platform.display_name + "'s larger" in line)
         others = [s for s in result.sides if s is not named]
@@ -76,3 +84,31 @@ def test_energy_objective_names_the_greener_side_without_calling_it_faster(predi
     assert not any(f"{greenest.label} trains -" in line for line in result.verdict)
     assert result.verdict[-1].startswith(f"Energy: {greenest.label} needs") or \
         "tie within" in result.verdict[-1]
+
+
+def test_parse_prices():
+    assert parse_prices(None) == {} and parse_prices("3.5") == {"*": 3.5}
+    assert parse_prices("H100=2.5, h200=3.6") == {"h100": 2.5, "h200": 3.6}
+    for bad in ("free", "h100=", "=3", "h100=-1", "h100=0"):
+        with pytest.raises(ConfigError, match="--gpu-hour-price"):
+            parse_prices(bad)
+
+
+def test_cost_objective_weighs_the_gpu_hour_prices(predictor):
+    sides = [(load_platform("h200"), 32), (load_platform("h100"), 64)]
+    model = load_model("70b")
+    # Catalog prices: dollars per million tokens = price / tokens per GPU-hour × 1e6.
+    result = compare(model, sides, objective="cost", predictor=predictor)
+    for side in result.sides:
+        assert side.gpu_hour_usd == side.platform.gpu_hour_usd
+        assert side.usd_per_million_tokens == pytest.approx(
+            side.gpu_hour_usd / (side.tokens_per_sec_per_gpu * 3600) * 1e6)
+    assert result.winner is min(result.sides, key=lambda s: s.usd_per_million_tokens)
+    assert any(line.startswith("Cost: ") for line in result.verdict)
+    # Make the winner's GPUs ten times dearer: the other side wins on cost.
+    dear = {result.winner.platform.name: 10 * result.winner.gpu_hour_usd}
+    flipped = compare(model, sides, objective="cost", predictor=predictor, prices=dear)
+    assert flipped.winner.platform.name != result.winner.platform.name
+    with pytest.raises(ConfigError, match="--gpu-hour-price mi300x="):
+        compare(model, [(load_platform("mi300x"), 32), sides[1]], objective="cost",
+                predictor=predictor)

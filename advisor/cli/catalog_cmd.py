@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from advisor import catalog
-from advisor.cli.common import JsonOpt, emit_json, gb, guard
+from advisor.cli.common import JsonOpt, emit_json, gb, guard, make_console
 from advisor.errors import UnknownNameError, suggest
 
 app = typer.Typer(help="List and show catalog platforms and models.", no_args_is_help=True)
@@ -35,7 +34,7 @@ def platforms(json_out: JsonOpt = False) -> None:
                       str(p.num_gpus_per_node), str(p.nvlink_domain_size),
                       f"{p.intra_domain_bandwidth_bytes_per_s / 1e9:,.0f}",
                       f"{p.inter_node_bandwidth_bytes_per_s / 1e9:,.1f}", p.cooling)
-    Console().print(table)
+    make_console().print(table)
 
 
 @app.command("models")
@@ -56,7 +55,7 @@ def models(json_out: JsonOpt = False) -> None:
         table.add_row(m.name, ", ".join(m.aliases[:3]), str(m.num_layers), str(m.hidden_size),
                       f"{m.num_attention_heads}/{m.num_kv_heads}", experts,
                       f"{m.params.total / 1e9:,.1f}", f"{m.params.active / 1e9:,.1f}")
-    Console().print(table)
+    make_console().print(table)
 
 
 @app.command("show")
@@ -94,4 +93,4 @@ def show(name: Annotated[str, typer.Argument(help="A platform or model name or a
         table.add_row(key, shown, sources.get(key, ""))
     if "architecture" in sources:
         table.add_row("architecture", "", sources["architecture"])
-    Console().print(table)
+    make_console().print(table)

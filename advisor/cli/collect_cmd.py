@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import JsonOpt, emit_json, guard
+from advisor.cli.common import JsonOpt, emit_json, guard, make_console
 from advisor.errors import AdvisorError
 
 
@@ -92,7 +92,7 @@ def collect(
                    "planned": [s.run_id for s in report.planned],
                    "results": [r.__dict__ for r in report.results]})
         return
-    out = Console()
+    out = make_console()
     if dry_run:
         table = Table(title=f"{spec.name}: {len(report.planned)} runs planned "
                             f"({spec.strategy}; {report.skipped} already measured)")

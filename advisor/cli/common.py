@@ -28,7 +28,8 @@ SeqLenOpt = Annotated[int | None, typer.Option(
     "at 8192.")]
 GbsOpt = Annotated[int | None, typer.Option(
     "--gbs", min=1, help="Global batch size in sequences per optimizer step. Default: about 2M "
-    "tokens (0.5M below 5B parameters), at least gpus/8.")]
+    "tokens (0.5M below 5B parameters) as a power of two, and at least gpus/2 sequences so the "
+    "batch grows with the job (405B on 1,024 GPUs: GBS 512, as NVIDIA's recipes run).")]
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
@@ -64,6 +65,21 @@ def guard(fn: F) -> F:
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+PIPED_WIDTH = 200
+"""Columns for tables when stdout is not a terminal (a pipe or a file): wide enough that no
+table is cut with "…" (Rich would assume 80)."""
+
+
+def make_console():
+    """A Rich console: the terminal's width on a terminal; piped, `COLUMNS` or `PIPED_WIDTH`,
+    so `advisor ... | less` and logs keep every column."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=int(os.environ.get("COLUMNS") or PIPED_WIDTH))
 
 
 def emit_json(data: Any) -> None:

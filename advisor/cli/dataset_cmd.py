@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import JsonOpt, emit_json, guard
+from advisor.cli.common import JsonOpt, emit_json, guard, make_console
 
 app = typer.Typer(help="Import, validate and summarise measurement datasets (one row per run, "
                   "Parquet; the schema is advisor.dataset.SCHEMA).", no_args_is_help=True)
@@ -36,7 +35,7 @@ def import_published_cmd(
     if json_out:
         emit_json({"imported": len(rows), "rows_in_file": total, "path": str(output)})
         return
-    Console().print(f"{len(rows)} published runs imported; {output} now holds {total} rows.")
+    make_console().print(f"{len(rows)} published runs imported; {output} now holds {total} rows.")
 
 
 @app.command("validate")
@@ -49,7 +48,7 @@ def validate_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
     if json_out:
         emit_json({"path": str(path), "rows": len(frame), "valid": True})
         return
-    Console().print(f"{path}: {len(frame)} rows, valid.")
+    make_console().print(f"{path}: {len(frame)} rows, valid.")
 
 
 @app.command("show")
@@ -67,7 +66,7 @@ def show_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
         emit_json({"rows": len(frame), "by": {k: {str(a): int(b) for a, b in v.items()}
                                                for k, v in by.items()}, "measured": measured})
         return
-    console = Console()
+    console = make_console()
     console.print(f"{path}: {len(frame)} rows")
     for key, counts in by.items():
         console.print(f"  by {key}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

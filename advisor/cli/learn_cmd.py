@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import JsonOpt, emit_json, guard
+from advisor.cli.common import JsonOpt, emit_json, guard, make_console
 from advisor.errors import AdvisorError
 
 DataOpt = Annotated[list[Path] | None, typer.Option(
@@ -45,7 +45,7 @@ def train(data: DataOpt = None,
                    "data_sha256": report.data_sha256, "output": str(report.output),
                    "artifacts": report.artifacts})
         return
-    console = Console()
+    console = make_console()
     console.print(f"{report.rows_used} runs used, {report.rows_skipped} skipped "
                   f"({report.skipped_reasons}); data sha256 {report.data_sha256[:16]}")
     for target, what in report.targets.items():
@@ -120,7 +120,7 @@ def evaluate(data: DataOpt = None,
                           else f"{m['median_kendall_tau']:.2f}",
                           "" if cov is None else f"{cov:.0%}",
                           f"{s['supported_share']:.0%}" if name == "surrogate" else "")
-    Console().print(table)
+    make_console().print(table)
     if vtrain:
         v = Table(title="vTrain single-node sweeps, leave one job out (iteration time)")
         for col in ("model", "MAPE %", "Kendall τ per job (median)", "top-1 regret (median / "
@@ -129,7 +129,7 @@ def evaluate(data: DataOpt = None,
         for name, s in summaries["vtrain_leave_one_job_out"].items():
             v.add_row(name, f"{s['mape_pct']:.1f}", f"{s['median_kendall_tau']:.2f}",
                       f"{s['median_top1_regret_pct']:.1f} % / {s['mean_top1_regret_pct']:.1f} %")
-        Console().print(v)
+        make_console().print(v)
 
 
 def _vtrain(path: Path, console: Console) -> dict:

@@ -20,6 +20,7 @@ from advisor.cli.common import (
     emit_json,
     finetune_job,
     guard,
+    make_console,
 )
 from advisor.errors import AdvisorError
 
@@ -35,7 +36,10 @@ TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor parallel size.")
 PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline parallel stages.")]
 CpOpt = Annotated[int, typer.Option("--cp", min=1, help="Context parallel size.")]
 EpOpt = Annotated[int, typer.Option("--ep", min=1, help="Expert parallel size (MoE).")]
-EtpOpt = Annotated[int, typer.Option("--etp", min=1, help="Expert tensor parallel size (MoE).")]
+EtpOpt = Annotated[int | None, typer.Option(
+    "--etp", min=1, help="Expert tensor parallel size (MoE). Default: the TP size, as "
+    "Megatron-Core and NeMo 2 do when it is unset (1 where ep × tp does not divide the GPUs "
+    "of a pipeline stage).", show_default=False)]
 VpOpt = Annotated[int, typer.Option("--vp", min=1, help="Virtual pipeline stages per GPU "
                                     "(interleaved 1F1B).")]
 MbsOpt = Annotated[int, typer.Option("--mbs", min=1, help="Micro-batch size in sequences.")]
@@ -96,7 +100,7 @@ def predict(input: Annotated[Path | None, typer.Option(
                 "here.")] = None,
             model: ModelOptional = None, platform: PlatformOptional = None,
             gpus: GpusOptional = None, tp: TpOpt = 1, pp: PpOpt = 1, cp: CpOpt = 1,
-            ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
+            ep: EpOpt = 1, etp: EtpOpt = None, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
@@ -212,7 +216,7 @@ def _print_gpus(gpus) -> None:
         table.add_row(f"{g.rank}{'*' if g.straggler else ''}", str(g.node), str(g.slot), g.row,
                       str(g.stage), f"{g.avg_power_w:.0f}", f"{g.peak_power_w:.0f}",
                       f"{g.peak_temp_c:.1f}", f"{g.clock_frac:.1%}", f"{throttled:.0%}")
-    Console().print(table)
+    make_console().print(table)
 
 
 def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
@@ -256,7 +260,7 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
         ("throttle risk", f"{pw.throttle_risk:.0%} (expected loss {pw.throttle_loss:.1%})"),
     ]:
         table.add_row(label, value)
-    console = Console()
+    console = make_console()
     console.print(table)
     parts = Table(title="step breakdown (analytical)", show_header=True)
     parts.add_column("component")
@@ -274,7 +278,7 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
 @guard
 def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             gpus: GpusOptional = None, tp: TpOpt = 1, pp: PpOpt = 1, cp: CpOpt = 1,
-            ep: EpOpt = 1, etp: EtpOpt = 1, vp: VpOpt = 1, mbs: MbsOpt = 1,
+            ep: EpOpt = 1, etp: EtpOpt = None, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,

@@ -24,17 +24,28 @@ from advisor.cli.common import (
     emit_json,
     finetune_job,
     guard,
+    make_console,
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
 from advisor.errors import ConfigError
 
 ObjectiveOpt = Annotated[str, typer.Option(
-    "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule) or "
-    "balanced (the knee between them).")]
+    "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule), "
+    "balanced (the knee between them) or cost (fewest dollars per million tokens: on one "
+    "platform the throughput order; compare weighs the GPU-hour prices).")]
+PriceOpt = Annotated[str | None, typer.Option(
+    "--gpu-hour-price", help="US dollars per GPU-hour, for dollars per million tokens: one "
+    "number (3.5) or PLATFORM=PRICE pairs (h100=2.5,h200=3.6). Default: the catalog's public "
+    "on-demand rate where it has one (h100, h200, b200, gb200; see advisor catalog "
+    "platforms).")]
 MaxPowerOpt = Annotated[float | None, typer.Option(
     "--max-power-w", min=1, help="Limit on predicted peak power per GPU, in watts.")]
 MaxRiskOpt = Annotated[float | None, typer.Option(
     "--max-throttle-risk", min=0, max=1, help="Limit on predicted throttle probability (0-1).")]
+RiskOpt = Annotated[str, typer.Option(
+    "--risk", help="expected: rank on the predicted median (the default: what 'fastest' "
+    "means). averse: rank on the pessimistic p10, so a layout the measured data supports "
+    "poorly (wide band) cannot win on its median; the output says what that traded.")]
 MarginOpt = Annotated[float, typer.Option(
     "--memory-margin", min=0, max=0.99, help="Fraction of GPU memory to keep free (0.1 = 10 %) "
     "beyond the memory model's allowance for the CUDA context and allocator.")]
@@ -49,7 +60,8 @@ def recommend(
         model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLenOpt = None,
         gbs: GbsOpt = None, precision: PrecisionOpt = "bf16", finetune: FinetuneOpt = "none",
         lora_rank: LoraRankOpt = 16, lora_targets: LoraTargetsOpt = "attention",
-        objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
+        objective: ObjectiveOpt = "throughput", risk: RiskOpt = "expected",
+        max_power_w: MaxPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = 0.0,
         tp: _pin("--tp", "the tensor-parallel size") = None,
         pp: _pin("--pp", "the pipeline stages") = None,
@@ -68,6 +80,10 @@ def recommend(
             "--overlap/--no-overlap", help="Pin communication overlap on or off.",
             show_default=False)] = None,
         top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
+        layout: Annotated[str | None, typer.Option(
+            "--layout", help="Why not this layout? Also print where it ranks, its predicted "
+            "gap to #1 and the reason, e.g. --layout \"tp4 pp4 vp5 cp2\" (sizes tp pp vp cp "
+            "dp ep etp mbs; optional recompute=full, sharding=fsdp).")] = None,
         emit: Annotated[str | None, typer.Option(
             "--emit", help="Print the launch command of the best: megatron, nemo or "
             "torchtitan.")] = None,
@@ -100,11 +116,15 @@ def recommend(
         advisor recommend -m 70b -g 64 -p h200 --objective energy --max-power-w 650 --emit megatron
         advisor recommend -m 405b -g 1024 -p h100 --tp 8 --recompute none --top 3
 
+        advisor recommend -m 405b -g 1024 -p h100 --layout "tp8 pp8 vp4"
+
     Every valid layout is scored when that takes about a second (almost always); larger spaces
-    are searched with Optuna. Ranking uses the pessimistic (p10) throughput, and layouts within
-    5 % of the best count as a tie that the most conventional one wins (no context
-    parallelism, no FSDP, smaller micro-batch, less recompute). Knobs you pin (--tp 8,
-    --recompute none, ...) are held fixed.
+    are searched with Optuna. The rows are distinct layouts (how TP, PP, CP, DP, EP split the
+    GPUs), each with its best VP, micro-batch, recompute, sharding and overlap. Ranking uses
+    the expected (median) prediction (--risk averse: the p10); layouts within 5 % of the best
+    count as a tie that the most conventional one wins (no context parallelism, no FSDP,
+    smaller micro-batch, less recompute). Knobs you pin (--tp 8, --recompute none, ...) are
+    held fixed.
     """
     from advisor.catalog import load_model, load_platform
     from advisor.objective import Constraints
@@ -113,6 +133,9 @@ def recommend(
     from advisor.recommend import recommend as run
 
     _check_emit(emit)
+    from advisor.why_not import parse_layout
+
+    probe = parse_layout(layout) if layout is not None else None
     pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
                                   overlap=overlap).items() if v is not None}
@@ -124,26 +147,35 @@ def recommend(
     predictor = Predictor(None) if analytical else Predictor.load(models)
     start = time.perf_counter()
     with _progress(enabled=not json_out) as progress:
-        rec = run(job, objective=objective, constraints=constraints, pins=pins, top=top,
+        rec = run(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
+                  top=top,
                   predictor=predictor, engine=search, trials=trials, storage=storage,
                   study_name=study_name, seed=seed, progress=progress)
+    verdict = None
+    if probe is not None:
+        from advisor.why_not import rank_layout
+
+        verdict = rank_layout(rec, probe, predictor=predictor)
     elapsed = time.perf_counter() - start
     launch, launch_note = _emit(emit, rec, job) if emit else (None, "")
     if plot:
         from advisor.cli.plots import plot_candidates
 
         plot_candidates(rec, plot)
+        # On stderr: stdout may be the JSON a script reads.
+        typer.echo(f"wrote {plot}: {len(rec.ranked):,} candidates' throughput against peak "
+                   f"power and energy per token, with the Pareto fronts", err=True)
     if json_out:
         from advisor.cli.render import recommendation_json
 
         emit_json(recommendation_json(rec, launch=launch, emitter=emit, seconds=elapsed,
-                                      launch_note=launch_note))
+                                      launch_note=launch_note, layout=verdict))
     else:
         from advisor.cli.render import print_recommendation
 
-        print_recommendation(Console(), rec, seconds=elapsed)
+        print_recommendation(make_console(), rec, seconds=elapsed, layout=verdict)
         if launch:
-            Console().print(f"\nLaunch ({emit}){': ' + launch_note if launch_note else ''}",
+            make_console().print(f"\nLaunch ({emit}){': ' + launch_note if launch_note else ''}",
                             style="bold")
             typer.echo(launch)
     if emit and launch is None:
@@ -161,6 +193,7 @@ def compare(
         lora_targets: LoraTargetsOpt = "attention",
         objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = 0.0,
+        gpu_hour_price: PriceOpt = None,
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
         json_out: JsonOpt = False) -> None:
     """Scale-up against scale-out: the best configuration of MODEL on each side, throughput per
@@ -170,12 +203,14 @@ def compare(
 
         advisor compare --model 70b --platforms h200:32,h100:64
         advisor compare -m mixtral-8x22b --platforms h200:32,h100:64 --objective energy
+        advisor compare -m 70b --platforms h200:32,h100:64 --objective cost \
+            --gpu-hour-price h100=2.2,h200=3.1
 
     Both sides train the same global batch (the larger default unless --gbs).
     """
     from advisor.catalog import load_model, load_platform
     from advisor.compare import compare as run
-    from advisor.compare import parse_sides
+    from advisor.compare import parse_prices, parse_sides
     from advisor.objective import Constraints
     from advisor.predictor import Predictor
 
@@ -185,13 +220,14 @@ def compare(
     predictor = Predictor(None) if analytical else Predictor.load(models)
     result = run(load_model(model), sides, seq_len=seq_len, gbs=gbs, precision=precision,
                  objective=objective, constraints=constraints, predictor=predictor,
+                 prices=parse_prices(gpu_hour_price),
                  **finetune_job(finetune, lora_rank, lora_targets))
     from advisor.cli.render import comparison_json, print_comparison
 
     if json_out:
         emit_json(comparison_json(result))
     else:
-        print_comparison(Console(), result)
+        print_comparison(make_console(), result)
 
 
 def _lower(value: str | None) -> str | None:

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.compare import Comparison
-from advisor.objective import TIE_TOLERANCE
 from advisor.rationale import describe, settings, short
 from advisor.recommend import Choice, Recommendation
+from advisor.why_not import LayoutVerdict
 
 FRONT_ROWS = 8
 """Rows of a Pareto front shown in the terminal (JSON and --plot get all of it)."""
@@ -37,10 +37,12 @@ def _headline(rec: Recommendation, seconds: float) -> str:
             f"{'; pinned ' + pins if pins else ''}.\n"
             f"{rec.num_valid:,} valid configurations{' tried' if rec.engine == 'optuna' else ''}"
             f", {rec.num_fit:,} fit in memory, "
-            f"{rec.num_feasible:,} meet the constraints ({search}, {seconds:.1f} s).")
+            f"{rec.num_feasible:,} meet the constraints ({search}, {seconds:.1f} s)."
+            + (f"\nMemory: {j.platform.capacity_note()}." if j.platform.capacity_note() else ""))
 
 
-def print_recommendation(console: Console, rec: Recommendation, *, seconds: float) -> None:
+def print_recommendation(console: Console, rec: Recommendation, *, seconds: float,
+                         layout: LayoutVerdict | None = None) -> None:
     console.print(_headline(rec, seconds))
     capacity = rec.job.platform.memory_capacity_bytes / 1e9
     table = Table(title="Recommended configurations", title_justify="left", box=box.SIMPLE_HEAD)
@@ -60,8 +62,10 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
     sources = sorted({c.predicted.source for c in rec.choices})
     console.print(f"Throughput from the {' and '.join(sources)} model; power and throttle risk "
                   f"analytical.", style="dim")
-    console.print(f"Ranked by pessimistic (p10) {rec.objective}; within {TIE_TOLERANCE:.0%} of "
-                  f"the best, the most conventional layout ranks first.", style="dim")
+    for note in rec.ranking:
+        console.print(note, style="dim")
+    if layout is not None:
+        console.print("\nWhy not this layout? " + layout.describe(rec.job.model))
     for c in rec.choices:
         _print_choice(console, c)
     if rec.tradeoffs:
@@ -116,12 +120,14 @@ def _front_json(front: pd.DataFrame, cost: str, model) -> list[dict]:
 
 
 def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str | None,
-                        seconds: float, launch_note: str = "") -> dict:
+                        seconds: float, launch_note: str = "",
+                        layout: LayoutVerdict | None = None) -> dict:
     j = rec.job
     return {
         "model": j.model.name, "platform": j.platform.name, "num_gpus": j.num_gpus,
         "seq_len": j.seq_len, "gbs": j.gbs, "precision": j.precision,
-        "objective": rec.objective, "constraints": rec.constraints.__dict__, "pins": rec.pins,
+        "objective": rec.objective, "risk": rec.risk, "ranking": rec.ranking,
+        "constraints": rec.constraints.__dict__, "pins": rec.pins,
         "engine": rec.engine, "num_valid": rec.num_valid, "num_fit": rec.num_fit,
         "num_feasible": rec.num_feasible, "num_trials": rec.num_trials,
         "study_name": rec.study_name, "seconds": round(seconds, 3),
@@ -138,6 +144,13 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "pareto_energy": _front_json(rec.pareto_energy, "pred_energy_j_per_token", j.model),
         "launch": ({"framework": emitter, "command": launch, "note": launch_note} if launch
                    else None),
+        "layout": None if layout is None else {
+            "layout": layout.layout, "rank": layout.rank, "exact_rank": layout.exact_rank,
+            "gap": layout.gap, "why": layout.why,
+            "configuration": (None if layout.best_variant is None else
+                              describe(layout.best_variant, j.model)),
+            "tokens_per_sec_per_gpu": (None if layout.best_variant is None else _clean(
+                layout.best_variant["pred_tokens_per_sec_per_gpu"]))},
     }
 
 
@@ -147,7 +160,7 @@ def print_comparison(console: Console, result: Comparison) -> None:
                   f"objective {result.objective}.")
     table = Table(title="Best configuration per side", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("side and configuration", "tok/s job\nper GPU", "MFU", "J/tok",
-                "peak W\n/node", "risk", "comm\n+bubble"):
+                "$/Mtok\n($/GPU-h)", "peak W\n/node", "risk", "comm\n+bubble"):
         table.add_column(col, justify="left" if col.startswith("side") else "right",
                          no_wrap=col.startswith("side"))
     for s in result.sides:
@@ -157,6 +170,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
                       f"{short(row, m)}\n{settings(row)}",
                       f"{s.tokens_per_sec:,.0f}\n{s.tokens_per_sec_per_gpu:,.0f}",
                       f"{p.mfu:.0%}", f"{s.energy_j_per_token:.3f}",
+                      ("n/a" if s.usd_per_million_tokens is None else
+                       f"{s.usd_per_million_tokens:.2f}\n({s.gpu_hour_usd:.2f})"),
                       f"{s.peak_power_per_node_w:,.0f}", f"{p.throttle_risk:.0%}",
                       f"{s.comm_share:.0%}")
     console.print(table)
@@ -175,6 +190,7 @@ def comparison_json(result: Comparison) -> dict:
             "summary": s.best.summary, "config": s.best.config.to_dict(),
             "tokens_per_sec": s.tokens_per_sec, "tokens_per_sec_per_gpu": s.tokens_per_sec_per_gpu,
             "energy_j_per_token": s.energy_j_per_token,
+            "gpu_hour_usd": s.gpu_hour_usd, "usd_per_million_tokens": s.usd_per_million_tokens,
             "peak_power_per_node_w": s.peak_power_per_node_w,
             "throttle_risk": s.best.predicted.throttle_risk,
             "comm_share": s.comm_share, "reasons": s.best.reasons,

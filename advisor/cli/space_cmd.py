@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from advisor.catalog import load_model, load_platform
@@ -21,6 +20,7 @@ from advisor.cli.common import (
     emit_json,
     gb,
     guard,
+    make_console,
 )
 from advisor.errors import ConfigError
 from advisor.parallel import ParallelConfig, make_job
@@ -59,7 +59,7 @@ def space(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLen
                    "num_valid": total, "num_fit": fits,
                    "configs": rows.to_dict(orient="records")})
         return
-    console = Console()
+    console = make_console()
     console.print(f"{m.name} on {gpus} × {p.name}, seq {job.seq_len}, gbs {job.gbs}, "
                   f"{precision}: {total:,} valid configurations, {fits:,} fit in "
                   f"{gb(p.memory_capacity_bytes)} GB.")
@@ -112,7 +112,7 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
     if json_out:
         emit_json({"config": config.to_dict(), "memory": mem.to_dict(), "notes": notes})
         return
-    console = Console()
+    console = make_console()
     table = Table(title=f"{m.name}, {gpus} × {p.name}: tp {tp} pp {pp} dp {config.dp} cp {cp}"
                         f"{f' ep {ep}' if m.is_moe else ''} vp {vp} mbs {mbs} gbs {job.gbs}, "
                         f"recompute {recompute}, sharding {dp_sharding} (pipeline stage "
