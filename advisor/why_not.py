@@ -86,7 +86,11 @@ class LayoutVerdict:
                    f"per GPU")
         if self.rank == 1 and self.gap is not None and self.gap <= 0:
             return f"{head} ({variant}): it is advisor's pick."
-        return f"{head}, {self.gap:.1%} behind #1 ({variant}){': ' + self.why if self.why else ''}."
+        why = f": {self.why}" if self.why else ""
+        if self.gap is not None and self.gap < 0:  # ahead on the score, behind on a tie
+            return (f"{head} ({variant}), predicted {-self.gap:.1%} faster than #1 but within "
+                    f"the {TIE_TOLERANCE:.0%} tie the more conventional #1 wins{why}.")
+        return f"{head}, {self.gap:.1%} behind #1 ({variant}){why}."
 
 
 def _show(layout: dict) -> str:
@@ -124,7 +128,7 @@ def rank_layout(rec: Recommendation, layout: dict, *, predictor) -> LayoutVerdic
     why = ""
     if mine != 0:
         why = f"from it, {tradeoff(own, best)}"
-        if bool(own["near_best"]):
+        if bool(own["near_best"]) and gap >= 0:
             why += (f" — a tie (within {TIE_TOLERANCE:.0%}), which the more conventional "
                     f"layout wins")
         elif rec.risk == "averse":

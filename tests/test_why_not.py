@@ -72,3 +72,16 @@ def test_rows_are_distinct_layouts(predictor):
     rec = recommend(job, predictor=predictor)
     keys = [tuple(getattr(c.config, k) for k in LAYOUT) for c in rec.choices]
     assert len(set(keys)) == len(keys) == 5
+
+
+def test_a_layout_ahead_on_score_but_behind_on_a_tie_says_so(rec8b):
+    from advisor.why_not import LayoutVerdict
+
+    row = rec8b.ranked.iloc[3]
+    ahead = LayoutVerdict({"tp": 8, "pp": 8}, rank=4, exact_rank=7, gap=-0.021,
+                          why="from it, X would cost 2% throughput", best_variant=row)
+    text = ahead.describe(rec8b.job.model)
+    assert "predicted 2.1% faster than #1 but within the 5% tie" in text and "behind" not in text
+    behind = LayoutVerdict({"tp": 8}, rank=9, exact_rank=9, gap=0.12, why="from it, Y",
+                           best_variant=row)
+    assert "ranks #9, 12.0% behind #1" in behind.describe(rec8b.job.model)
