@@ -1,7 +1,7 @@
 """A stand-in for `collectors.workload`, for the launchers' tests only.
 
-`python -m tests.launcher_standin --spec SPEC --result RESULT`, started by torchrun like the real
-workload; `spec.campaign` picks the behaviour:
+`python -m launcher_standin --spec SPEC --result RESULT` (tests/ on PYTHONPATH), started by
+torchrun like the real workload; `spec.campaign` picks the behaviour:
 
 - `ok`: the ranks form a gloo group and all-reduce a one each; rank 0 writes an `ok` result whose
   `telemetry["world_size"]` is that sum, proving torchrun started `num_gpus` processes that met.

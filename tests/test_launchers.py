@@ -3,6 +3,7 @@ run a stand-in workload (tests/launcher_standin) through every outcome, then the
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -14,7 +15,12 @@ from collectors.launchers.local import LocalLauncher
 from collectors.launchers.slurm import SlurmLauncher
 from collectors.spec import RunSpec
 
-STANDIN = "tests.launcher_standin"
+STANDIN = "launcher_standin"
+# A top-level module on the workers' PYTHONPATH, not `tests.launcher_standin`: nemo_toolkit (the
+# frameworks extra) installs a regular `tests` package into site-packages, which would shadow
+# this namespace-package `tests` directory.
+STANDIN_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).resolve().parent),
+                                                           os.environ.get("PYTHONPATH"))))}
 WORKLOAD_MAIN = Path(__file__).resolve().parents[1] / "collectors" / "workload" / "__main__.py"
 
 
@@ -106,7 +112,7 @@ def test_uneven_split_over_nodes_is_refused(tmp_path):
 
 @pytest.fixture
 def local() -> LocalLauncher:
-    return LocalLauncher(module=STANDIN)
+    return LocalLauncher(module=STANDIN, env=STANDIN_ENV)
 
 
 def test_local_ok_starts_num_gpus_processes(local, tmp_path):
@@ -147,7 +153,7 @@ def test_local_timeout_kills_the_whole_process_group(local, tmp_path):
 
 @pytest.fixture
 def on_slurm(slurm) -> SlurmLauncher:  # noqa: F811
-    return SlurmLauncher(module=STANDIN, env=slurm, poll_s=0.5)
+    return SlurmLauncher(module=STANDIN, env={**slurm, **STANDIN_ENV}, poll_s=0.5)
 
 
 def test_slurm_ok_runs_torchrun_in_a_batch_job(on_slurm, tmp_path):
@@ -192,8 +198,8 @@ def test_multi_node_rendezvous_runs_through_slurm(slurm, tmp_path, monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    launcher = SlurmLauncher(module=STANDIN, env=slurm, poll_s=0.5, gpus_per_node=1,
-                             rdzv_port=port)
+    launcher = SlurmLauncher(module=STANDIN, env={**slurm, **STANDIN_ENV}, poll_s=0.5,
+                             gpus_per_node=1, rdzv_port=port)
     render = launcher.script
 
     def on_one_node(specs, workdirs, *, array):
