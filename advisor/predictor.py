@@ -165,7 +165,8 @@ class Predictor:
         invalid = _invalid(model, cols)
         if invalid.any():
             bad = pd.DataFrame({"pred_error": _why_invalid(model, platform, take(cols, invalid),
-                                                           framework)},
+                                                           framework),
+                                "pred_assumed": cols["assumed"][invalid]},
                                index=rows[invalid])
             if invalid.all():
                 return bad

@@ -37,9 +37,9 @@ def exhaustive(job, predictor):
 def test_optuna_finds_what_exhaustive_finds(job, predictor, exhaustive, seed):
     tpe = recommend(job, predictor=predictor, top=1, engine="optuna", seed=seed)
     assert tpe.engine == "optuna" and tpe.num_trials == 600  # the default
-    best = exhaustive.ranked.iloc[0]["score"]
-    # TPE scores a few hundred of the 8,402 fitting layouts and lands within 3 % of the best.
-    assert tpe.ranked.iloc[0]["score"] >= 0.97 * best
+    # TPE scores a few hundred of the 8,402 fitting layouts and finds one within 3 % of the
+    # best score (which of the layouts within the 5 % tie ranks #1 is the tie rule's choice).
+    assert tpe.ranked["score"].max() >= 0.97 * exhaustive.ranked["score"].max()
     assert tpe.num_valid < exhaustive.num_fit / 10
 
 
