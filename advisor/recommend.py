@@ -228,7 +228,7 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []
     for name, value in pins.items():
-        column = _overlap(space) if name == "overlap" else space[name]
+        column = overlap_column(space) if name == "overlap" else space[name]
         allowed = sorted(set(column.tolist()), key=str)
         if value not in allowed:
             given = " with " + ", ".join(applied) if applied else ""
@@ -241,7 +241,8 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
     return space.reset_index(drop=True)
 
 
-def _overlap(space: pd.DataFrame) -> pd.Series:
+def overlap_column(space: pd.DataFrame) -> pd.Series:
+    """The `overlap` pin's value per row: any of the three overlap switches on."""
     return space["overlap_grad_reduce"] | space["overlap_param_gather"] | space["tp_comm_overlap"]
 
 
