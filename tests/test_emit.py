@@ -24,7 +24,12 @@ from advisor.catalog import load_model, load_platform
 from advisor.emit import EMITTERS, emit
 from advisor.emit.megatron import megatron_args, megatron_command, model_args
 from advisor.emit.nemo import nemo_command, nemo_factory, nemo_overrides
-from advisor.emit.torchtitan import LOW_PRECISION_RECIPES, torchtitan_args, torchtitan_command
+from advisor.emit.torchtitan import (
+    LOW_PRECISION_RECIPES,
+    torchtitan_args,
+    torchtitan_command,
+    torchtitan_recipe,
+)
 from advisor.errors import ConfigError
 from advisor.parallel import Job, ParallelConfig, make_config, make_job
 
@@ -598,13 +603,16 @@ def test_torchtitan_command_is_launchable():
 
 
 def test_torchtitan_refuses_what_it_cannot_express():
-    # fp8-cs for llama3-70b: torchtitan ships float8 only for 405B and DeepSeek-V3.
-    with pytest.raises(ConfigError, match="no torchtitan 0.3.0 recipe.*llama3_8b_mxfp8"):
-        torchtitan_args(*CASES["fp8-cp2"]())
+    # fp8 with delayed scaling: torchtitan's converters scale tensorwise (fp8-cs) or MXFP8.
+    with pytest.raises(ConfigError, match="precision fp8 has no torchtitan 0.3.0 converter.*"
+                                          "llama3_8b_mxfp8"):
+        torchtitan_args(*_case("llama3-70b", 64, precision="fp8", tp=8, pp=2))
     with pytest.raises(ConfigError, match="attention unfused"):
         torchtitan_args(*CASES["ddp-unfused"]())
-    with pytest.raises(ConfigError, match="no bf16 recipe for mixtral-8x7b"):
+    with pytest.raises(ConfigError, match="no recipe for mixtral-8x7b.*routed experts"):
         torchtitan_args(*CASES["moe-ep8"]())
+    with pytest.raises(ConfigError, match="no recipe for gpt3-175b.*non-gated MLP.*layernorm"):
+        torchtitan_args(*_case("gpt3-175b", 64, tp=8, pp=8))
     config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, etp=1, dp_sharding="none")
     with pytest.raises(ConfigError, match="ep \\(8\\) to divide dp_shard"):
         torchtitan_args(config, job)
@@ -613,3 +621,72 @@ def test_torchtitan_refuses_what_it_cannot_express():
         torchtitan_args(config, job)
     with pytest.raises(ConfigError, match="uneven pipeline split.*module_fqns_per_model_part"):
         torchtitan_args(*CASES["uneven-21-19-pp4"]())
+
+
+UNSHIPPED = {"llama2-7b": dict(gpus=8, tp=1), "llama2-13b": dict(gpus=16, tp=2),
+             "llama2-70b": dict(gpus=64, tp=8, pp=2), "llama3.1-405b": dict(gpus=512, tp=8, pp=8)}
+
+
+@pytest.fixture
+def importable(tmp_path, monkeypatch):
+    """Writes a config module where `torchtitan.train` (here: its ConfigManager) imports it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(recipe):
+        (tmp_path / f"{recipe.module}.py").write_text(recipe.source)
+        return recipe
+    yield write
+    for name in [m for m in sys.modules if m.startswith("advisor_")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("model", UNSHIPPED)
+def test_torchtitan_config_module_builds_the_model_advisor_priced(model, titan, importable):
+    """A model torchtitan ships no recipe for gets a config module: torchtitan's ConfigManager
+    loads it with the flags, and the model it builds (on the meta device) has exactly the
+    parameters advisor counts."""
+    import torch
+
+    layout = dict(UNSHIPPED[model])
+    config, job = _case(model, layout.pop("gpus"), platform="h100", **layout)
+    recipe = importable(torchtitan_recipe(job.model, "bf16"))
+    assert recipe.module == "advisor_" + model.replace("-", "_").replace(".", "_")
+    loaded = titan["ConfigManager"]().parse_args(torchtitan_args(config, job))
+    built = loaded.model_spec.model
+    assert (len(built.layers), built.dim, built.vocab_size) == (
+        job.model.num_layers, job.model.hidden_size, job.model.vocab_size)
+    assert loaded.parallelism.tensor_parallel_degree == config.tp
+    with torch.device("meta"):
+        params = sum(p.numel() for p in built.build().parameters())
+    assert params == pytest.approx(job.model.params.total, rel=1e-6)
+
+
+@pytest.mark.parametrize("model,precision,converter", [
+    ("llama2-7b", "mxfp8", "MXFP8LinearConverter"), ("llama3-70b", "fp8-cs", "Float8Linear")])
+def test_torchtitan_config_module_converts_low_precision_with_torchao(
+        model, precision, converter, titan, importable):
+    """FP8/MXFP8 modules use torchtitan's own torchao converters: calling the config function
+    reaches them (on a machine without torchao or an SM89+/SM100 GPU they refuse there)."""
+    import importlib
+    import traceback
+
+    recipe = importable(torchtitan_recipe(load_model(model), precision))
+    assert converter in recipe.source
+    module = importlib.import_module(recipe.module)
+    try:
+        loaded = getattr(module, recipe.function)()
+    except (ImportError, RuntimeError, ValueError, NotImplementedError) as e:
+        frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
+        assert any("torchtitan/components/quantization" in f for f in frames), frames
+    else:  # a GPU machine with torchao: the converter swapped the linears' config
+        assert converter.split("Converter")[0] in repr(loaded.model_spec.model)
+
+
+def test_torchtitan_command_writes_the_config_module_first(tmp_path):
+    import subprocess
+
+    config, job = _case("llama2-70b", 64, platform="h100", tp=8, pp=2)
+    command = torchtitan_command(config, job)
+    assert "cat > advisor_llama2_70b.py <<'EOF'" in command
+    assert "--module advisor_llama2_70b \\\n" in command
+    subprocess.run(["bash", "-n", "-c", command], check=True)  # one valid shell script

@@ -9,9 +9,13 @@ settings go into config functions), but 0.3.0 still reads every flag written her
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from advisor.emit import check_fits, gpus_label, pairs, refuse_lora, shell_command, torchrun_words
 from advisor.emit.megatron import pipeline_extra_layers
+from advisor.emit.torchtitan_model import config_module, function_name, module_name
 from advisor.errors import ConfigError
+from advisor.model import ModelSpec
 from advisor.parallel import Job, ParallelConfig
 
 #: advisor model -> (module, config function) of a bf16 recipe in torchtitan 0.3.0's own
@@ -36,28 +40,35 @@ LOW_PRECISION_RECIPES = {
 }
 
 
-def torchtitan_recipe(model_name: str, precision: str = "bf16") -> tuple[str, str]:
-    """(`--module`, `--config`) of torchtitan 0.3.0's recipe for `model_name` in `precision`
-    (bf16, or a float8/MXFP8 recipe the version ships).
+@dataclass(frozen=True)
+class TitanRecipe:
+    """Where `torchtitan.train` finds the config function (`--module`, `--config`)."""
+
+    module: str
+    function: str
+    source: str = ""
+    """The config module to write as `<module>.py` beside the launch, when torchtitan ships
+    none for the model (`advisor.emit.torchtitan_model`); empty for a shipped recipe."""
+
+
+def torchtitan_recipe(model: ModelSpec, precision: str = "bf16") -> TitanRecipe:
+    """torchtitan 0.3.0's recipe for `model` in `precision` (bf16, or a float8/MXFP8 recipe the
+    version ships), else a config module advisor writes for a Llama-architecture model.
 
     Raises:
-        ConfigError: torchtitan 0.3.0 ships no such recipe for the model.
+        ConfigError: neither a shipped recipe nor a written module can train it.
     """
-    if precision != "bf16" and precision != "fp16":
-        if (model_name, precision) in LOW_PRECISION_RECIPES:
-            return LOW_PRECISION_RECIPES[(model_name, precision)]
-        shipped = ", ".join(f"{m} {p} ({f})" for (m, p), (_, f) in LOW_PRECISION_RECIPES.items())
-        raise ConfigError(f"precision {precision} for {model_name} has no torchtitan 0.3.0 "
-                          f"recipe: low precision comes from torchao converters inside a config "
-                          f"function, shipped for {shipped}; write one (model_registry(..., "
-                          f"converters=[Float8LinearConverter.Config()])), use bf16, or emit "
-                          f"for megatron.")
+    if precision in ("bf16", "fp16") and model.name in RECIPES:
+        return TitanRecipe(*RECIPES[model.name])
+    if (model.name, precision) in LOW_PRECISION_RECIPES:
+        return TitanRecipe(*LOW_PRECISION_RECIPES[(model.name, precision)])
     try:
-        return RECIPES[model_name]
-    except KeyError:
-        raise ConfigError(f"torchtitan 0.3.0 ships no bf16 recipe for {model_name}; it has "
-                          f"{', '.join(sorted(RECIPES))}. Write a config function returning "
-                          f"Trainer.Config for it, or emit for megatron or nemo.") from None
+        source = config_module(model, precision)
+    except ConfigError as e:
+        shipped = ", ".join(sorted(RECIPES)) + "; low precision: " + ", ".join(
+            f"{m} {p} ({f})" for (m, p), (_, f) in LOW_PRECISION_RECIPES.items())
+        raise ConfigError(f"{e} (torchtitan 0.3.0 ships recipes for {shipped})") from None
+    return TitanRecipe(module_name(model), function_name(model), source)
 
 
 def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
@@ -72,9 +83,9 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     """
     check_fits(config, job)
     refuse_lora("torchtitan", config)
-    module, function = torchtitan_recipe(job.model.name, config.precision)
+    recipe = torchtitan_recipe(job.model, config.precision)
     _refuse(config)
-    args = ["--module", module, "--config", function]
+    args = ["--module", recipe.module, "--config", recipe.function]
     args += _degrees(config, job)
     local_batch = config.gbs // config.dp if config.pp > 1 else config.mbs
     args += ["--training.local_batch_size", str(local_batch),
@@ -120,8 +131,18 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
         comments.append("tp_comm_overlap: torchtitan overlaps TP communication only with async "
                         "TP (--compile.enable --compile.enable_async_tensor_parallel), not "
                         "added here.")
-    return shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
-                                    *pairs(args[:-1]), args[-1:]])
+    command = shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
+                                       *pairs(args[:-1]), args[-1:]])
+    recipe = torchtitan_recipe(job.model, config.precision)
+    if not recipe.source:
+        return command
+    # No shipped recipe: the config module first, written beside the launch and importable
+    # from it (every node needs the file: a shared directory, or write it on each).
+    return (f"# torchtitan 0.3.0 ships no recipe for {job.model.name}: this writes one "
+            f"({recipe.module}.py, torchtitan's llama3 builders with the model's shape) and "
+            f"puts it on PYTHONPATH.\n"
+            f"cat > {recipe.module}.py <<'EOF'\n{recipe.source}EOF\n"
+            f"export PYTHONPATH=\"$PWD${{PYTHONPATH:+:$PYTHONPATH}}\"\n" + command)
 
 
 def _refuse(config: ParallelConfig) -> None:
