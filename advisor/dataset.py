@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from advisor.errors import AdvisorError
-from advisor.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
+from advisor.parallel import DP_SHARDING, FINETUNE, LORA_TARGETS, PRECISIONS, RECOMPUTE
 
 
 class DatasetError(AdvisorError):
@@ -72,6 +72,11 @@ SCHEMA: tuple[Column, ...] = (
     Column("recompute", "str", "none, selective or full (empty: unknown)",
            allowed=_RECOMPUTE_SPELLINGS),
     Column("dp_sharding", "str", "none, optimizer or full", allowed=DP_SHARDING),
+    Column("finetune", "str", "none (pre-training, also when empty), lora or full",
+           allowed=FINETUNE),
+    Column("lora_rank", "int", "LoRA adapter rank (LoRA runs)", low=1),
+    Column("lora_targets", "str", "modules LoRA adapts: attention or all-linear",
+           allowed=LORA_TARGETS),
     Column("framework", "str", "megatron, llm-foundry, torchtitan, ..."),
     Column("software", "str", "container or library release, where known"),
     Column("tokens_per_sec_per_gpu", "float", "measured throughput per GPU", low=1e-9),
@@ -287,7 +292,24 @@ def import_published(csv_path: Path, *, collected_at: str | None = None) -> pd.D
     if missing:
         raise DatasetError(f"{csv_path}: missing column(s) {', '.join(missing)}; is this "
                            f"published_runs.csv?")
-    frame = raw[list(_PUBLISHED_KEEP)].copy()
+    return _canonical(raw, list(_PUBLISHED_KEEP), str(csv_path), collected_at)
+
+
+def import_mlperf(csv_path: Path, *, collected_at: str | None = None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Canonical rows for the MLPerf Training table (`shared/reference/mlperf/mlperf_runs.csv`,
+    `advisor.mlperf`), and the rows it cannot express with `why`."""
+    from advisor.mlperf import mlperf_runs
+
+    runs, skipped = mlperf_runs(csv_path)
+    keep = [c for c in (*_PUBLISHED_KEEP, "finetune", "lora_rank", "lora_targets")
+            if c in runs.columns]
+    return _canonical(runs, keep, str(csv_path), collected_at), skipped
+
+
+def _canonical(raw: pd.DataFrame, keep: list[str], where: str,
+               collected_at: str | None) -> pd.DataFrame:
+    frame = raw[keep].copy()
     occurrence = raw.groupby(list(_PUBLISHED_IDENTITY)).cumcount()
     frame["run_id"] = [published_run_id(row, int(n))
                        for (_, row), n in zip(raw.iterrows(), occurrence, strict=True)]
@@ -295,4 +317,4 @@ def import_published(csv_path: Path, *, collected_at: str | None = None) -> pd.D
     frame["source_ref"] = raw["source_url"]
     frame["status"] = "ok"
     frame["collected_at"] = collected_at or pd.Timestamp.now(tz="UTC").isoformat()
-    return validate(frame, where=str(csv_path))
+    return validate(frame, where=where)

@@ -40,6 +40,11 @@ def power_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def mlperf_csv() -> Path:
+    return _shared(SHARED_REFERENCE / "mlperf" / "mlperf_runs.csv")
+
+
+@pytest.fixture(scope="session")
 def ref(reference_csv):
     """The published reference runs (read-only: shared by every test module that uses it)."""
     from advisor.perf.fit import reference_from_frame

@@ -38,6 +38,40 @@ def import_published_cmd(
     make_console().print(f"{len(rows)} published runs imported; {output} now holds {total} rows.")
 
 
+@app.command("import-mlperf")
+@guard
+def import_mlperf_cmd(
+        source: Annotated[Path, typer.Option(
+            "--from", help="mlperf_runs.csv (default: ../shared/reference/mlperf/ beside the "
+            "checkout).")] = Path("../shared/reference/mlperf/mlperf_runs.csv"),
+        output: Annotated[Path, typer.Option(
+            "--output", "-o", help="Parquet file to append to.")] = Path(
+                "datasets/mlperf.parquet"),
+        json_out: JsonOpt = False) -> None:
+    """Turn MLPerf Training submissions (each submitter's layout and measured throughput) into
+    canonical rows with provenance and append them to a Parquet dataset. Llama-2-70B LoRA rows
+    become LoRA fine-tuning runs (rank 16, attention, as MLCommons' reference sets them); rows
+    advisor cannot express (an accelerator outside the catalog, no published layout, logs
+    repeated from another row) are listed with the reason, never dropped silently."""
+    from advisor.dataset import append, import_mlperf
+
+    rows, skipped = import_mlperf(source)
+    total = append(output, rows)
+    if json_out:
+        emit_json({"imported": len(rows), "rows_in_file": total, "path": str(output),
+                   "skipped": skipped.drop(columns="index").to_dict(orient="records")})
+        return
+    console = make_console()
+    console.print(f"{len(rows)} MLPerf runs imported; {output} now holds {total} rows.")
+    if len(skipped):
+        table = Table(title=f"{len(skipped)} rows not imported", title_justify="left")
+        table.add_column("submission")
+        table.add_column("why")
+        for _, row in skipped.iterrows():
+            table.add_row(row["system"], row["why"])
+        console.print(table)
+
+
 @app.command("validate")
 @guard
 def validate_cmd(path: PathArg, json_out: JsonOpt = False) -> None:

@@ -38,11 +38,18 @@ class TrainReport:
     """Stems of the artifacts written to `output` (<stem>.ubj and <stem>.json)."""
 
 
+LATER_COLUMNS = ("finetune", "lora_rank", "lora_targets")
+"""Schema columns added after datasets were written: they count only where a row fills them,
+so an older dataset (and the artifacts trained on it) keeps its hash."""
+
+
 def data_hash(frame: pd.DataFrame) -> str:
     """Order-independent hash of the training rows: every cell but `collected_at` (when a row
     was imported is provenance, not data)."""
     ordered = (frame.drop(columns=["collected_at"], errors="ignore").sort_values("run_id")
                .reset_index(drop=True).astype("string").fillna(""))
+    empty = [c for c in LATER_COLUMNS if c in ordered and not ordered[c].ne("").any()]
+    ordered = ordered.drop(columns=empty)
     return hashlib.sha256(pd.util.hash_pandas_object(ordered, index=False).values.tobytes()
                           ).hexdigest()
 
