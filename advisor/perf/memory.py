@@ -25,7 +25,14 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
   (1 + MTP modules).
 * LoRA fine-tuning (`advisor/perf/finetune.py`): the frozen base keeps its weights but no
   gradients or optimizer state; the adapters (16-bit weights) carry both, sharded like any
-  other parameter. Activations as in training.
+  other parameter. With FP8 (delayed, tensorwise or blockwise scaling) the frozen base is
+  stored in FP8 only, 1 B/param (NeMo's `fp8_params`, on with FP8 in the MLPerf llama2_70b_lora
+  implementation; transpose cache off). A frozen GEMM computes no weight gradient, so
+  Transformer Engine saves no input for it (`Linear` keeps its input only when the weight
+  requires a gradient): an MLP without adapters keeps its norm input and the activation
+  function's input, which FP8 runs store in FP8 (`fp8_activation_input_store`, set by the
+  MLPerf LoRA configs: FP8_ACTIVATION=True). Attention keeps what it keeps in training (its
+  adapters read the QKV input; the output projection's input is the attention output).
 * Stored activations are 16-bit (FP8 recipes keep BF16 activations between layers), and every
   MoE expert gets its even share of tokens (the force-balanced routing of NVIDIA's benchmarks);
   real routing imbalance needs headroom this model does not add.
@@ -60,6 +67,12 @@ GRAD_BYTES = {False: 2.0, True: 4.0}
 (Megatron-Bridge `cfg.ddp.grad_reduce_in_fp32 = False`); Megatron-LM's default is FP32."""
 OPTIMIZER_BYTES = 12.0
 LOW_PRECISION_WEIGHT_CACHE_BYTES = {"bf16": 0.0, "fp16": 0.0, "fp8": 1.0, "fp4": 1.0}
+FROZEN_FP8_PARAM_BYTES = 1.0
+"""A LoRA run's frozen base in FP8 (see the module docstring)."""
+FP8_ACTIVATION_BYTES = 1.0
+FP8_STORAGE = ("fp8", "fp8-cs", "fp8-block")
+"""Precisions whose frozen LoRA base and activation-function input are stored in FP8 (MXFP8
+keeps its own two-copy layout, MXFP8_PARAM_BYTES)."""
 MXFP8_PARAM_BYTES = 2.0
 """MXFP8 recipes keep the weights only in MXFP8, row- and column-wise (1 B each, plus one scale
 per 32 values), with no BF16 copy: Megatron-Bridge turns on `fp8_param_gather` for MXFP8
@@ -183,7 +196,10 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     grads = np.where(full, sharded * grad_bytes, params * grad_bytes) + fsdp_buffers
     optimizer = np.where(shard_opt, sharded, params) * OPTIMIZER_BYTES
     lora = is_lora(configs, len(tp))[:, None]
+    fp8_storage = np.isin(_col(configs, "precision"), FP8_STORAGE)
     if lora.any():
+        weights = np.where(lora & fp8_storage, np.where(full, sharded, params)
+                           * FROZEN_FP8_PARAM_BYTES, weights)
         adapters = stage_adapter_params(model, layout, ranks=configs["lora_rank"],
                                         targets=configs["lora_targets"]) / tp
         adapters_sharded = adapters / dp_group
@@ -198,6 +214,10 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     tokens = mbs * seq / cp                # tokens of one micro-batch on one GPU
     per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp)
     stored = {k: v.copy() for k, v in per_token.items()}
+    if lora.any():
+        stored["mlp"] = np.where(lora & (_col(configs, "lora_targets") == "attention"),
+                                 _frozen_mlp_bytes_per_token(model, tp=tp, sp=sp,
+                                                             fp8=fp8_storage), stored["mlp"])
     # Unfused attention stores the BF16 softmax output, heads × seq values per token (the
     # 5as/h term of Korthikanti et al. with dropout off).
     unfused = _col(configs, "attention") == "unfused" if "attention" in configs else False
@@ -244,6 +264,15 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
             "optimizer_bytes": optimizer[pick], "activations_bytes": activations[pick],
             "reserve_bytes": reserve[pick], "total_bytes": total[pick],
             "stage": heaviest.astype(float)}
+
+
+def _frozen_mlp_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
+                                fp8: np.ndarray) -> np.ndarray:
+    """A frozen dense MLP without adapters: the norm's input and the activation function's
+    input (FC1 output), in FP8 where `fp8`; no GEMM input (no weight gradients)."""
+    fc1_out = model.ffn_hidden_size * (2 if model.gated_mlp else 1) / tp
+    return ACT_BYTES * model.hidden_size / sp + np.where(fp8, FP8_ACTIVATION_BYTES,
+                                                          ACT_BYTES) * fc1_out
 
 
 def _activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
