@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from collectors.launchers.lifetime import die_with_parent
 from collectors.spec import RunResult, RunSpec
 
 OOM_MESSAGE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--result", type=Path, required=True)
     args = parser.parse_args(argv)
+    die_with_parent()  # as collectors.workload does
     spec = RunSpec.read(args.spec)
     rank = os.environ.get("RANK", "?")
     if spec.campaign == "ok":

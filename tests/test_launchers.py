@@ -4,6 +4,7 @@ run a stand-in workload (tests/launcher_standin) through every outcome, then the
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -138,6 +139,54 @@ def test_local_silent_failure_names_the_exit_code(local, tmp_path):
     result = local.launch(_spec("silent"), tmp_path)
     assert result.status == "failed"
     assert "exited with code 1" in result.error
+
+
+KILLED_COLLECTOR = """
+import sys
+from pathlib import Path
+from collectors.launchers.local import LocalLauncher
+from collectors.spec import RunSpec
+spec = RunSpec(run_id="standin-sleep", campaign="sleep", model="llama3-8b", platform="cpu",
+               num_gpus=2, config={}, timeout_s=600)
+LocalLauncher(module=sys.argv[2]).launch(spec, Path(sys.argv[1]))
+"""
+
+
+def test_a_killed_collector_takes_torchrun_and_its_workers_along(tmp_path):
+    """kill -9 of the collector's process group: torchrun and every rank die with it, although
+    each sits in a session of its own (parent-death signals down the chain)."""
+    import signal
+    import subprocess
+    import sys
+
+    collector = subprocess.Popen([sys.executable, "-c", KILLED_COLLECTOR, str(tmp_path),
+                                  STANDIN], env={**os.environ, **STANDIN_ENV},
+                                 start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_processes_mentioning(str(tmp_path / "spec.json"))) < 3:  # torchrun + 2 ranks
+        assert time.monotonic() < deadline and collector.poll() is None, "workers never started"
+        time.sleep(0.2)
+    time.sleep(2)  # the ranks are past their own start-up
+    os.killpg(collector.pid, signal.SIGKILL)
+    collector.wait()
+    _assert_no_leftovers(tmp_path)
+
+
+def test_a_rerun_kills_what_an_earlier_attempt_left_running(local, tmp_path):
+    import subprocess
+
+    # $0 names the run's spec, as torchrun's command line does
+    stray = subprocess.Popen(["bash", "-c", "sleep 600; exit",
+                              str(tmp_path.resolve() / "spec.json")], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while stray.pid not in _processes_mentioning(str(tmp_path.resolve())):  # exec'd
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    result = local.launch(_spec("ok"), tmp_path)
+    assert result.status == "ok"
+    assert stray.wait(timeout=10) == -9
+    assert re.search(rf"killed \d process\(es\) left running .*\b{stray.pid}\b",
+                     (tmp_path / "log.txt").read_text())
 
 
 def test_local_timeout_kills_the_whole_process_group(local, tmp_path):

@@ -1,5 +1,7 @@
 """Run on this machine: `torchrun --standalone` with one process per GPU (per CPU worker on the
-`cpu` platform), killed as a whole process group when the run's timeout passes."""
+`cpu` platform), killed as a whole process group when the run's timeout passes, and with the
+collector when it dies (`lifetime`: torchrun and every worker get SIGKILL when their parent
+exits, and a rerun in the same work directory first kills what is left of an earlier one)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from collectors.launchers import (
     read_result,
     timed_out,
 )
+from collectors.launchers.lifetime import die_with_parent, kill_leftovers
 from collectors.spec import RunResult, RunSpec
 
 KILL_GRACE_S = 5.0
@@ -50,15 +53,20 @@ class LocalLauncher:
                 "--spec", str(spec_path), "--result", str(result_path)]
 
     def launch(self, spec: RunSpec, workdir: Path) -> RunResult:
+        workdir = workdir.resolve()  # absolute in every command line: leftovers are found
+        leftovers = kill_leftovers(workdir)
         spec_path, result_path, log_path = prepare(spec, workdir)
+        if leftovers:
+            log_path.write_text(f"advisor: killed {len(leftovers)} process(es) left running in "
+                                f"{workdir} by an earlier attempt: {leftovers}\n")
         if spec.framework != "pytorch":
             return self._launch_framework(spec, workdir, log_path)
         command = self.command(spec, spec_path, result_path)
-        with log_path.open("wb") as log:
+        with log_path.open("ab") as log:
             # A new session makes torchrun and its workers one process group, killed together.
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, env=self._environ(spec),
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=die_with_parent)
             try:
                 returncode = proc.wait(timeout=spec.timeout_s)
             except subprocess.TimeoutExpired:
@@ -87,10 +95,11 @@ class LocalLauncher:
             cwd = Path(checkout)
         script = workdir / "run.sh"
         script.write_text("set -euo pipefail\n" + adapter.command(spec) + "\n")
-        with log_path.open("wb") as log:
+        with log_path.open("ab") as log:
             proc = subprocess.Popen(["bash", str(script)], cwd=cwd, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **self.env}, start_new_session=True)
+                                    env={**os.environ, **self.env}, start_new_session=True,
+                                    preexec_fn=die_with_parent)
             try:
                 returncode = proc.wait(timeout=spec.timeout_s)
             except subprocess.TimeoutExpired:

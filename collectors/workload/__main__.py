@@ -23,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from collectors.launchers.lifetime import die_with_parent
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
 
 
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     # First, before anything slow: torchrun sends SIGTERM to every rank as soon as one fails,
     # and rank 0 must turn it into a result rather than die (it may still be importing torch).
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # torchrun starts each rank in a session of its own: without this, a rank outlives a
+    # torchrun (and a collector) killed with SIGKILL and keeps its GPU memory.
+    die_with_parent()
     args = _parse(argv)
     rank = int(os.environ.get("RANK", "0"))
     run_id = args.spec.stem
