@@ -12,6 +12,7 @@ A failed run is a row (`status` oom/failed/timeout), never a lost measurement.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import tempfile
@@ -223,7 +224,9 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
     never leaves a partial file and concurrent appenders never lose each other's rows."""
     from filelock import FileLock, Timeout
 
-    path = Path(path)
+    # Through a symlink to the file it names: replacing the link itself would split the data
+    # in two (the link's target keeps the old rows, a new plain file gets the new ones).
+    path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     new = validate(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows)),
                    where=f"rows for {path}")
     try:
@@ -231,6 +234,10 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
         if not os.access(path.parent, os.W_OK):
             raise DatasetError(f"{path.parent}: not writable; choose another output.")
         with FileLock(str(path) + ".lock", timeout=timeout_s):
+            # A temporary file exists only while its writer holds the lock: any now is what a
+            # killed writer left.
+            for stale in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
+                stale.unlink(missing_ok=True)
             merged = new if not path.exists() else pd.concat([load(path), new],
                                                              ignore_index=True)
             merged = dedupe(merged)

@@ -24,6 +24,7 @@ collectors/templates/*.toml (`load_campaign("paper-h200-parallelism")`).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,10 @@ def templates() -> list[str]:
     return sorted(p.stem for p in TEMPLATES.glob("*.toml"))
 
 
+CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A campaign name is a file name: no separators, no `..`, nothing absolute."""
+
+
 def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
     """Validate a parsed campaign; errors name the file and the key."""
     known = {"name", "platform", "device", "framework", "models", "sweep", "budget", "steps",
@@ -109,6 +114,12 @@ def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
     for key in ("name", "platform", "models", "sweep"):
         if key not in data:
             raise ConfigError(f"{where}: missing {key!r} (see collectors/campaign.py).")
+    name = data["name"]
+    if not isinstance(name, str) or not CAMPAIGN_NAME.fullmatch(name):
+        raise ConfigError(f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or "
+                          f"'-' starting with a letter or digit: it names the dataset "
+                          f"(datasets/campaigns/<name>.parquet) and run directory "
+                          f"(runs/<name>/), which must stay inside them.")
     if not isinstance(data["models"], list):
         raise ConfigError(f"{where}: models is a list of tables: write [[models]], not "
                           f"[models].")

@@ -70,6 +70,12 @@ def test_bad_campaigns_name_the_key():
         candidates(campaign_from_dict(_campaign("x", 2, tp=[3])))
 
 
+@pytest.mark.parametrize("name", ["../escape", "/tmp/abs", "a/b", "", ".hidden", "x" * 65, 7])
+def test_campaign_name_stays_inside_the_dataset_and_run_directories(name):
+    with pytest.raises(ConfigError, match="must stay inside them"):
+        campaign_from_dict({**_campaign("x", 2), "name": name})
+
+
 def test_acquisition_prefers_wide_bands_far_from_measurements():
     cands = pd.DataFrame({"run_id": ["a", "b", "c"], "model": "m", "recompute": "none",
                           "dp_sharding": "optimizer", "precision": "bf16",

@@ -104,6 +104,27 @@ def test_crash_while_writing_leaves_the_old_file_whole(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
 
 
+def test_a_killed_writers_temporary_file_is_cleaned_up(tmp_path):
+    """A writer killed between writing its temporary file and the rename leaves it behind; the
+    next append (holding the lock, so no live writer's file) removes it."""
+    path = tmp_path / "runs.parquet"
+    append(path, [_run(0)])
+    stale = tmp_path / "runs.parquet.k1ll3d.tmp"
+    stale.write_bytes(b"PAR1 half a file")
+    append(path, [_run(1)])
+    assert not stale.exists() and len(load(path)) == 2
+
+
+def test_append_through_a_symlink_keeps_one_file(tmp_path):
+    real = tmp_path / "store" / "runs.parquet"
+    append(real, [_run(0)])
+    link = tmp_path / "runs.parquet"
+    link.symlink_to(real)
+    append(link, [_run(1)])
+    assert link.is_symlink() and link.resolve() == real
+    assert list(load(real)["run_id"]) == ["run-0", "run-1"]
+
+
 def _appender(args: tuple[str, int, int]) -> None:
     path, worker, batches = args
     for b in range(batches):
