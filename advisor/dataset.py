@@ -197,7 +197,11 @@ def _coerce(raw: pd.Series, col: Column) -> tuple[pd.Series, list]:
 
 def load(path: Path) -> pd.DataFrame:
     """Read a dataset file (Parquet, or CSV on input) and validate it."""
+    from advisor.files import TABLE_LIMIT_BYTES, check_regular
+
     path = Path(path)
+    check_regular(path, limit_bytes=TABLE_LIMIT_BYTES, what="dataset (.parquet or .csv)",
+                  error=DatasetError)
     try:
         if path.suffix.lower() == ".csv":
             frame = pd.read_csv(path, dtype=str, keep_default_na=False)

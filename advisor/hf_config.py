@@ -22,14 +22,18 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     """Build a `ModelSpec` from a `config.json` (or a folder holding one)."""
     if path.is_dir():
         path = path / "config.json"
+    from advisor.files import JSON_LIMIT_BYTES, read_bounded
+
+    data = read_bounded(path, limit_bytes=JSON_LIMIT_BYTES, what="config.json",
+                        error=CatalogError)
     try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CatalogError(f"{path}: no such file.") from None
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
     except json.JSONDecodeError as e:
         raise CatalogError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}).") from None
-    except OSError as e:
-        raise CatalogError(f"{path}: cannot read ({e.strerror}).") from None
+    except RecursionError:
+        raise CatalogError(f"{path}: JSON nested too deeply to be a model config.") from None
     if not isinstance(raw, dict):
         raise CatalogError(f"{path}: expected a JSON object with the model's fields.")
     cfg = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw

@@ -54,12 +54,11 @@ class RowPrediction:
 
 def read_rows(path: Path) -> pd.DataFrame:
     """Read a CSV of runs; refuses a file without the columns every row needs."""
+    from advisor.files import TABLE_LIMIT_BYTES, check_regular
+
+    check_regular(path, limit_bytes=TABLE_LIMIT_BYTES, what="CSV")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise AdvisorError(f"{path}: no such file.") from None
-    except IsADirectoryError:
-        raise AdvisorError(f"{path}: is a directory; give a CSV file.") from None
     except OSError as e:
         raise AdvisorError(f"{path}: cannot read ({e.strerror}).") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:

@@ -86,12 +86,17 @@ def load_campaign(name_or_path: str) -> Campaign:
         if not path.is_file():
             raise ConfigError(f"no campaign template {name_or_path!r}; templates: "
                               f"{', '.join(templates())}, or pass a .toml file.")
+    from advisor.files import TOML_LIMIT_BYTES, read_bounded
+
+    raw = read_bounded(path, limit_bytes=TOML_LIMIT_BYTES, what="campaign TOML",
+                       error=ConfigError)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the campaign ({e.strerror}).") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML ({e}).") from None
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: not valid TOML ({str(e)[:200] or 'nested too deeply'})."
+                          ) from None
     return campaign_from_dict(data, where=str(path))
 
 

@@ -21,15 +21,16 @@ _PUBLISHED_KEYS = ("published_total_params", "published_active_params")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    from advisor.files import TOML_LIMIT_BYTES, read_bounded
+
+    data = read_bounded(path, limit_bytes=TOML_LIMIT_BYTES, what="TOML", error=CatalogError)
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise CatalogError(f"{path}: no such file.") from None
-    except tomllib.TOMLDecodeError as e:
-        raise CatalogError(f"{path}: not valid TOML ({e}).") from None
-    except OSError as e:
-        raise CatalogError(f"{path}: cannot read ({e.strerror}).") from None
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise CatalogError(f"{path}: not valid TOML ({str(e)[:200] or 'nested too deeply'})."
+                           ) from None
 
 
 # ---- platforms ----------------------------------------------------------------------------

@@ -181,12 +181,18 @@ def read_artifact(meta_path: Path, model_path: Path, features, format_version: i
     another format, feature list or set of quantiles."""
     import xgboost as xgb
 
+    from advisor.files import JSON_LIMIT_BYTES, TABLE_LIMIT_BYTES, check_regular, read_bounded
+
     for p in (meta_path, model_path):
         if not p.is_file():
             raise ArtifactError(f"{p}: missing; rebuild the surrogates with `advisor train`.")
+    # Bounded before the hash reads the model whole (a real one is a few MiB).
+    check_regular(model_path, limit_bytes=TABLE_LIMIT_BYTES // 8, what="surrogate model",
+                  error=ArtifactError)
     try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        meta = json.loads(read_bounded(meta_path, limit_bytes=JSON_LIMIT_BYTES,
+                                       what="surrogate metadata", error=ArtifactError))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ArtifactError(f"{meta_path}: not valid JSON ({e}); rebuild with "
                             f"`advisor train`.") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("support"), dict):

@@ -1,0 +1,82 @@
+"""Every file a user can name is read within bounds: a device, a FIFO, a directory, a huge or
+non-UTF-8 or absurdly nested file gets one `error:` line and exit 2, at once (through the real
+`advisor` entry point, in a subprocess, with a time limit)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from advisor.errors import AdvisorError
+from advisor.files import MiB, read_bounded
+
+ADVISOR = [sys.executable, "-m", "advisor"]
+
+
+def _advisor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*ADVISOR, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _one_error_line(r: subprocess.CompletedProcess, needle: str) -> None:
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "config.json"
+    os.mkfifo(path)
+    return path
+
+
+def test_read_bounded_refuses_devices_fifos_directories_and_huge_files(tmp_path, fifo):
+    for path, needle in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"),
+                         (tmp_path, "is a directory"), (tmp_path / "nope", "no such file")):
+        with pytest.raises(AdvisorError, match=needle):
+            read_bounded(path, limit_bytes=MiB, what="TOML")
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as f:
+        f.truncate(3 * MiB)   # sparse: the size is what counts
+    with pytest.raises(AdvisorError, match="3 MiB; a TOML larger than 1 MiB is refused"):
+        read_bounded(big, limit_bytes=MiB, what="TOML")
+    with pytest.raises(AdvisorError, match="cannot open"):
+        read_bounded("bad\0name", limit_bytes=MiB, what="TOML")
+
+
+@pytest.mark.parametrize("name,args", [
+    ("config.json", ["recommend", "-m", "{}", "-g", "8", "-p", "h100"]),
+    ("runs.csv", ["predict", "--input", "{}"]),
+    ("cluster.toml", ["catalog", "show", "{}"]),
+    ("campaign.toml", ["collect", "--campaign", "{}", "--dry-run"]),
+])
+def test_dev_zero_under_any_name_gets_one_error_line(tmp_path, name, args):
+    path = tmp_path / name
+    path.symlink_to("/dev/zero")
+    _one_error_line(_advisor(*[a.format(path) for a in args]), "not a regular file")
+
+
+def test_a_fifo_as_config_json_does_not_block(fifo):
+    _one_error_line(_advisor("recommend", "-m", str(fifo), "-g", "8", "-p", "h100"),
+                    "not a regular file")
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"\xff\xfe{\"num_hidden_layers\": 2}", "not UTF-8"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+])
+def test_bad_config_json_bytes_get_one_error_line(tmp_path, content, needle):
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    _one_error_line(_advisor("recommend", "-m", str(path), "-g", "8", "-p", "h100"), needle)
+
+
+def test_bad_cluster_toml_bytes_get_one_error_line(tmp_path):
+    path = tmp_path / "cluster.toml"
+    path.write_bytes(b"base = \"h100\"\nname = \"\xff\"\n")
+    _one_error_line(_advisor("catalog", "show", str(path)), "not UTF-8")
