@@ -91,8 +91,10 @@ class Predictor:
         those absent stay analytical."""
         self.calibration = calibration or load_calibration()
         self.path = path
-        # The analytical model's error on a stack it was not fitted to (series held out).
+        # The analytical model's error on a stack it was not fitted to (series held out), and
+        # on a platform family no published run calibrated (families held out).
         self.analytical_log_sd = analytical_log_sd(self.calibration)
+        self.uncalibrated_log_sd = analytical_log_sd(self.calibration, calibrated=False)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Predictor:
@@ -190,8 +192,10 @@ class Predictor:
         tps = table["tokens_per_sec_per_gpu"]
         n = len(tps)
         source = np.full(n, "analytical", dtype=object)
-        low = tps * math.exp(-Z90 * self.analytical_log_sd)
-        high = tps * math.exp(Z90 * self.analytical_log_sd)
+        calibrated = bool(table["calibrated"][0])
+        log_sd = self.analytical_log_sd if calibrated else self.uncalibrated_log_sd
+        low = tps * math.exp(-Z90 * log_sd)
+        high = tps * math.exp(Z90 * log_sd)
         extrapolation = np.zeros(n, dtype=bool)
         learned = tps.copy()
         feats = (feature_matrix(model, platform, cols, table, framework=framework,
@@ -230,7 +234,7 @@ class Predictor:
             "pred_throttle_risk": table["throttle_risk"],
             "pred_source": source,
             "pred_extrapolation": extrapolation,
-            "pred_calibrated": np.full(n, bool(table["calibrated"][0])),
+            "pred_calibrated": np.full(n, calibrated),
             "pred_error": np.full(n, "", dtype=object),
         }
 

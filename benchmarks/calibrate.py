@@ -3,13 +3,18 @@
     python benchmarks/calibrate.py                # fit, leave-one-source-out table, vTrain
     python benchmarks/calibrate.py --write        # ...and write advisor/catalog/calibration.toml
     python benchmarks/calibrate.py --no-loso      # skip the (minutes-long) cross-validation
+    python benchmarks/calibrate.py --no-mlperf    # published runs only
 
 Fits (1) the collective α–β constants to vTrain's NCCL all-reduce tables and (2) each platform
-family's efficiencies to `shared/reference/published_runs.csv` (MAP: least squares on
+family's efficiencies to `shared/reference/published_runs.csv` and the MLPerf Training
+submissions advisor can express (`shared/reference/mlperf/mlperf_runs.csv`; MI300X/MI325X make
+`cdna3` a calibrated family) (MAP: least squares on
 log(predicted/measured) with a log-normal prior around the literature values). Reports error of
-tokens/s/GPU under leave-one-source-out cross-validation (refit without each source, predict it)
+tokens/s/GPU under leave-one-source-out cross-validation (refit without each source, predict it;
+the MLPerf submissions are one source, so that fold is the error on a source never seen)
 overall and per source, platform, model family and precision, Kendall τ within groups sharing
-model, platform and GPU count, and the vTrain single-node score (MAPE, τ per job, top-1 regret).
+model, platform and GPU count, the MLPerf rows held out by round, and the vTrain single-node
+score (MAPE, τ per job, top-1 regret).
 """
 
 from __future__ import annotations
@@ -24,14 +29,17 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_platform
+from advisor.mlperf import mlperf_runs
 from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.fit import (
+    MLPERF_SOURCE,
     error_table,
     fit_all,
     kendall_by_group,
     leave_one_source_out,
     load_reference,
+    predict_held_out,
     predict_reference,
 )
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
@@ -62,6 +70,8 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write calibration.toml")
     parser.add_argument("--no-loso", action="store_true", help="skip cross-validation")
     parser.add_argument("--reference", type=Path, default=SHARED / "published_runs.csv")
+    parser.add_argument("--mlperf", type=Path, default=SHARED / "mlperf" / "mlperf_runs.csv")
+    parser.add_argument("--no-mlperf", action="store_true", help="published runs only")
     parser.add_argument("--vtrain", type=Path, default=SHARED / "vtrain")
     args = parser.parse_args()
 
@@ -79,7 +89,12 @@ def main() -> int:
         base.collectives, **{k: coll[k] for k in ("alpha0_s", "alpha1_s", "domain_efficiency",
                                                    "domain_group_penalty")}))
 
-    ref = load_reference(args.reference)
+    if not args.no_mlperf:
+        _, skipped = mlperf_runs(args.mlperf)
+        print(f"MLPerf: {len(skipped)} submissions not expressible "
+              f"({skipped['why'].str.split('(').str[0].str.strip().value_counts().to_dict()})")
+    ref = load_reference(args.reference, None if args.no_mlperf else args.mlperf)
+    mlperf = (ref.rows["source"] == MLPERF_SOURCE).to_numpy()
     print(f"reference: {len(ref.rows)} runs used, {len(ref.skipped)} skipped "
           f"({ref.skipped['why'].str.split(';').str[0].value_counts().to_dict()})")
     fitted = fit_all(ref, base.with_families({}))
@@ -134,19 +149,43 @@ def main() -> int:
         _print("leave-one-series-out error (tokens/s/GPU, %)", series)
         metrics.update(loso_series_mape_pct=float(series["mape"].iloc[0]),
                        loso_series_median_ape_pct=float(series["median_ape"].iloc[0]))
+        if mlperf.any():
+            held = rows[mlperf]
+            _print("MLPerf submissions held out together (tokens/s/GPU, %)",
+                   error_table(held, loso[mlperf], None))
+            for by in ("family", "model", "platform", "framework"):
+                _print(f"... by {by}", error_table(held, loso[mlperf], by))
+            table = error_table(held, loso[mlperf], None)
+            metrics.update(mlperf_held_out_mape_pct=float(table["mape"].iloc[0]),
+                           mlperf_held_out_median_ape_pct=float(table["median_ape"].iloc[0]))
+            by_round = pd.concat([predict_held_out(ref, base.with_families({}), r, by="round")
+                                  for r in sorted(held["round"].unique())])
+            _print("MLPerf held out one round at a time (the others and the published runs "
+                   "fitted)", error_table(held, by_round.loc[held.index], "round"))
+            _print("... by family", error_table(held, by_round.loc[held.index], "family"))
+        # Whole platform families held out: a family predicted from the others' efficiencies,
+        # as an uncalibrated one (AMD) is (what the Predictor's band for it is sized by).
+        family_out = leave_one_source_out(ref, base.with_families({}), by="family")
+        family = error_table(rows, family_out, None)
+        _print("leave-one-family-out error (tokens/s/GPU, %)", family)
+        _print("... by family", error_table(rows, family_out, "family"))
+        metrics.update(lofo_mape_pct=float(family["mape"].iloc[0]),
+                       lofo_median_ape_pct=float(family["median_ape"].iloc[0]))
 
     if args.write:
-        _write(fitted, base, coll, metrics, args.reference)
+        _write(fitted, base, coll, metrics, args.reference,
+               None if args.no_mlperf else args.mlperf)
         print(f"\nwrote {TARGET.relative_to(ROOT)}")
     return 0
 
 
-def _write(fitted, base, coll, metrics, reference: Path) -> None:
+def _write(fitted, base, coll, metrics, reference: Path, mlperf: Path | None) -> None:
     c = base.collectives
     lines = [
         "# calibration.toml — free parameters of the analytical performance model.",
         "# Written by `python benchmarks/calibrate.py --write`; do not edit by hand.",
-        f"# {dt.date.today().isoformat()}: published_runs.csv sha256 {_sha(reference)[:16]}",
+        f"# {dt.date.today().isoformat()}: published_runs.csv sha256 {_sha(reference)[:16]}"
+        + (f", mlperf_runs.csv sha256 {_sha(mlperf)[:16]}" if mlperf else ""),
         "",
         "[collectives]",
         f"alpha0_s = {c.alpha0_s:.6g}",
@@ -174,8 +213,10 @@ def _write(fitted, base, coll, metrics, reference: Path) -> None:
         f"alpha0_s, alpha1_s, domain_efficiency, domain_group_penalty fitted to vTrain's measured "
         f"NCCL all-reduce tables (A100 NVSwitch, 2-8 GPUs, 1 MiB-1 GiB, {coll['fit_points']} "
         f"points; fit MAPE {coll['fit_mape_pct']:.2f} %)")
-    sources["family"] = ("MAP fit to published_runs.csv (tokens/s/GPU; log-ratio least squares, "
-                         "log-normal prior around [prior]); see benchmarks/calibrate.py")
+    sources["family"] = ("MAP fit to published_runs.csv" + (" and the expressible MLPerf "
+                         "Training submissions (mlperf_runs.csv)" if mlperf else "")
+                         + " (tokens/s/GPU; log-ratio least squares, log-normal prior around "
+                         "[prior]); see benchmarks/calibrate.py")
     sources["framework"] = ("gemm and attention: fitted jointly with the families on the rows of "
                             "each framework (Megatron-Core = 1); megatron-deepspeed "
                             "layer_overhead_s: fitted to vTrain's 1,440 A100 runs")

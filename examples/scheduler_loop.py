@@ -6,7 +6,7 @@ Each job asks for some GPUs; the cluster has free GPUs of several types. The loo
 for the throughput of the job's best configuration on each type it could get (Gavel's
 throughput-table shape), prefers the type with the best lower bound (p10: a cautious scheduler
 does not bet on an optimistic estimate) among calibrated platforms — an uncalibrated one (no
-published run measured its family: MI300X today) is used only when nothing else is free — and
+measured run calibrated its family: MI250 today) is used only when nothing else is free — and
 books the GPUs.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from advisor import Predictor
 from advisor.scheduling import throughput_table
 
-FREE = {"h100": 64, "h200": 32, "mi300x": 16}
+FREE = {"h100": 64, "h200": 32, "mi300x": 16, "mi250": 32}
 JOBS = [("llama3-8b", 16), ("llama3-70b", 32), ("mixtral-8x7b", 16), ("llama3-8b", 32)]
 
 

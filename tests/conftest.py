@@ -1,7 +1,6 @@
 import os
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from slurm_cluster import slurm  # noqa: F401  (fixture: a one-node Slurm cluster on localhost)
 
@@ -45,11 +44,12 @@ def mlperf_csv() -> Path:
 
 
 @pytest.fixture(scope="session")
-def ref(reference_csv):
-    """The published reference runs (read-only: shared by every test module that uses it)."""
-    from advisor.perf.fit import reference_from_frame
+def ref(reference_csv, mlperf_csv):
+    """The reference runs: published and MLPerf, as the bundled calibration and surrogate
+    learn them (read-only: shared by every test module that uses it)."""
+    from advisor.perf.fit import load_reference
 
-    return reference_from_frame(pd.read_csv(reference_csv, dtype=str, keep_default_na=False))
+    return load_reference(reference_csv, mlperf_csv)
 
 
 @pytest.fixture(scope="session")

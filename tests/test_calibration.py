@@ -24,8 +24,8 @@ from advisor.perf.vtrain import cross_validated, load_vtrain, predict_vtrain, sc
 
 
 @pytest.fixture(scope="module")
-def reference(reference_csv):
-    return load_reference(reference_csv)
+def reference(reference_csv, mlperf_csv):
+    return load_reference(reference_csv, mlperf_csv)
 
 
 def _tables(vtrain_dir: Path):

@@ -207,11 +207,13 @@ def test_cli_start_imports_no_heavy_modules():
 
 
 def test_platform_without_published_runs_says_uncalibrated():
-    r = run("predict", "-m", "8b", "-p", "mi300x", "-g", "8", "--tp", "2", "--json")
+    r = run("predict", "-m", "8b", "-p", "mi250", "-g", "8", "--tp", "2", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["calibrated"] is False
-    r = run("explain", "-m", "8b", "-p", "mi300x", "-g", "8", "--tp", "2")
-    assert "uncalibrated" in r.output and "cdna3" in r.output
+    r = run("explain", "-m", "8b", "-p", "mi250", "-g", "8", "--tp", "2")
+    assert "uncalibrated" in r.output and "cdna2" in r.output
+    r = run("predict", "-m", "8b", "-p", "mi300x", "-g", "8", "--tp", "2", "--json")
+    assert json.loads(r.stdout)["calibrated"] is True  # MI300X/MI325X: MLPerf measured CDNA 3
     r = run("predict", "-m", "8b", "-p", "h200", "-g", "8", "--tp", "2", "--json")
     assert json.loads(r.stdout)["calibrated"] is True  # H200 shares Hopper's calibration
 

@@ -17,14 +17,20 @@ app = typer.Typer(help="List and show catalog platforms and models.", no_args_is
 @app.command("platforms")
 @guard
 def platforms(json_out: JsonOpt = False) -> None:
-    """List platforms: memory, dense peak FLOP/s, power limit, NVLink domain, network."""
+    """List platforms: memory, dense peak FLOP/s, power limit, NVLink domain, network, and
+    whether measured runs calibrated the platform's family ("measured": published or MLPerf
+    runs fitted its kernel efficiencies; otherwise predictions use the measured families' mean
+    with a wider band and say "uncalibrated")."""
+    from advisor.perf.calibration import load_calibration
+
     items = catalog.platforms().values()
+    measured = set(load_calibration().families)
     if json_out:
-        emit_json([p.to_dict() for p in items])
+        emit_json([p.to_dict() | {"calibrated": p.family in measured} for p in items])
         return
     table = Table(title="Platforms (per device; MI250 device = one GCD)")
     for col in ("name", "memory GB", "BF16 TFLOP/s", "FP8 TFLOP/s", "TDP W", "GPUs/node",
-                "NVLink domain", "intra GB/s", "network GB/s", "cooling"):
+                "NVLink domain", "intra GB/s", "network GB/s", "cooling", "measured"):
         table.add_column(col, justify="left" if col in ("name", "cooling") else "right",
                          no_wrap=col == "name")
     for p in items:
@@ -33,7 +39,8 @@ def platforms(json_out: JsonOpt = False) -> None:
                       f"{fp8 / 1e12:,.0f}" if fp8 else "-", f"{p.tdp_w:.0f}",
                       str(p.num_gpus_per_node), str(p.nvlink_domain_size),
                       f"{p.intra_domain_bandwidth_bytes_per_s / 1e9:,.0f}",
-                      f"{p.inter_node_bandwidth_bytes_per_s / 1e9:,.1f}", p.cooling)
+                      f"{p.inter_node_bandwidth_bytes_per_s / 1e9:,.1f}", p.cooling,
+                      "yes" if p.family in measured else "no")
     make_console().print(table)
 
 

@@ -14,11 +14,13 @@ from advisor.errors import AdvisorError
 
 DataOpt = Annotated[list[Path] | None, typer.Option(
     "--data", "-d", help="Dataset file(s) (.parquet or .csv, the canonical schema). Default: "
-    "datasets/published.parquet.")]
+    "datasets/published.parquet and datasets/mlperf.parquet (`advisor dataset import-published`"
+    ", `import-mlperf`).")]
+DEFAULT_DATA = (Path("datasets/published.parquet"), Path("datasets/mlperf.parquet"))
 
 
 def _data(paths: list[Path] | None) -> list[Path]:
-    return paths or [Path("datasets/published.parquet")]
+    return paths or [p for p in DEFAULT_DATA if p.exists()] or [DEFAULT_DATA[0]]
 
 
 @guard

@@ -23,6 +23,11 @@ CONVERTERS = {
 }
 
 
+LLAMA_FAMILIES = ("llama", "mistral")
+"""Catalog families and Hugging Face `model_type`s built like Llama (the shape checks below
+still apply: Mistral's sliding window, for one, is refused)."""
+
+
 def module_name(model: ModelSpec) -> str:
     """The importable module the config is written to (`advisor_llama2_70b`)."""
     return "advisor_" + re.sub(r"\W", "_", model.name).strip("_").lower()
@@ -35,6 +40,9 @@ def function_name(model: ModelSpec) -> str:
 def llama_architecture_gaps(model: ModelSpec) -> list[str]:
     """What keeps `model` from torchtitan's llama3 builders (empty when it fits them)."""
     checks = [
+        (model.family not in LLAMA_FAMILIES,
+         f"model family {model.family or model.name!r}, not Llama's (its own torchtitan module,"
+         f" if any, builds it: Qwen3 adds QK normalisation)"),
         (model.is_moe, "routed experts"),
         (model.is_mla, "multi-head latent attention"),
         (bool(model.layer_pattern), "Mamba layers"),

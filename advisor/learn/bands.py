@@ -77,12 +77,18 @@ ANALYTICAL_MEDIAN_APE_PCT = 15.0
 leave-one-source-out median of the bundled calibration)."""
 
 
-def analytical_log_sd(calibration) -> float:
+def analytical_log_sd(calibration, *, calibrated: bool = True) -> float:
     """σ of the analytical model's log error on a software stack it was not fitted to, for a
     log-normal band (p10/p90 = median · exp(∓1.2816 σ)): its median |log ratio| with whole
     publication series held out (or single sources, in older calibration files), median |Z| =
-    0.6745 σ."""
+    0.6745 σ.
+
+    For a platform family no published run calibrated (`calibrated=False`, AMD today), whose
+    efficiencies are the calibrated families' mean: the median error with whole families held
+    out (`lofo_median_ape_pct`), never less than the series figure."""
     metrics = calibration.metrics
     median_ape = metrics.get("loso_series_median_ape_pct",
                              metrics.get("loso_median_ape_pct", ANALYTICAL_MEDIAN_APE_PCT))
+    if not calibrated:
+        median_ape = max(median_ape, metrics.get("lofo_median_ape_pct", median_ape))
     return float(np.log1p(median_ape / 100.0) / 0.6745)

@@ -17,7 +17,7 @@ from advisor.errors import AdvisorError
 from advisor.learn.bands import analytical_log_sd, band_scale
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
-from advisor.learn.train import band_groups
+from advisor.learn.train import band_groups, learnable
 from advisor.perf.calibration import Calibration
 from advisor.perf.fit import Reference, fit_all, kendall_by_group
 from advisor.predictor import Z90
@@ -48,9 +48,10 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
         if held.all():
             raise AdvisorError(f"only one {by} in the data: nothing to train on when it is "
                                f"held out.")
-        train_ref, test_ref = ref.subset(~held), ref.subset(held)
-        cal = (fit_all(train_ref, calibration.with_families({}).with_frameworks({}))
+        fit_ref, test_ref = ref.subset(~held), ref.subset(held)
+        cal = (fit_all(fit_ref, calibration.with_families({}).with_frameworks({}))
                if refit_analytical else calibration)
+        train_ref = fit_ref.subset(learnable(fit_ref.rows))   # LoRA calibrates, never trains
         train = reference_features(train_ref, cal)
         test = reference_features(test_ref, cal)
         families = train_ref.rows["family"].to_numpy()
@@ -61,7 +62,7 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
         ratio = surrogate.predict_ratio(test, test_ref.rows["family"].to_numpy(),
                                         test_ref.rows["model_family"].to_numpy())
         base = test["analytical"]
-        ok = ratio["supported"].to_numpy()
+        ok = ratio["supported"].to_numpy() & learnable(test_ref.rows)
         parts.append(pd.DataFrame({
             "group": group, "measured": test["measured"], "analytical": base,
             "surrogate": np.where(ok, base * ratio["p50"], base),

@@ -58,12 +58,17 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
     """Train every target the data supports and write the artifacts to `output`."""
     frames = [load(p) for p in datasets]
     data = pd.concat(frames, ignore_index=True).drop_duplicates("run_id", keep="last")
-    ref = reference_from_frame(data)
+    every = reference_from_frame(data)
+    lora = ~learnable(every.rows)
+    ref = every.subset(~lora)
     if len(ref.rows) < MIN_ROWS:
         raise DatasetError(f"only {len(ref.rows)} usable runs (need {MIN_ROWS}: catalog model "
                            f"and platform, a valid layout, measured tokens/s); skipped: "
                            f"{len(ref.skipped)}.")
-    reasons = ref.skipped["why"].str.split(";").str[0].str.slice(0, 80).value_counts().to_dict()
+    reasons = every.skipped["why"].str.split(";").str[0].str.slice(0, 80).value_counts().to_dict()
+    if lora.any():
+        reasons["LoRA fine-tuning (no fine-tuning feature yet: LoRA predictions stay "
+                "analytical)"] = int(lora.sum())
     calibration = load_calibration()
     features = reference_features(ref, calibration)
     digest = data_hash(data)
@@ -87,10 +92,18 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
     metadata = {"data_sha256": digest, "datasets": [str(p) for p in datasets]}
     power, written = _train_power(data, ref, calibration, output, seed=seed, metadata=metadata)
     targets.update(power)
-    return TrainReport(rows_used=int(len(ref.rows)), rows_skipped=int(len(ref.skipped)),
+    return TrainReport(rows_used=int(len(ref.rows)),
+                       rows_skipped=int(len(every.skipped) + lora.sum()),
                        skipped_reasons={str(k): int(v) for k, v in reasons.items()},
                        targets=targets, data_sha256=digest, output=output,
                        artifacts=["throughput", *written])
+
+
+def learnable(rows: pd.DataFrame) -> np.ndarray:
+    """Reference rows the throughput surrogate learns from: not LoRA runs, which stay
+    analytical (the features have no fine-tuning column, so the trees could not tell a LoRA
+    step from a pre-training one)."""
+    return (rows["finetune"] != "lora").to_numpy()
 
 
 def band_groups(rows: pd.DataFrame) -> np.ndarray:

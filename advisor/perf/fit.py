@@ -67,13 +67,33 @@ class Reference:
         return Reference(rows=self.rows.loc[keep], groups=groups, skipped=self.skipped)
 
 
-def load_reference(path: Path) -> Reference:
-    """Usable runs of a CSV shaped like published_runs.csv, or of a dataset Parquet file."""
+def load_reference(path: Path, mlperf: Path | None = None) -> Reference:
+    """Usable runs of a CSV shaped like published_runs.csv, or of a dataset Parquet file; with
+    `mlperf`, plus the MLPerf Training submissions advisor can express (`advisor.mlperf`)."""
     if Path(path).suffix.lower() == ".parquet":
         from advisor.dataset import load
 
-        return reference_from_frame(load(Path(path)))
-    return reference_from_frame(pd.read_csv(path, dtype=str, keep_default_na=False))
+        frames = [load(Path(path))]
+    else:
+        frames = [pd.read_csv(path, dtype=str, keep_default_na=False)]
+    if mlperf is not None:
+        from advisor.mlperf import mlperf_runs
+
+        frames.append(mlperf_runs(mlperf)[0])
+    return reference_from_frame(pd.concat(frames, ignore_index=True))
+
+
+MLPERF_SOURCE = "MLPerf Training"
+"""The MLPerf submissions are one source (and one series): submitters rerun NVIDIA's and AMD's
+published configurations, so holding one submitter out would leave its twins in."""
+
+
+def _round(source_name: str) -> str:
+    """The MLPerf round of a source name ("MLPerf Training v5.0 NVIDIA" -> "v5.0")."""
+    import re
+
+    found = re.search(r"\bv\d+\.\d+\b", str(source_name))
+    return found.group(0) if found else ""
 
 
 def source_series(source_name: str) -> str:
@@ -83,6 +103,8 @@ def source_series(source_name: str) -> str:
     configurations, can be held out together."""
     import re
 
+    if str(source_name).startswith(MLPERF_SOURCE):
+        return MLPERF_SOURCE
     name = re.sub(r"\([^)]*\)", "", str(source_name))
     name = re.sub(r"\b\d+(\.\d+)*\b", "", name)
     return " ".join(name.split())
@@ -117,14 +139,18 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
         except AdvisorError as e:
             skipped.append((i, str(e)))
             continue
+        mlperf = str(row["source_name"]).startswith(MLPERF_SOURCE)
         usable.append({"index": i, "model": model.name, "platform": platform.name,
-                       "family": platform.family, "source": row["source_name"],
+                       "family": platform.family,
+                       "source": MLPERF_SOURCE if mlperf else row["source_name"],
+                       "round": _round(row["source_name"]) if mlperf else "",
                        "series": source_series(row["source_name"]),
                        "framework": row.get("framework", "") or "megatron",
                        "software": row.get("software", ""), "precision": row["precision"],
                        "model_family": model.family or model.name, "moe": model.is_moe,
                        "mamba": model.mamba_num_heads > 0,
-                       "num_gpus": int(float(row["num_gpus"])), "measured": float(measured),
+                       "num_gpus": int(float(row["num_gpus"])), "finetune": config.finetune,
+                       "measured": float(measured),
                        "measured_derived": derived[1] if derived else ""})
         configs[i] = config.to_dict() | {"framework": row.get("framework", "") or "megatron"}
     if not usable:
