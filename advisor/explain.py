@@ -95,7 +95,7 @@ def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> lis
     lines.append(
         "These are analytical predictions"
         + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
-           "has no published runs)")
+           "has no measured runs)")
         + "; the power model is fitted on measured A40/A100 power (shared/reference/power) and "
           "the chassis thermals are placeholders (advisor/catalog/chassis.toml) until campaigns "
           "measure them.")

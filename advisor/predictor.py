@@ -92,7 +92,7 @@ class Predictor:
         self.calibration = calibration or load_calibration()
         self.path = path
         # The analytical model's error on a stack it was not fitted to (series held out), and
-        # on a platform family no published run calibrated (families held out).
+        # on a platform family no measured run calibrated (families held out).
         self.analytical_log_sd = analytical_log_sd(self.calibration)
         self.uncalibrated_log_sd = analytical_log_sd(self.calibration, calibrated=False)
 

@@ -224,7 +224,7 @@ def warnings(row: pd.Series, platform: Platform, model: ModelSpec, *,
         out.append(f"throttle risk {float(row['pred_throttle_risk']):.0%}: expect clocks to "
                    f"drop on the hottest GPUs; a smaller micro-batch or recompute lowers peaks")
     if not bool(row.get("pred_calibrated", True)):
-        out.append(f"{platform.family} is uncalibrated: no published run measured it, so "
+        out.append(f"{platform.family} is uncalibrated: no measured run calibrated it, so "
                    f"throughput and MFU use the calibrated families' average efficiencies; "
                    f"treat the figures as a rough guide until a campaign measures it")
     if surrogate and bool(row.get("pred_extrapolation", False)):

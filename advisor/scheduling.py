@@ -67,7 +67,7 @@ def throughput_table(predictor, model_name: str, platforms: list[str], gpu_count
                 "tokens_per_sec_p90": float(best["pred_tokens_per_sec_per_gpu_p90"]) * gpus,
                 "avg_power_w": float(best["pred_avg_power_w"]),
                 "source": best["pred_source"],
-                # False: no published run calibrated the platform family (AMD today); its
+                # False: no measured run calibrated the platform family (MI250 today); its
                 # figures borrow other families' efficiencies.
                 "calibrated": bool(best["pred_calibrated"]),
                 "config": {k: best[k] for k in SUMMARY}})

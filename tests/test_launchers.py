@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from collectors.launchers import LauncherError, failure, make_launcher
+from collectors.launchers.lifetime import processes_mentioning as _processes_mentioning
 from collectors.launchers.local import LocalLauncher
 from collectors.launchers.slurm import SlurmLauncher
 from collectors.spec import RunSpec
@@ -28,19 +29,6 @@ WORKLOAD_MAIN = Path(__file__).resolve().parents[1] / "collectors" / "workload" 
 def _spec(behaviour: str, *, timeout_s: float = 120.0, num_gpus: int = 2) -> RunSpec:
     return RunSpec(run_id=f"standin-{behaviour}", campaign=behaviour, model="llama3-8b",
                    platform="cpu", num_gpus=num_gpus, config={}, timeout_s=timeout_s)
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains `text` (a run's work directory)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if proc.name.isdigit() and text in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 def _assert_no_leftovers(workdir: Path, wait_s: float = 15.0) -> None:
@@ -144,6 +132,7 @@ def test_local_silent_failure_names_the_exit_code(local, tmp_path):
 KILLED_COLLECTOR = """
 import sys
 from pathlib import Path
+from collectors.launchers.lifetime import processes_mentioning as _processes_mentioning
 from collectors.launchers.local import LocalLauncher
 from collectors.spec import RunSpec
 spec = RunSpec(run_id="standin-sleep", campaign="sleep", model="llama3-8b", platform="cpu",

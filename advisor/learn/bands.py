@@ -83,7 +83,7 @@ def analytical_log_sd(calibration, *, calibrated: bool = True) -> float:
     publication series held out (or single sources, in older calibration files), median |Z| =
     0.6745 σ.
 
-    For a platform family no published run calibrated (`calibrated=False`, AMD today), whose
+    For a platform family no measured run calibrated (`calibrated=False`, MI250 today), whose
     efficiencies are the calibrated families' mean: the median error with whole families held
     out (`lofo_median_ape_pct`), never less than the series figure."""
     metrics = calibration.metrics

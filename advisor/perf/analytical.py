@@ -95,7 +95,7 @@ class Prediction:
     memory: MemoryBreakdown
     power: PowerThermal
     calibrated: bool
-    """False where the platform family had no published runs to calibrate on."""
+    """False where the platform family had no measured runs to calibrate on."""
     source: str = SOURCE
 
 

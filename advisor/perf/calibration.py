@@ -1,9 +1,9 @@
 """The few free parameters of the analytical model, per platform family, and where they come from.
 
 `advisor/catalog/calibration.toml` holds them, written by `benchmarks/calibrate.py --write` (fit
-to `published_runs.csv` and the vTrain NCCL tables). H200 shares Hopper's; a family with no
-published runs (AMD) uses the geometric mean of the calibrated families and its predictions say
-"uncalibrated".
+to `published_runs.csv`, the MLPerf Training submissions and the vTrain NCCL tables). H200
+shares Hopper's, MI325X the MI300X's CDNA 3; a family with no measured runs (MI250's cdna2) uses
+the geometric mean of the calibrated families and its predictions say "uncalibrated".
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Efficiency:
     fp4_ratio: float
     """FP4 GEMM efficiency relative to BF16."""
     calibrated: bool = True
-    """False where no published run of the family constrained these numbers."""
+    """False where no measured run of the family constrained these numbers."""
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -80,7 +80,7 @@ class Calibration:
     """How well the fit did (the file's `[metrics]`: in-sample and cross-validated error)."""
 
     def efficiency(self, family: str) -> Efficiency:
-        """The family's calibrated efficiencies; for a family no published run covers (AMD),
+        """The family's calibrated efficiencies; for a family no measured run covers (cdna2),
         the geometric mean of the calibrated families — what the data says of GPUs in general,
         which is less optimistic than the literature prior — marked uncalibrated."""
         if family in self.families:
