@@ -19,9 +19,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 ModelOpt = Annotated[str, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, llama3.1-405b, mixtral-8x7b, ...) or a "
     "Hugging Face config.json path.")]
-PlatformOpt = Annotated[str, typer.Option(
-    "--platform", "-p", help="Catalog platform (h100, h200, b200, gb200, mi300x, ...) or a "
-    "cluster file (.toml with base = \"h200\").")]
+PLATFORM_HELP = ("Catalog platform (h100, h200, b200, gb200, mi300x, ...) or a cluster file "
+                 "(.toml with base = \"h200\"). Measured runs calibrate A100, H100/H200, "
+                 "B200/B300, GB200/GB300 and MI300X/MI325X; MI250 is uncalibrated (wider band): "
+                 "`advisor catalog platforms`, column measured.")
+PlatformOpt = Annotated[str, typer.Option("--platform", "-p", help=PLATFORM_HELP)]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-g", min=1, help="Number of GPUs (MI250: GCDs).")]
 SeqLenOpt = Annotated[int | None, typer.Option(
     "--seq-len", min=1, help="Tokens per sequence. Default: the model's native context, capped "

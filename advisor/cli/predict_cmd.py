@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from advisor.cli.common import (
+    PLATFORM_HELP,
     FinetuneOpt,
     GbsOpt,
     JsonOpt,
@@ -27,9 +28,7 @@ from advisor.errors import AdvisorError
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
     "config.json path.")]
-PlatformOptional = Annotated[str | None, typer.Option(
-    "--platform", "-p", help="Catalog platform (h100, h200, b200, mi300x, ...) or a cluster "
-    ".toml file.")]
+PlatformOptional = Annotated[str | None, typer.Option("--platform", "-p", help=PLATFORM_HELP)]
 GpusOptional = Annotated[int | None, typer.Option("--gpus", "-g", min=1,
                                                   help="Number of GPUs (MI250: GCDs).")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor parallel size.")]
