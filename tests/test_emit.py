@@ -690,3 +690,21 @@ def test_torchtitan_command_writes_the_config_module_first(tmp_path):
     assert "cat > advisor_llama2_70b.py <<'EOF'" in command
     assert "--module advisor_llama2_70b \\\n" in command
     subprocess.run(["bash", "-n", "-c", command], check=True)  # one valid shell script
+
+
+def test_full_finetuning_names_each_frameworks_load_flags(titan):
+    """Full fine-tuning runs the pre-training step from trained weights: the comments name the
+    flags that load them, and torchtitan's own parser takes its flag."""
+    from advisor.emit.megatron import FULL_FINETUNE_ARGS as MEGATRON_LOAD
+    from advisor.emit.torchtitan import FULL_FINETUNE_ARGS as TITAN_LOAD
+
+    job = make_job(load_model("llama3-8b"), load_platform("h100"), num_gpus=8,
+                   finetune="full")
+    config = make_config(job, tp=2)
+    assert f"# Full fine-tuning: add {' '.join(MEGATRON_LOAD)}" in megatron_command(config, job)
+    assert f"# Full fine-tuning: add {' '.join(TITAN_LOAD)}" in torchtitan_command(config, job)
+    args = torchtitan_args(config, job)  # the last word is the activation-checkpoint subcommand
+    loaded = titan["ConfigManager"]().parse_args([*args[:-1], TITAN_LOAD[0], "/ckpt/base",
+                                                  args[-1]])
+    assert loaded.checkpoint.initial_load_path == "/ckpt/base"
+    assert loaded.checkpoint.initial_load_model_only

@@ -101,13 +101,110 @@ def test_predictor_keeps_lora_rows_analytical():
     assert out["pred_error"].iloc[0] == ""
 
 
-@pytest.mark.parametrize("kind", ["megatron", "nemo", "torchtitan"])
-def test_emitters_refuse_lora_and_say_why(kind):
+@pytest.mark.parametrize("kind", ["megatron", "torchtitan"])
+def test_emitters_without_adapters_refuse_lora_and_say_why(kind):
     model, platform, lora = _mlperf_h100("lora")
     job = make_job(model, platform, num_gpus=64, seq_len=8192, gbs=8, precision="fp8",
                    finetune="lora")
-    with pytest.raises(ConfigError, match="finetune lora"):
+    with pytest.raises(ConfigError, match="finetune lora: .* emit it for nemo"):
         emit(kind, lora, job)
+
+
+def _finetune_case(finetune: str, model: str = "llama3-70b", **choices):
+    job = make_job(catalog.load_model(model), catalog.load_platform("h100"), num_gpus=16,
+                   seq_len=8192, gbs=16, precision=choices.pop("precision", "fp8"),
+                   finetune=finetune, lora_rank=choices.pop("lora_rank", 16),
+                   lora_targets=choices.pop("lora_targets", "attention"))
+    return make_config(job, **choices), job
+
+
+@pytest.fixture
+def nemo_recipe(tmp_path):
+    """Writes advisor's NeMo fine-tuning script, imports it and returns the recipe its
+    `recipe()` builds from NeMo's own finetune_recipe (nothing is run)."""
+    pytest.importorskip("nemo.collections.llm", reason="nemo_toolkit is not installed")
+    import importlib.util
+
+    from advisor.emit.nemo_finetune import nemo_finetune_script, script_name
+
+    def build(config, job):
+        path = tmp_path / script_name(job)
+        path.write_text(nemo_finetune_script(config, job))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.recipe()
+
+    return build
+
+
+@pytest.mark.parametrize("finetune, choices", [
+    ("lora", {"tp": 4, "cp": 2}),                                     # the MLPerf layout
+    ("lora", {"tp": 2, "pp": 2, "lora_rank": 8, "lora_targets": "all-linear",
+              "precision": "bf16", "recompute": "full"}),
+    ("full", {"tp": 8, "pp": 2, "dp_sharding": "optimizer", "precision": "bf16"}),
+])
+def test_nemo_finetune_script_builds_the_recipe_advisor_priced(finetune, choices, nemo_recipe):
+    import fiddle as fdl
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from nemo.collections.llm.peft import LoRA
+
+    from advisor.emit.nemo import nemo_values
+    from advisor.emit.nemo_finetune import TARGET_MODULES
+
+    config, job = _finetune_case(finetune, **choices)
+    recipe = nemo_recipe(config, job)
+    assert recipe.__fn_or_cls__.__name__ == "finetune"
+    for key, intended in nemo_values(config, job).items():
+        got = recipe
+        for name in key.split("."):
+            got = getattr(got, name)
+        if isinstance(intended, str) and intended.startswith("torch."):
+            intended = getattr(__import__("torch"), intended.removeprefix("torch."))
+        assert got == intended, (key, got, intended)
+    ddp = fdl.build(recipe.trainer.strategy.ddp)
+    assert isinstance(ddp, DistributedDataParallelConfig)
+    assert ddp.overlap_grad_reduce == config.overlap_grad_reduce
+    strategy = recipe.trainer.strategy
+    assert (strategy.tensor_model_parallel_size, strategy.pipeline_model_parallel_size,
+            strategy.context_parallel_size) == (config.tp, config.pp, config.cp)
+    assert recipe.data.packed_sequence_specs.packed_sequence_size == config.seq_len
+    assert recipe.data.seq_length == recipe.model.config.seq_length == config.seq_len
+    assert recipe.optim.config.use_distributed_optimizer == (config.dp_sharding != "none")
+    if finetune == "lora":
+        lora = fdl.build(recipe.peft)
+        assert isinstance(lora, LoRA)
+        assert lora.dim == config.lora_rank
+        assert lora.target_modules == TARGET_MODULES[config.lora_targets]
+    else:
+        assert recipe.peft is None
+
+
+def test_nemo_finetune_command_writes_the_script_then_runs_it_under_torchrun():
+    config, job = _finetune_case("lora", tp=4, cp=2)
+    command = emit("nemo", config, job)
+    assert "cat > advisor_finetune_llama3_70b.py <<'EOF'\n" in command
+    script = command.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    compile(script, "advisor_finetune_llama3_70b.py", "exec")
+    assert "recipe.peft.dim = 16" in script and "run.run(recipe(), direct=True)" in script
+    assert command.rstrip().endswith("advisor_finetune_llama3_70b.py")
+    assert "torchrun --nproc-per-node=8 --nnodes=2" in command
+    with pytest.raises(ConfigError, match="NeMo-Run's CLI cannot set"):
+        from advisor.emit.nemo import nemo_overrides
+
+        nemo_overrides(config, job)
+
+
+@pytest.mark.parametrize("model, targets, why", [
+    ("deepseek-v3", "attention", "multi-head latent attention"),
+    ("mixtral-8x7b", "all-linear", "routed experts"),
+])
+def test_nemo_finetune_refuses_targets_it_cannot_name(model, targets, why):
+    job = make_job(catalog.load_model(model), catalog.load_platform("h100"), num_gpus=256,
+                   seq_len=4096, gbs=256, finetune="lora", lora_targets=targets)
+    config = make_config(job, tp=8, pp=4, ep=8)
+    with pytest.raises(ConfigError, match=why):
+        emit("nemo", config, job)
 
 
 def test_cli_predicts_a_lora_job():

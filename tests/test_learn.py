@@ -136,6 +136,25 @@ def test_grouped_cross_validation_beats_the_prior_on_held_out_releases(ref):
     assert 0.4 < s["surrogate"]["p10_p90_coverage"] <= 1.0
 
 
+def test_mlperf_rounds_are_held_out_one_at_a_time_and_only_they_are_scored(ref):
+    """Every MLPerf row is predicted by models trained without its round (and with every
+    published row); the published rows are never held out, so they are not scored."""
+    from advisor.learn.evaluate import SPLITS
+
+    result = cross_validate(ref, load_calibration(), SPLITS["mlperf_round"],
+                            refit_analytical=False)
+    mlperf = ref.rows[ref.rows["round"] != ""]
+    assert sorted(result.index) == sorted(mlperf.index)
+    assert set(result["group"]) == {"v3.1", "v4.0", "v4.1", "v5.0"}
+    assert (result["group"] == mlperf.loc[result.index, "round"]).all()
+    s = summarise(ref, result)
+    assert s["rows"] == len(mlperf)
+    families = s["analytical"]["by_family"]
+    assert {"hopper", "blackwell", "cdna3"} <= set(families)
+    assert sum(f["rows"] for f in families.values()) == len(mlperf)
+    assert set(mlperf["submitter"]) >= {"NVIDIA", "AMD", "Dell", "MangoBoost"}
+
+
 def test_bundled_models_dir_is_the_checkout_models():
     assert bundled_models_dir() == Path(__file__).resolve().parents[1] / "models"
 

@@ -59,8 +59,9 @@ def train(data: DataOpt = None,
 def evaluate(data: DataOpt = None,
              by: Annotated[list[str] | None, typer.Option(
                  "--by", help="Grouped cross-validation split(s): source, series (every "
-                 "release of a publication series at once), model_family, platform. Default: "
-                 "all four.")] = None,
+                 "release of a publication series at once), model_family, platform; "
+                 "mlperf_submitter and mlperf_round hold out one MLPerf submitter (round) at a "
+                 "time and score only MLPerf rows. Default: the first four.")] = None,
              fast: Annotated[bool, typer.Option(
                  "--fast", help="Keep the bundled analytical calibration instead of refitting "
                  "it per fold (minutes faster; the held-out rows then informed the prior).")]
@@ -82,11 +83,11 @@ def evaluate(data: DataOpt = None,
     import pandas as pd
 
     from advisor.dataset import load
-    from advisor.learn.evaluate import SPLITS, cross_validate, summarise
+    from advisor.learn.evaluate import DEFAULT_SPLITS, SPLITS, cross_validate, summarise
     from advisor.perf.calibration import load_calibration
     from advisor.perf.fit import reference_from_frame
 
-    splits = by or list(SPLITS)
+    splits = by or list(DEFAULT_SPLITS)
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise AdvisorError(f"unknown split(s) {', '.join(unknown)}; use "
@@ -123,6 +124,7 @@ def evaluate(data: DataOpt = None,
                           "" if cov is None else f"{cov:.0%}",
                           f"{s['supported_share']:.0%}" if name == "surrogate" else "")
     make_console().print(table)
+    make_console().print(_by_family(summaries))
     if vtrain:
         v = Table(title="vTrain single-node sweeps, leave one job out (iteration time)")
         for col in ("model", "MAPE %", "Kendall τ per job (median)", "top-1 regret (median / "
@@ -132,6 +134,22 @@ def evaluate(data: DataOpt = None,
             v.add_row(name, f"{s['mape_pct']:.1f}", f"{s['median_kendall_tau']:.2f}",
                       f"{s['median_top1_regret_pct']:.1f} % / {s['mean_top1_regret_pct']:.1f} %")
         make_console().print(v)
+
+
+def _by_family(summaries: dict) -> Table:
+    """MAPE / median APE per platform family of each split, surrogate and analytical."""
+    table = Table(title="... per platform family (MAPE % / median APE %)")
+    for col in ("split", "platform family", "rows", "surrogate", "analytical"):
+        table.add_column(col, justify="left" if col in ("split", "platform family") else "right")
+    for split, s in summaries.items():
+        if split == "vtrain_leave_one_job_out":
+            continue
+        for i, (family, a) in enumerate(s["analytical"]["by_family"].items()):
+            g = s["surrogate"]["by_family"][family]
+            table.add_row(split if i == 0 else "", family, str(a["rows"]),
+                          f"{g['mape_pct']:.1f} / {g['median_ape_pct']:.1f}",
+                          f"{a['mape_pct']:.1f} / {a['median_ape_pct']:.1f}")
+    return table
 
 
 def _vtrain(path: Path, console: Console) -> dict:

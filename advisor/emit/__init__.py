@@ -54,17 +54,15 @@ def check_fits(config: ParallelConfig, job: Job) -> None:
 LORA_HINTS = {
     "megatron": "Megatron-LM's pretrain_gpt.py has no LoRA flags (adapters come from NeMo or "
                 "Megatron-Bridge PEFT)",
-    "nemo": "this emitter writes NeMo 2 pre-training recipes; LoRA runs through `nemo llm "
-            "finetune` with its PEFT config, which it does not write yet",
     "torchtitan": "torchtitan 0.3.0 has no LoRA/PEFT path",
 }
 
 
 def refuse_lora(kind: str, config: ParallelConfig) -> None:
-    """Raise `ConfigError` for a LoRA configuration: no emitter writes adapters yet."""
+    """Raise `ConfigError` for a LoRA configuration: `kind` has no adapters (NeMo has)."""
     if config.finetune == "lora":
         raise ConfigError(f"finetune lora: {LORA_HINTS[kind]}; the prediction stands, but "
-                          f"launch it with your framework's PEFT recipe (rank "
+                          f"emit it for nemo, or launch it with your framework's PEFT recipe (rank "
                           f"{config.lora_rank}, targets {config.lora_targets}).")
 
 

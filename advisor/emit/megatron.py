@@ -31,6 +31,11 @@ def megatron_args(config: ParallelConfig, job: Job) -> list[str]:
             *_memory_args(config), *_precision_args(config)]
 
 
+FULL_FINETUNE_ARGS = ("--finetune", "--load", "<base checkpoint dir>")
+"""Megatron-LM's flags for starting from trained weights (arguments.py: --finetune loads the
+model only, without optimizer or RNG state, and sets the iteration to 0)."""
+
+
 def megatron_command(config: ParallelConfig, job: Job) -> str:
     """A `torchrun ... pretrain_gpt.py` command for `config`; data, tokenizer and training-length
     flags are left to `$DATA_ARGS` and `$TRAIN_ARGS`, with examples in the comment lines."""
@@ -43,6 +48,9 @@ def megatron_command(config: ParallelConfig, job: Job) -> str:
                 f"checkout on every node.",
                 f"Set DATA_ARGS (e.g. '--mock-data --tokenizer-type NullTokenizer --vocab-size "
                 f"{job.model.vocab_size}') and TRAIN_ARGS (e.g. '--train-iters 100 --lr 3e-4')."]
+    if config.finetune == "full":
+        comments.append(f"Full fine-tuning: add {' '.join(FULL_FINETUNE_ARGS)} to TRAIN_ARGS "
+                        f"(the base weights, with a fresh optimizer and iteration count).")
     return shell_command(comments, [env + torchrun_words(job) + ["pretrain_gpt.py"],
                                     *pairs(args), ["$DATA_ARGS", "$TRAIN_ARGS"]])
 

@@ -15,7 +15,7 @@ Union of Lightning plugin classes), so the overrides set the fields of the recip
 
 from __future__ import annotations
 
-from advisor.emit import check_fits, gpus_label, node_layout, refuse_lora, shell_command
+from advisor.emit import check_fits, gpus_label, node_layout, shell_command
 from advisor.emit.megatron import FP8_RECIPES, model_args, pipeline_extra_layers
 from advisor.errors import ConfigError
 from advisor.model import ModelSpec
@@ -37,10 +37,25 @@ def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
     defaults to tp 4, pp 4, vp 5, cp 2).
 
     Raises:
+        ConfigError: `config` does not fit `job`, NeMo 2 cannot express a setting, or `config`
+            fine-tunes (NeMo-Run's CLI cannot set LoRA's fields: `nemo_finetune_script`).
+    """
+    if config.finetune != "none":
+        raise ConfigError(f"finetune {config.finetune}: NeMo-Run's CLI cannot set a "
+                          f"fine-tuning recipe's PEFT and DDP fields; advisor writes a NeMo-Run "
+                          f"script instead (emit('nemo', ...) or nemo_finetune_script).")
+    return [f"{key}={_literal(value)}" for key, value in nemo_values(config, job).items()]
+
+
+def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
+    """The recipe fields (dotted paths from the recipe) and values that set `config`: what
+    `nemo_overrides` writes for the CLI and `nemo_finetune_script` assigns in Python. A value
+    "torch.<dtype>" names a torch dtype.
+
+    Raises:
         ConfigError: `config` does not fit `job`, or NeMo 2 cannot express a setting.
     """
     check_fits(config, job)
-    refuse_lora("nemo", config)
     model_args(job.model, seq_len=config.seq_len)  # the same model limits as Megatron-LM
     nodes, per_node = node_layout(job)
     values: dict[str, object] = {
@@ -83,11 +98,17 @@ def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
         raise ConfigError("NeMo-Run's CLI cannot set model.config.attention_backend (an enum "
                           "its parser does not read); set AttnBackend.unfused in the recipe's "
                           "Python, or emit for megatron (--attention-backend unfused).")
-    return [f"{key}={_literal(value)}" for key, value in values.items()]
+    return values
 
 
 def nemo_command(config: ParallelConfig, job: Job) -> str:
-    """A `nemo llm pretrain --factory ...` command for `config`."""
+    """A `nemo llm pretrain --factory ...` command for `config`; for a fine-tuning job, the
+    NeMo-Run script that builds NeMo's fine-tuning recipe and the torchrun line that runs it
+    (`advisor.emit.nemo_finetune`)."""
+    if config.finetune != "none":
+        from advisor.emit.nemo_finetune import nemo_finetune_command
+
+        return nemo_finetune_command(config, job)
     overrides = nemo_overrides(config, job)
     factory = nemo_factory(job.model)
     comments = [f"NeMo 2 (NeMo-Run CLI) for {gpus_label(job)}.",

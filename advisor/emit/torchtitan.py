@@ -109,6 +109,10 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     return args + [f"activation-checkpoint:{config.recompute}"]
 
 
+FULL_FINETUNE_ARGS = ("--checkpoint.initial-load-path", "<base checkpoint dir>")
+"""torchtitan's flag for starting from trained weights (CheckpointManager.Config)."""
+
+
 def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     """A `torchrun ... -m torchtitan.train` command for `config`."""
     args = torchtitan_args(config, job)
@@ -127,6 +131,9 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     if not config.grad_reduce_in_fp32:
         comments.append("grad_reduce_in_fp32 off: torchtitan reduces gradients in float32 "
                         "(training.mixed_precision_reduce accepts only float32).")
+    if config.finetune == "full":
+        comments.append(f"Full fine-tuning: add {' '.join(FULL_FINETUNE_ARGS)} (the base "
+                        f"weights only; --checkpoint.initial-load-model-only is on by default).")
     if config.tp_comm_overlap:
         comments.append("tp_comm_overlap: torchtitan overlaps TP communication only with async "
                         "TP (--compile.enable --compile.enable_async_tensor_parallel), not "

@@ -23,9 +23,16 @@ from advisor.perf.fit import Reference, fit_all, kendall_by_group
 from advisor.predictor import Z90
 
 SPLITS = {"source": "source", "series": "series", "model_family": "model_family",
-          "platform": "platform"}
+          "platform": "platform", "mlperf_submitter": "submitter", "mlperf_round": "round"}
 """`series` holds out every release of a publication series at once (Megatron-Bridge 25.09 …
-26.08 together): releases share configurations, so `source` alone is optimistic."""
+26.08 together): releases share configurations, so `source` alone is optimistic.
+`mlperf_submitter` and `mlperf_round` hold out the MLPerf submissions of one submitter (one
+round) at a time, training on everything else, the other MLPerf rows included; only MLPerf rows
+are scored. Submitters rerun NVIDIA's and AMD's configurations, so a held-out submitter's twins
+stay in training: optimistic next to `source`, which holds all MLPerf rows out at once."""
+
+DEFAULT_SPLITS = ("source", "series", "model_family", "platform")
+"""What `advisor evaluate` runs without `--by`."""
 
 
 def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
@@ -34,10 +41,15 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
     """Per reference row: measured, analytical and surrogate predictions (p10/p50/p90) from
     models that never saw the row's group, and whether the surrogate supported it. Each fold's
     band is scaled by grouped cross-validation inside its own training rows (`bands`), and
-    rows the surrogate does not support carry the analytical band, as `Predictor` gives them."""
+    rows the surrogate does not support carry the analytical band, as `Predictor` gives them.
+    Rows whose `by` value is empty (the published rows under `submitter`) are never held out
+    and not in the result."""
     rows = ref.rows
     parts = []
-    groups = rows[by].unique()
+    groups = [g for g in rows[by].unique() if g != ""]
+    if not groups:
+        raise AdvisorError(f"no row has a {by}: nothing to hold out (the MLPerf splits need "
+                           f"datasets/mlperf.parquet, `advisor dataset import-mlperf`).")
     # Unsupported rows get the Predictor's analytical band (sized by the bundled calibration's
     # leave-one-series-out error: one number, not refitted per fold).
     spread = math.exp(Z90 * analytical_log_sd(calibration))
@@ -70,19 +82,24 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
             "p90": np.where(ok, base * ratio["p90"], base * spread),
             "supported": ok, "extrapolation": ratio["extrapolation"]},
             index=test.index))
-    return pd.concat(parts).loc[rows.index]
+    return pd.concat(parts).loc[rows.index[rows[by] != ""]]
 
 
 def summarise(ref: Reference, result: pd.DataFrame) -> dict:
     """MAPE, median APE, Kendall τ within (model, platform, GPU count) groups and p10-p90
-    coverage, for the surrogate and the analytical model side by side."""
-    rows = ref.rows
+    coverage, for the surrogate and the analytical model side by side; `by_family` has MAPE
+    and median APE per platform family."""
+    rows = ref.rows.loc[result.index]
     out: dict = {"rows": int(len(result)), "supported_share": float(result["supported"].mean())}
     for name in ("surrogate", "analytical"):
         ape = (result[name] / result["measured"] - 1.0).abs() * 100
         tau = kendall_by_group(rows, result[name])
         out[name] = {"mape_pct": float(ape.mean()), "median_ape_pct": float(ape.median()),
-                     "median_kendall_tau": float(tau["tau"].median()) if len(tau) else None}
+                     "median_kendall_tau": float(tau["tau"].median()) if len(tau) else None,
+                     "by_family": {family: {"rows": int(len(part)),
+                                            "mape_pct": float(part.mean()),
+                                            "median_ape_pct": float(part.median())}
+                                   for family, part in ape.groupby(rows["family"])}}
     inside = (result["measured"] >= result["p10"]) & (result["measured"] <= result["p90"])
     supported = result["supported"].to_numpy(dtype=bool)
     out["surrogate"]["p10_p90_coverage"] = float(inside.mean())

@@ -88,12 +88,19 @@ MLPERF_SOURCE = "MLPerf Training"
 published configurations, so holding one submitter out would leave its twins in."""
 
 
-def _round(source_name: str) -> str:
-    """The MLPerf round of a source name ("MLPerf Training v5.0 NVIDIA" -> "v5.0")."""
+def _round_and_submitter(source_name: str) -> tuple[str, str]:
+    """The MLPerf round and submitter of a source name ("MLPerf Training v5.0 NVIDIA" ->
+    ("v5.0", "NVIDIA"))."""
     import re
 
-    found = re.search(r"\bv\d+\.\d+\b", str(source_name))
-    return found.group(0) if found else ""
+    found = re.search(r"\b(v\d+\.\d+)\s+(.+)$", str(source_name))
+    return (found.group(1), found.group(2).strip()) if found else ("", "")
+
+
+def _mlperf_fields(source_name: str, mlperf: bool) -> dict[str, str]:
+    """`round` and `submitter` of an MLPerf row; empty for the others."""
+    rnd, submitter = _round_and_submitter(source_name) if mlperf else ("", "")
+    return {"round": rnd, "submitter": submitter}
 
 
 def source_series(source_name: str) -> str:
@@ -143,7 +150,7 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
         usable.append({"index": i, "model": model.name, "platform": platform.name,
                        "family": platform.family,
                        "source": MLPERF_SOURCE if mlperf else row["source_name"],
-                       "round": _round(row["source_name"]) if mlperf else "",
+                       **_mlperf_fields(row["source_name"], mlperf),
                        "series": source_series(row["source_name"]),
                        "framework": row.get("framework", "") or "megatron",
                        "software": row.get("software", ""), "precision": row["precision"],
