@@ -81,11 +81,11 @@ def parse_sides(text: str) -> list[tuple[str, int]]:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, count = part.rpartition(":")
         if not sep or not name or not count.isdigit() or int(count) < 1:
-            raise ConfigError(f"--platforms takes PLATFORM:GPUS pairs separated by commas "
+            raise ConfigError(f"`platforms` takes PLATFORM:GPUS pairs separated by commas "
                               f"(h200:32,h100:64); {part!r} is not one.")
         sides.append((name, int(count)))
     if len(sides) < 2:
-        raise ConfigError("--platforms needs at least two sides to compare, e.g. "
+        raise ConfigError("`platforms` needs at least two sides to compare, e.g. "
                           "h200:32,h100:64.")
     return sides
 
@@ -103,7 +103,7 @@ def parse_prices(text: str | None) -> dict[str, float]:
         except ValueError:
             price = float("nan")
         if not (price > 0) or (sep and not name.strip()):
-            raise ConfigError(f"--gpu-hour-price takes US dollars per GPU-hour: one number "
+            raise ConfigError(f"`gpu_hour_price` takes US dollars per GPU-hour: one number "
                               f"(3.5) or PLATFORM=PRICE pairs (h100=2.5,h200=3.6); {part!r} is "
                               f"not one.")
         out[name.strip().lower() if sep else "*"] = price
@@ -133,9 +133,9 @@ def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int
     if objective == "cost":
         unpriced = [p.name for p, _ in sides if side_price(p, prices) is None]
         if unpriced:
-            raise ConfigError(f"--objective cost needs a GPU-hour price for "
+            raise ConfigError(f"`objective` cost needs a GPU-hour price for "
                               f"{', '.join(unpriced)} (the catalog has none): pass "
-                              f"--gpu-hour-price {unpriced[0]}=USD.")
+                              f"`gpu_hour_price` {unpriced[0]}=USD.")
     predictor = predictor or Predictor.load()
     seq_len = seq_len or default_seq_len(model)
     gbs = gbs or max(default_gbs(model, num_gpus=n, seq_len=seq_len) for _, n in sides)

@@ -39,12 +39,12 @@ class Constraints:
 
     def __post_init__(self) -> None:
         if self.max_power_w is not None and self.max_power_w <= 0:
-            raise ConfigError(f"--max-power-w must be positive, got {self.max_power_w}.")
+            raise ConfigError(f"`max_power_w` must be positive, got {self.max_power_w}.")
         if self.max_throttle_risk is not None and not 0 <= self.max_throttle_risk <= 1:
-            raise ConfigError(f"--max-throttle-risk is a probability between 0 and 1, got "
+            raise ConfigError(f"`max_throttle_risk` is a probability between 0 and 1, got "
                               f"{self.max_throttle_risk}.")
         if not 0 <= self.memory_margin < 1:
-            raise ConfigError(f"--memory-margin is a fraction of GPU memory in [0, 1), got "
+            raise ConfigError(f"`memory_margin` is a fraction of GPU memory in [0, 1), got "
                               f"{self.memory_margin}; 0.1 keeps 10 % free.")
 
     def violations(self, scored: pd.DataFrame, capacity_gb: float) -> pd.DataFrame:
@@ -78,7 +78,7 @@ def check_objective(objective: str) -> str:
 
 def check_risk(risk: str) -> str:
     if risk not in RISKS:
-        raise ConfigError(f"--risk {risk!r} is unknown; use expected (rank on the predicted "
+        raise ConfigError(f"`risk` {risk!r} is unknown; use expected (rank on the predicted "
                           f"median) or averse (rank on the pessimistic p10).")
     return risk
 

@@ -105,7 +105,7 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     check_objective(objective)
     check_risk(risk)
     if top < 1:
-        raise ConfigError(f"--top must be at least 1, got {top}.")
+        raise ConfigError(f"`top` must be at least 1, got {top}.")
     constraints = constraints or Constraints()
     pins = dict(pins or {})
     predictor = predictor or Predictor.load()
@@ -117,13 +117,13 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     tried = (f"Optuna's {result.num_trials} trials ({result.num_valid} valid layouts of "
              f"{result.num_space:,}) found none that " if result.engine == "optuna" else "")
     if result.num_fit == 0 or scored.empty:
-        raise Infeasible(tried + "fits; raise --trials or use --search exhaustive." if tried
+        raise Infeasible(tried + "fits; raise `trials` or use `search` exhaustive." if tried
                          else no_fit_message(job, pins))
     scored = scored[scored["pred_tokens_per_sec_per_gpu"].notna()]
     ok = feasible(scored)
     if not ok.any():
         message = constraint_message(scored, constraints)
-        raise Infeasible(tried + "meets the constraints; raise --trials or use --search "
+        raise Infeasible(tried + "meets the constraints; raise `trials` or use `search` "
                          "exhaustive. Among them: " + message if tried else message)
     ranked = rank(scored[ok], objective, risk)
     # One row per layout: variants that differ only in VP, micro-batch, recompute, sharding
@@ -152,7 +152,7 @@ def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) 
             "balanced": "throughput × tokens per joule",
             "cost": "throughput (one platform: dollars per token fall as it rises)"}[objective]
     basis = ("expected (median)" if risk == "expected" else
-             "pessimistic (p10, --risk averse)")
+             "pessimistic (p10, risk averse)")
     notes = [f"Ranked on the {basis} {what}; the p10–p90 band is the throughput's "
              f"uncertainty. Layouts within {TIE_TOLERANCE:.0%} of the best count as a tie, "
              f"which the more conventional one wins (no CP, no FSDP, smaller micro-batch, "
@@ -211,18 +211,18 @@ def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
 
 # --- pins and infeasibility -------------------------------------------------------------------
 
-PIN_FLAGS = {"tp": "--tp", "pp": "--pp", "cp": "--cp", "dp": "--dp", "ep": "--ep",
-             "etp": "--etp", "vp": "--vp", "mbs": "--mbs", "recompute": "--recompute",
-             "dp_sharding": "--dp-sharding", "overlap": "--overlap/--no-overlap"}
+PINNABLE = ("tp", "pp", "cp", "dp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding",
+            "overlap")
+"""Knobs `recommend(pins=...)` fixes (`overlap`: any of the three overlap switches on)."""
 
 
 def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
     """The job's valid configurations with `pins` applied; a pin that leaves nothing is a
     `ConfigError` naming the pin and the values the others allow."""
-    unknown = sorted(set(pins) - set(PIN_FLAGS))
+    unknown = sorted(set(pins) - set(PINNABLE))
     if unknown:
         raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
-                          f"{', '.join(PIN_FLAGS)}.")
+                          f"{', '.join(PINNABLE)}.")
     space = enumerate_space(job)
     if space.empty:
         raise Infeasible(empty_space_message(job))
@@ -233,11 +233,11 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
         if value not in allowed:
             given = " with " + ", ".join(applied) if applied else ""
             raise ConfigError(
-                f"{PIN_FLAGS[name]} {_show(value)} is not valid for {job.model.name} on "
+                f"`{name}` {_show(value)} is not valid for {job.model.name} on "
                 f"{job.num_gpus} GPUs (seq {job.seq_len}, gbs {job.gbs}){given}; valid: "
                 f"{', '.join(_show(v) for v in allowed)}.")
         space = space[(column == value).to_numpy()]
-        applied.append(f"{PIN_FLAGS[name]} {_show(value)}")
+        applied.append(f"`{name}` {_show(value)}")
     return space.reset_index(drop=True)
 
 
@@ -261,7 +261,7 @@ def empty_space_message(job: Job) -> str:
     return (f"no valid layout of {job.model.name} on {n} GPUs with gbs {job.gbs}: tp × pp × cp "
             f"must divide the {n} GPUs, the global batch must be a multiple of dp = "
             f"{n} / (tp × pp × cp), and tp must divide the attention heads (tp in "
-            f"{{{', '.join(map(str, tp_choices(job.model)[:8]))}}}); try --gbs {gbs} or a GPU "
+            f"{{{', '.join(map(str, tp_choices(job.model)[:8]))}}}); try `gbs` {gbs} or a GPU "
             f"count that divides {job.gbs}.")
 
 
@@ -325,14 +325,14 @@ def constraint_message(scored: pd.DataFrame, constraints: Constraints) -> str:
             name = col.removeprefix("violates_")
             best = values.min()
             if name == "peak_power_w":
-                parts.append(f"--max-power-w {constraints.max_power_w:.0f}: the lowest "
+                parts.append(f"`max_power_w` {constraints.max_power_w:.0f}: the lowest "
                              f"predicted peak power is {constraints.max_power_w + best:.0f} W")
             elif name == "throttle_risk":
-                parts.append(f"--max-throttle-risk {constraints.max_throttle_risk:g}: the "
+                parts.append(f"`max_throttle_risk` {constraints.max_throttle_risk:g}: the "
                              f"lowest predicted risk is "
                              f"{constraints.max_throttle_risk + best:.1%}")
             else:
-                parts.append(f"--memory-margin {constraints.memory_margin:.2f}: the best "
+                parts.append(f"`memory_margin` {constraints.memory_margin:.2f}: the best "
                              f"configuration needs {best:.1f} GB more than that leaves")
     if not parts:
         parts.append("no configuration meets all constraints at once")

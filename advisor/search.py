@@ -58,12 +58,12 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
     under `engine="auto"` and are refused with `engine="exhaustive"`."""
     if engine not in ENGINES:
         raise ConfigError(f"search engine {engine!r} is unknown; use one of {', '.join(ENGINES)}.")
-    optuna_only = [flag for flag, value in (("--trials", trials), ("--storage", storage),
-                                            ("--study-name", study_name), ("--seed", seed))
+    optuna_only = [flag for flag, value in (("`trials`", trials), ("`storage`", storage),
+                                            ("`study_name`", study_name), ("`seed`", seed))
                    if value is not None]
     if engine == "exhaustive" and optuna_only:
         raise ConfigError(f"{', '.join(optuna_only)} set(s) up an Optuna search; it cannot be "
-                          f"combined with --search exhaustive (drop one).")
+                          f"combined with `search` exhaustive (drop one).")
     memory = memory_table(job.model, platform=job.platform, configs=space)
     fitting = space[memory["fits"].to_numpy()]
     if engine == "auto":
@@ -272,7 +272,7 @@ def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraint
             rows = [nearest(_suggest(t, choices)) for t in batch]
         except ValueError as e:  # Optuna: a parameter's choices differ from the study's
             raise AdvisorError(f"the Optuna study {name} was created with other choices "
-                               f"({str(e).splitlines()[0]}); pass a new --study-name.") from None
+                               f"({str(e).splitlines()[0]}); pass a new `study_name`.") from None
         new = sorted({r for r in rows if r not in cache})
         if new:
             part = score_configs(job, space.iloc[new], predictor=predictor,

@@ -36,11 +36,11 @@ def parse_layout(text: str) -> dict:
     out: dict = {}
     tokens = [t for t in re.split(r"[\s,;/]+", text.strip().lower()) if t]
     if not tokens:
-        raise ConfigError(f"--layout is empty; {SYNTAX}.")
+        raise ConfigError(f"`layout` is empty; {SYNTAX}.")
     for token in tokens:
         key, value = _parse_token(token)
         if key in out and out[key] != value:
-            raise ConfigError(f"--layout gives {key} twice ({out[key]} and {value}).")
+            raise ConfigError(f"`layout` gives {key} twice ({out[key]} and {value}).")
         out[key] = value
     return out
 
@@ -49,14 +49,14 @@ def _parse_token(token: str) -> tuple[str, object]:
     if match := _TOKEN.match(token):
         value = int(match.group(2))
         if value < 1:
-            raise ConfigError(f"--layout {token}: sizes are at least 1.")
+            raise ConfigError(f"`layout` {token}: sizes are at least 1.")
         return match.group(1), value
     key, _, value = token.partition("=")
     if key == "recompute" and value in RECOMPUTE:
         return "recompute", value
     if key in ("sharding", "dp_sharding") and value in SHARDINGS:
         return "dp_sharding", SHARDINGS[value]
-    raise ConfigError(f"--layout: cannot read {token!r}; {SYNTAX}.")
+    raise ConfigError(f"`layout`: cannot read {token!r}; {SYNTAX}.")
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def rank_layout(rec: Recommendation, layout: dict, *, predictor) -> LayoutVerdic
     clash = {k: (rec.pins[k], layout[k]) for k in layout if k in rec.pins and
              rec.pins[k] != layout[k]}
     if clash:
-        raise ConfigError("--layout contradicts the pins: " + ", ".join(
+        raise ConfigError("`layout` contradicts the pins: " + ", ".join(
             f"{k} pinned {a}, layout {b}" for k, (a, b) in clash.items()) + ".")
     if "dp" not in pins and {"tp", "pp", "cp"} <= set(pins):
         pins["dp"] = job.num_gpus // (pins["tp"] * pins["pp"] * pins["cp"])

@@ -96,12 +96,23 @@ def test_piped_tables_keep_every_column():
     ([*JOB, "--emit", "deepspeed"], "--emit 'deepspeed' is unknown"),
     ([*JOB, "--objective", "speed"], "objective 'speed' is unknown"),
     ([*JOB, "--search", "exhaustive", "--storage", "x.log"], "--storage"),
+    ([*JOB, "--tp", "8", "--pp", "4", "--dp", "4", "--no-overlap"],
+     "--dp 4 is not valid for llama3-70b on 64 GPUs (seq 8192, gbs 256) with --tp 8, --pp 4"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     r = run("recommend", *args)
     assert r.exit_code == 2, r.output
     assert r.stderr.startswith("error: ") and message in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_library_messages_name_parameters_and_the_cli_its_flags():
+    from advisor.cli.common import as_flags
+    from advisor.cli.recommend_cmd import recommend
+
+    text = "`max_power_w` 50; `overlap` on; `dp_sharding` full; `catalog` stays; `nope`"
+    assert as_flags(text, recommend) == ("--max-power-w 50; --overlap on; --dp-sharding full; "
+                                         "catalog stays; nope")
 
 
 def test_compare_json_and_table():

@@ -90,7 +90,7 @@ def test_parse_prices():
     assert parse_prices(None) == {} and parse_prices("3.5") == {"*": 3.5}
     assert parse_prices("H100=2.5, h200=3.6") == {"h100": 2.5, "h200": 3.6}
     for bad in ("free", "h100=", "=3", "h100=-1", "h100=0"):
-        with pytest.raises(ConfigError, match="--gpu-hour-price"):
+        with pytest.raises(ConfigError, match="`gpu_hour_price`"):
             parse_prices(bad)
 
 
@@ -109,6 +109,6 @@ def test_cost_objective_weighs_the_gpu_hour_prices(predictor):
     dear = {result.winner.platform.name: 10 * result.winner.gpu_hour_usd}
     flipped = compare(model, sides, objective="cost", predictor=predictor, prices=dear)
     assert flipped.winner.platform.name != result.winner.platform.name
-    with pytest.raises(ConfigError, match="--gpu-hour-price mi300x="):
+    with pytest.raises(ConfigError, match="`gpu_hour_price` mi300x="):
         compare(model, [(load_platform("mi300x"), 32), sides[1]], objective="cost",
                 predictor=predictor)

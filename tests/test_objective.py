@@ -58,7 +58,7 @@ def test_score_is_expected_by_default_and_pessimistic_when_averse():
     assert score(frame, "cost").tolist() == score(frame, "throughput").tolist()
     with pytest.raises(ConfigError):
         score(frame, "speed")
-    with pytest.raises(ConfigError, match="--risk"):
+    with pytest.raises(ConfigError, match="`risk`"):
         score(frame, "throughput", "reckless")
 
 

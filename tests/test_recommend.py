@@ -56,7 +56,7 @@ def test_pick_is_within_the_tie_band_of_the_best_fitting_configuration(rec70, jo
     averse = recommend(job70, predictor=predictor, risk="averse")
     low = averse.choices[0].predicted.tokens_per_sec_per_gpu_p10
     assert low >= 0.95 * predicted["pred_tokens_per_sec_per_gpu_p10"].max()
-    assert averse.ranking[0].startswith("Ranked on the pessimistic (p10, --risk averse)")
+    assert averse.ranking[0].startswith("Ranked on the pessimistic (p10, risk averse)")
     fastest = predicted["pred_tokens_per_sec_per_gpu"].max()
     if fastest > 1.005 * averse.choices[0].predicted.tokens_per_sec_per_gpu:
         assert any(n.startswith("Traded for certainty") for n in averse.ranking)
@@ -94,7 +94,7 @@ def test_user_constraints_are_never_violated(job70, predictor):
 
 
 def test_impossible_constraint_says_how_close_it_gets(job70, predictor):
-    with pytest.raises(Infeasible, match=r"--max-power-w 100: the lowest predicted peak power"):
+    with pytest.raises(Infeasible, match=r"`max_power_w` 100: the lowest predicted peak power"):
         recommend(job70, predictor=predictor, constraints=Constraints(max_power_w=100))
 
 
@@ -107,15 +107,15 @@ def test_pins_are_honoured(job70, predictor):
 
 
 def test_invalid_pin_names_valid_values(job70, predictor):
-    with pytest.raises(ConfigError, match=r"--tp 3 is not valid .* valid: 1, 2, 4, 8"):
+    with pytest.raises(ConfigError, match=r"`tp` 3 is not valid .* valid: 1, 2, 4, 8"):
         recommend(job70, predictor=predictor, pins={"tp": 3})
 
 
 def test_contradictory_pins_name_the_conflict(job70, predictor):
-    with pytest.raises(ConfigError, match=r"--dp 4 is not valid .* with --tp 8, --pp 4; "
+    with pytest.raises(ConfigError, match=r"`dp` 4 is not valid .* with `tp` 8, `pp` 4; "
                                           r"valid: 1, 2\."):
         recommend(job70, predictor=predictor, pins={"tp": 8, "pp": 4, "dp": 4})
-    with pytest.raises(ConfigError, match="--vp 5 is not valid"):
+    with pytest.raises(ConfigError, match="`vp` 5 is not valid"):
         recommend(job70, predictor=predictor, pins={"pp": 1, "vp": 5})
 
 
@@ -160,7 +160,7 @@ def test_balanced_objective_sits_between(job70, predictor, rec70):
 def test_bad_objective_and_top(job70, predictor):
     with pytest.raises(ConfigError, match="objective"):
         recommend(job70, predictor=predictor, objective="fast")
-    with pytest.raises(AdvisorError, match="--top"):
+    with pytest.raises(AdvisorError, match="`top`"):
         recommend(job70, predictor=predictor, top=0)
 
 

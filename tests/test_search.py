@@ -102,10 +102,10 @@ def test_journal_file_accumulates_a_shared_study(job, predictor, tmp_path):
 
 
 def test_exhaustive_with_optuna_options_is_contradictory(job, predictor, tmp_path):
-    with pytest.raises(AdvisorError, match="--storage"):
+    with pytest.raises(AdvisorError, match="`storage`"):
         recommend(job, predictor=predictor, engine="exhaustive",
                   storage=str(tmp_path / "j.log"))
-    with pytest.raises(AdvisorError, match="--trials"):
+    with pytest.raises(AdvisorError, match="`trials`"):
         recommend(job, predictor=predictor, engine="exhaustive", trials=10)
 
 

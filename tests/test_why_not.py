@@ -26,7 +26,7 @@ def test_parse_layout_reads_sizes_and_settings():
     assert parse_layout("TP=8, pp=2 recompute=full sharding=fsdp") == {
         "tp": 8, "pp": 2, "recompute": "full", "dp_sharding": "full"}
     for bad in ("", "tp4 tp8", "tp0", "tensor4", "recompute=some"):
-        with pytest.raises(ConfigError, match="--layout"):
+        with pytest.raises(ConfigError, match="`layout`"):
             parse_layout(bad)
 
 

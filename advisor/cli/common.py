@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -54,7 +55,8 @@ def finetune_job(finetune: str, lora_rank: int, lora_targets: str) -> dict[str, 
 
 
 def guard(fn: F) -> F:
-    """Map `AdvisorError` to one line on stderr and exit code 2 (traceback with ADVISOR_DEBUG=1)."""
+    """Map `AdvisorError` to one line on stderr and exit code 2 (traceback with ADVISOR_DEBUG=1);
+    the parameters the library's message names (`max_power_w`) become this command's flags."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -63,10 +65,38 @@ def guard(fn: F) -> F:
         except AdvisorError as e:
             if os.environ.get("ADVISOR_DEBUG") == "1":
                 raise
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {as_flags(str(e), fn)}", file=sys.stderr)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+_PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def as_flags(message: str, command: Callable) -> str:
+    """`message` with each backquoted parameter of `command` written as its option
+    (`max_power_w` -> --max-power-w, `overlap` -> --overlap); other backquoted
+    names keep their name, unquoted. Library errors name parameters, not flags: a scheduler
+    calling the library gets advice in its own terms."""
+    flags = command_flags(command)
+    return _PARAMETER.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
+
+
+def command_flags(command: Callable) -> dict[str, str]:
+    """Parameter name -> the long option typer gives it (from the `typer.Option` declarations
+    in its annotations; typer's default `--name-with-dashes` otherwise)."""
+    from typing import get_type_hints
+
+    flags = {}
+    for name, hint in get_type_hints(command, include_extras=True).items():
+        info = next((m for m in getattr(hint, "__metadata__", ())
+                     if isinstance(m, typer.models.OptionInfo)), None)
+        if info is None:
+            continue
+        longs = [d for d in (info.param_decls or ()) if d.startswith("--")]
+        flags[name] = longs[0] if longs else "--" + name.replace("_", "-")
+    return flags
 
 
 PIPED_WIDTH = 200

@@ -24,8 +24,6 @@ from advisor.cli.common import (
 )
 from advisor.errors import ConfigError
 from advisor.parallel import ParallelConfig, make_job
-from advisor.perf.memory import estimate_memory, memory_table
-from advisor.space import enumerate_space, validate
 
 SHOWN = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding")
 
@@ -45,6 +43,9 @@ def space(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLen
     """
     m, p = load_model(model), load_platform(platform)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    from advisor.perf.memory import memory_table  # pandas: not on `advisor --help`'s path
+    from advisor.space import enumerate_space
+
     table = enumerate_space(job)
     memory = memory_table(m, platform=p, configs=table)
     table["memory_gb"] = (memory["total_bytes"] / 1e9).round(2)
@@ -107,6 +108,9 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
                             vp=vp, mbs=mbs, gbs=job.gbs, seq_len=job.seq_len,
                             precision=precision, recompute=recompute, dp_sharding=dp_sharding,
                             sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32)
+    from advisor.perf.memory import estimate_memory
+    from advisor.space import validate
+
     notes = validate(config, m, p, num_gpus=gpus)
     mem = estimate_memory(m, parallel=config, platform=p)
     if json_out:
