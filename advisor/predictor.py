@@ -21,12 +21,10 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
+from advisor.learn.bands import Z90
 from advisor.perf.columns import Columns, take
 from advisor.perf.finetune import is_lora
 from advisor.predictor_columns import as_columns, group_rows, resolve
-
-Z90 = 1.2816
-"""Standard-normal quantile of 0.9: p10/p90 = median · exp(∓Z90 · σ) for a log-normal error."""
 
 
 @dataclass(frozen=True)

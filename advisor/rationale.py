@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from advisor.knobs import LABEL, knob_values
+from advisor.knobs import NAMES as KNOBS
 from advisor.model import ModelSpec
 from advisor.perf.analytical import Prediction
 from advisor.platform import Platform
 
-KNOBS = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "mbs", "recompute", "dp_sharding",
-         "overlap")
-LABEL = {"tp": "TP", "pp": "PP", "vp": "VP", "cp": "CP", "dp": "DP", "ep": "EP", "etp": "ETP",
-         "mbs": "MBS", "recompute": "recompute", "dp_sharding": "sharding",
-         "overlap": "overlap"}
 SHARDING = {"none": "plain DDP", "optimizer": "distributed optimizer", "full": "FSDP"}
 NEAR_MEMORY_LIMIT = 0.05
 """Warn when less than this fraction of GPU memory is left: allocator fragmentation and uneven
@@ -31,13 +28,6 @@ FEATURE_KNOBS = {
     "overhead_share": "MBS", "memory_headroom": "memory headroom", "precision": "precision",
     "log2_gbs": "global batch", "log2_seq_len": "sequence length", "log2_gpus": "GPU count",
 }
-
-
-def knob_values(row: pd.Series | dict) -> dict[str, object]:
-    values = {k: row[k] for k in KNOBS if k != "overlap"}
-    values["overlap"] = bool(row["overlap_grad_reduce"] or row["overlap_param_gather"]
-                             or row["tp_comm_overlap"])
-    return values
 
 
 def _layout(row: pd.Series | dict, model: ModelSpec, *, spaced: bool) -> list[str]:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
+from advisor.knobs import LAYOUT, NAMES, overlap
 from advisor.objective import (
     TIE_TOLERANCE,
     Constraints,
@@ -37,11 +38,6 @@ from advisor.rationale import (
 )
 from advisor.search import feasible, search, violation_columns
 from advisor.space import config_from_row, enumerate_space
-
-LAYOUT = ("tp", "pp", "cp", "dp", "ep", "etp")
-"""What makes two recommendations different layouts: how the GPUs are split. Virtual pipeline
-stages, micro-batch, recompute, sharding and overlap tune one layout; the best variant of each
-layout is shown, the others appear in the trade-offs."""
 
 
 class Infeasible(AdvisorError):
@@ -211,9 +207,8 @@ def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
 
 # --- pins and infeasibility -------------------------------------------------------------------
 
-PINNABLE = ("tp", "pp", "cp", "dp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding",
-            "overlap")
-"""Knobs `recommend(pins=...)` fixes (`overlap`: any of the three overlap switches on)."""
+PINNABLE = NAMES
+"""Every knob can be pinned (`overlap`: any of the three overlap switches on)."""
 
 
 def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
@@ -228,7 +223,7 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []
     for name, value in pins.items():
-        column = overlap_column(space) if name == "overlap" else space[name]
+        column = overlap(space) if name == "overlap" else space[name]
         allowed = sorted(set(column.tolist()), key=str)
         if value not in allowed:
             given = " with " + ", ".join(applied) if applied else ""
@@ -239,11 +234,6 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
         space = space[(column == value).to_numpy()]
         applied.append(f"`{name}` {_show(value)}")
     return space.reset_index(drop=True)
-
-
-def overlap_column(space: pd.DataFrame) -> pd.Series:
-    """The `overlap` pin's value per row: any of the three overlap switches on."""
-    return space["overlap_grad_reduce"] | space["overlap_param_gather"] | space["tp_comm_overlap"]
 
 
 def _show(value: object) -> str:

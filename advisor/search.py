@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
+from advisor.knobs import SEARCH_ORDER as KNOBS
+from advisor.knobs import overlap
 from advisor.objective import Constraints
 from advisor.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.perf.memory import memory_table
@@ -171,15 +173,13 @@ def _redact(url: str) -> str:
     return f"{head}://{tail}"
 
 
-KNOBS = ("tp", "cp", "pp", "vp", "ep", "etp", "mbs", "recompute", "dp_sharding", "overlap")
 INVALID = 10.0
 """Constraint value of a configuration that could not be predicted: worse than any real
 violation (those are scaled to fractions of their limit)."""
 
 
 def _with_overlap(space: pd.DataFrame) -> pd.DataFrame:
-    return space.assign(overlap=space["overlap_grad_reduce"] | space["overlap_param_gather"]
-                        | space["tp_comm_overlap"])
+    return space.assign(overlap=overlap(space))
 
 
 def _choices(space: pd.DataFrame) -> dict[str, list]:

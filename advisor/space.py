@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pandas as pd
@@ -232,8 +233,7 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
 
 _JOB_FIELDS = ("gbs", "seq_len", "precision", "finetune", "lora_rank", "lora_targets")
 """Fields every configuration of a job shares: set on the `Job`, never pinned."""
-_BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap", "grad_reduce_in_fp32")
+_BOOL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig) if f.type == "bool")
 
 
 def _checked_pins(pins: dict[str, object]) -> dict[str, object]:

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError, ConfigError
+from advisor.knobs import LAYOUT, overlap
 from advisor.objective import TIE_TOLERANCE, rank
 from advisor.parallel import PARALLEL_FIELDS, RECOMPUTE
 from advisor.rationale import describe, tradeoff
-from advisor.recommend import LAYOUT, Recommendation, overlap_column, pinned_space
+from advisor.recommend import Recommendation, pinned_space
 from advisor.search import feasible, score_configs, violation_columns
 
 SIZES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "mbs")
@@ -140,7 +141,7 @@ def _matching(ranked: pd.DataFrame, pins: dict) -> int:
     """Index of the best-ranked row with every pin."""
     match = np.ones(len(ranked), dtype=bool)
     for key, value in pins.items():
-        column = overlap_column(ranked) if key == "overlap" else ranked[key]
+        column = overlap(ranked) if key == "overlap" else ranked[key]
         match &= (column == value).to_numpy()
     return int(match.argmax())
 

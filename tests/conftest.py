@@ -1,3 +1,4 @@
+import importlib.util
 import os
 from pathlib import Path
 
@@ -5,6 +6,34 @@ import pytest
 from slurm_cluster import slurm  # noqa: F401  (fixture: a one-node Slurm cluster on localhost)
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# ---- markers ---------------------------------------------------------------------------------
+# Registered in pyproject.toml. `pytest -m "not slow"` is the fast loop; the README's command
+# (CI) runs everything. Tests get the resource markers from the fixtures they use, and tests of
+# a missing extra are skipped with the install line (CI has every extra, so there it fails).
+FIXTURE_MARKS = {"postgres_url": "postgres", "slurm": "slurm", "on_slurm": "slurm",
+                 "local": "torch", "mcore": "frameworks", "titan": "frameworks",
+                 "nemo_run_parse": "frameworks", "nemo_recipe": "frameworks"}
+#: marker -> (a module the tests import, the extra that installs it)
+EXTRAS = {"torch": ("torch", "collect"), "frameworks": ("megatron.core", "frameworks"),
+          "postgres": ("psycopg2", "postgres"), "plot": ("matplotlib", "plot")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config, items):
+    missing = {marker: extra for marker, (module, extra) in EXTRAS.items()
+               if importlib.util.find_spec(module) is None}
+    for item in items:
+        for fixture in item.fixturenames:
+            if fixture in FIXTURE_MARKS:
+                item.add_marker(FIXTURE_MARKS[fixture])
+        for marker, extra in missing.items():
+            if item.get_closest_marker(marker) is None:
+                continue
+            why = f"needs the {extra} extra: pip install -e '.[{extra}]'"
+            if os.environ.get("CI"):
+                raise pytest.UsageError(f"{item.nodeid} {why} (CI installs every extra)")
+            item.add_marker(pytest.mark.skip(reason=why))
 SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 REFERENCE = SHARED_REFERENCE / "published_runs.csv"
 

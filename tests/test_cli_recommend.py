@@ -60,6 +60,7 @@ def test_recommend_constraints_and_pins_from_flags():
         assert c["predicted"]["peak_power_w"] <= float(limit)
 
 
+@pytest.mark.plot
 def test_recommend_plot_writes_png(tmp_path):
     out = tmp_path / "front.png"
     r = run("recommend", *JOB, "--plot", str(out), "--top", "2")

@@ -136,6 +136,7 @@ def test_power_model_predicts_held_out_sources(power_reference):
     assert table["zeus_power_limit", "iter_time_ratio"] < 20
 
 
+@pytest.mark.plot
 def test_predict_per_gpu_lists_every_gpu_and_draws_the_heat_map(tmp_path):
     import json
 

@@ -4,9 +4,10 @@ import pytest
 
 from advisor.catalog import load_model, load_platform
 from advisor.errors import ConfigError
+from advisor.knobs import LAYOUT
 from advisor.parallel import make_job
 from advisor.predictor import Predictor
-from advisor.recommend import LAYOUT, recommend
+from advisor.recommend import recommend
 from advisor.why_not import parse_layout, rank_layout
 
 

@@ -251,8 +251,8 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
     the ones it refused (None and the reasons when it refuses them all). Past the shown
     choices, the rest of the ranking is searched, one row per layout."""
     from advisor.emit import emit
+    from advisor.knobs import LAYOUT
     from advisor.rationale import short
-    from advisor.recommend import LAYOUT
     from advisor.space import config_from_row
 
     refused: dict[str, list[int]] = {}

@@ -15,6 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+Z90 = 1.2816
+"""Standard-normal quantile of 0.9: p10/p90 = median · exp(∓Z90 · σ) for a log-normal error."""
+
 COVERAGE = 0.8
 """Share of held-out rows the scaled p10–p90 band should contain (what p10–p90 promises)."""
 MIN_GROUPS = 3

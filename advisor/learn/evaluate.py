@@ -14,13 +14,12 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import AdvisorError
-from advisor.learn.bands import analytical_log_sd, band_scale
+from advisor.learn.bands import Z90, analytical_log_sd, band_scale
 from advisor.learn.features import reference_features
 from advisor.learn.surrogate import train_throughput
 from advisor.learn.train import band_groups, learnable
 from advisor.perf.calibration import Calibration
 from advisor.perf.fit import Reference, fit_all, kendall_by_group
-from advisor.predictor import Z90
 
 SPLITS = {"source": "source", "series": "series", "model_family": "model_family",
           "platform": "platform", "mlperf_submitter": "submitter", "mlperf_round": "round"}

@@ -16,7 +16,7 @@ from advisor.parallel import ParallelConfig
 from advisor.perf.calibration import Calibration, load_calibration
 from advisor.perf.columns import Columns, config_columns
 from advisor.perf.memory import MemoryBreakdown, memory_arrays
-from advisor.perf.step import DEFAULT_FRAMEWORK, step_arrays
+from advisor.perf.step import COMPONENTS, DEFAULT_FRAMEWORK, step_arrays
 from advisor.platform import Platform
 
 SOURCE = "analytical"
@@ -47,9 +47,7 @@ class StepTimeBreakdown:
     """Time lost to clocks below maximum (power capping, thermal slowdown) on the straggler."""
     num_microbatches: int
 
-    COMPONENTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
-                  "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s",
-                  "throttle_s")
+    COMPONENTS = COMPONENTS
 
     def components(self) -> dict[str, float]:
         return {c: getattr(self, c) for c in self.COMPONENTS}

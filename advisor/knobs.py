@@ -1,0 +1,66 @@
+"""The knobs of a training layout, declared once: what search tunes, pins fix, rationale names
+and recommendations tell apart. `ParallelConfig` holds the values; the CLI's pin options
+(`--tp`, ..., `--overlap/--no-overlap`) carry the same names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    """The `ParallelConfig` field (or, for `overlap`, the derived switch)."""
+    label: str
+    """How a platform engineer writes it (`TP`, `sharding`)."""
+    layout: bool = False
+    """It splits the GPUs: two recommendations that differ in it are different layouts. The
+    others (virtual pipeline, micro-batch, recompute, sharding, overlap) tune one layout."""
+    searched: bool = True
+    """Search chooses it; `dp` follows from the others and the GPU count."""
+
+
+KNOBS = (
+    Knob("tp", "TP", layout=True),
+    Knob("pp", "PP", layout=True),
+    Knob("vp", "VP"),
+    Knob("cp", "CP", layout=True),
+    Knob("dp", "DP", layout=True, searched=False),
+    Knob("ep", "EP", layout=True),
+    Knob("etp", "ETP", layout=True),
+    Knob("mbs", "MBS"),
+    Knob("recompute", "recompute"),
+    Knob("dp_sharding", "sharding"),
+    Knob("overlap", "overlap"),
+)
+"""In the order a layout is written (`TP 8 · PP 2 (VP 5) · DP 4 ...`)."""
+
+NAMES = tuple(k.name for k in KNOBS)
+LABEL = {k.name: k.label for k in KNOBS}
+LAYOUT = tuple(k.name for k in KNOBS if k.layout)
+"""What makes two recommendations different layouts: how the GPUs are split."""
+SEARCH_ORDER = ("tp", "cp", "pp", "vp", "ep", "etp", "mbs", "recompute", "dp_sharding", "overlap")
+"""The searched knobs in the order Optuna suggests them (a seeded study's draws depend on it,
+so it stays as it was)."""
+assert set(SEARCH_ORDER) == {k.name for k in KNOBS if k.searched}
+
+OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+"""The switches the `overlap` knob turns on and off together."""
+
+
+def overlap(values: Any) -> Any:
+    """The `overlap` knob of a configuration row (a dict or Series: a bool) or of a table of
+    them (a DataFrame: a boolean Series): any of `OVERLAP_FIELDS` on."""
+    a, b, c = (values[f] for f in OVERLAP_FIELDS)
+    if hasattr(a, "__len__") and not isinstance(a, str):
+        return a | b | c
+    return bool(a or b or c)
+
+
+def knob_values(row: Any) -> dict[str, object]:
+    """Every knob's value in a configuration row (dict or Series)."""
+    values = {k: row[k] for k in NAMES if k != "overlap"}
+    values["overlap"] = overlap(row)
+    return values
