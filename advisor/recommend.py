@@ -36,7 +36,7 @@ from advisor.rationale import (
     tradeoff,
     warnings,
 )
-from advisor.search import feasible, search, violation_columns
+from advisor.search import SearchEngine, feasible, search, violation_columns
 from advisor.space import config_from_row, enumerate_space
 
 
@@ -90,9 +90,8 @@ class Recommendation:
 
 def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected",
               constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
-              predictor=None, engine: str = "auto", trials: int | None = None,
-              storage: str | None = None, study_name: str | None = None,
-              seed: int | None = None, progress=None) -> Recommendation:
+              predictor=None, engine: SearchEngine | None = None,
+              progress=None) -> Recommendation:
     """Search `job`'s space and return the `top` distinct layouts (see module docstring),
     ranked on the expected (median) prediction, or on the pessimistic p10 with
     `risk="averse"`."""
@@ -107,8 +106,7 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     predictor = predictor or Predictor.load()
     space = pinned_space(job, pins)
     result = search(job, predictor=predictor, constraints=constraints, objective=objective,
-                    space=space, pins=pins, engine=engine, trials=trials, storage=storage,
-                    study_name=study_name, seed=seed, progress=progress, risk=risk)
+                    space=space, pins=pins, engine=engine, progress=progress, risk=risk)
     scored = result.scored
     tried = (f"Optuna's {result.num_trials} trials ({result.num_valid} valid layouts of "
              f"{result.num_space:,}) found none that " if result.engine == "optuna" else "")

@@ -50,35 +50,62 @@ class SearchResult:
     """Valid configurations in the (pinned) space."""
 
 
+@dataclass(frozen=True)
+class SearchEngine:
+    """How a job's space is searched: `kind` exhaustive (score every layout that fits),
+    optuna (multi-objective TPE over the knobs, `trials` per process, a study shared through
+    `storage` under `study_name`, sampler `seed`), or auto: Optuna when an Optuna setting is
+    given or more than `EXHAUSTIVE_LIMIT` layouts fit, exhaustive otherwise.
+
+    Raises:
+        ConfigError: an unknown `kind`, or an Optuna setting with `kind` exhaustive.
+    """
+
+    kind: str = "auto"
+    trials: int | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ConfigError(f"`search` engine {self.kind!r} is unknown; use one of "
+                              f"{', '.join(ENGINES)}.")
+        if self.kind == "exhaustive" and self.optuna_settings():
+            raise ConfigError(f"{', '.join(f'`{s}`' for s in self.optuna_settings())} set(s) "
+                              f"up an Optuna search; it cannot be combined with `search` "
+                              f"exhaustive (drop one).")
+
+    def optuna_settings(self) -> list[str]:
+        """The Optuna-only settings given."""
+        return [name for name in ("trials", "storage", "study_name", "seed")
+                if getattr(self, name) is not None]
+
+    def resolve(self, num_fit: int) -> str:
+        """exhaustive or optuna, for a space in which `num_fit` layouts fit."""
+        if self.kind != "auto":
+            return self.kind
+        return ("optuna" if self.optuna_settings() or num_fit > EXHAUSTIVE_LIMIT
+                else "exhaustive")
+
+
 def search(job: Job, *, predictor, constraints: Constraints, objective: str,
-           space: pd.DataFrame, pins: dict | None = None, engine: str = "auto",
-           trials: int | None = None, storage: str | None = None,
-           study_name: str | None = None, seed: int | None = None,
-           progress: Progress | None = None, risk: str = "expected") -> SearchResult:
-    """Score `space` (an `enumerate_space` table with `pins` applied) exhaustively or with
-    Optuna. Optuna-only options (`trials`, `storage`, `study_name`, `seed`) choose Optuna
-    under `engine="auto"` and are refused with `engine="exhaustive"`."""
-    if engine not in ENGINES:
-        raise ConfigError(f"search engine {engine!r} is unknown; use one of {', '.join(ENGINES)}.")
-    optuna_only = [flag for flag, value in (("`trials`", trials), ("`storage`", storage),
-                                            ("`study_name`", study_name), ("`seed`", seed))
-                   if value is not None]
-    if engine == "exhaustive" and optuna_only:
-        raise ConfigError(f"{', '.join(optuna_only)} set(s) up an Optuna search; it cannot be "
-                          f"combined with `search` exhaustive (drop one).")
+           space: pd.DataFrame, pins: dict | None = None,
+           engine: SearchEngine | None = None, progress: Progress | None = None,
+           risk: str = "expected") -> SearchResult:
+    """Score `space` (an `enumerate_space` table with `pins` applied) as `engine` says
+    (default: `SearchEngine()`, auto)."""
+    engine = engine or SearchEngine()
     memory = memory_table(job.model, platform=job.platform, configs=space)
     fitting = space[memory["fits"].to_numpy()]
-    if engine == "auto":
-        engine = ("optuna" if optuna_only or len(fitting) > EXHAUSTIVE_LIMIT
-                  else "exhaustive")
-    if engine == "exhaustive":
+    if engine.resolve(len(fitting)) == "exhaustive":
         scored = score_configs(job, fitting, predictor=predictor, constraints=constraints)
         return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
                             num_space=len(space))
     return _optuna(job, space, predictor=predictor, constraints=constraints,
-                   objective=objective, trials=trials or DEFAULT_TRIALS, storage=storage,
-                   study_name=study_name, seed=seed, pins=pins or {}, progress=progress,
-                   risk=risk)
+                   objective=objective, trials=engine.trials or DEFAULT_TRIALS,
+                   storage=engine.storage, study_name=engine.study_name, seed=engine.seed,
+                   pins=pins or {}, progress=progress, risk=risk)
 
 
 def score_configs(job: Job, configs: pd.DataFrame, *, predictor,

@@ -13,7 +13,7 @@ from advisor.objective import Constraints
 from advisor.parallel import make_job
 from advisor.predictor import Predictor
 from advisor.recommend import recommend
-from advisor.search import open_storage
+from advisor.search import SearchEngine, open_storage
 
 ARGS = ["recommend", "-m", "70b", "-g", "64", "-p", "h200", "--json"]
 
@@ -35,7 +35,7 @@ def exhaustive(job, predictor):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_optuna_finds_what_exhaustive_finds(job, predictor, exhaustive, seed):
-    tpe = recommend(job, predictor=predictor, top=1, engine="optuna", seed=seed)
+    tpe = recommend(job, predictor=predictor, top=1, engine=SearchEngine("optuna", seed=seed))
     assert tpe.engine == "optuna" and tpe.num_trials == 600  # the default
     # TPE scores a few hundred of the 8,402 fitting layouts and finds one within 3 % of the
     # best score (which of the layouts within the 5 % tie ranks #1 is the tie rule's choice).
@@ -44,8 +44,8 @@ def test_optuna_finds_what_exhaustive_finds(job, predictor, exhaustive, seed):
 
 
 def test_optuna_is_reproducible_with_a_seed(job, predictor):
-    a = recommend(job, predictor=predictor, top=3, engine="optuna", trials=96, seed=7)
-    b = recommend(job, predictor=predictor, top=3, engine="optuna", trials=96, seed=7)
+    a = recommend(job, predictor=predictor, top=3, engine=SearchEngine("optuna", trials=96, seed=7))
+    b = recommend(job, predictor=predictor, top=3, engine=SearchEngine("optuna", trials=96, seed=7))
     assert [c.config for c in a.choices] == [c.config for c in b.choices]
 
 
@@ -55,8 +55,8 @@ def test_optuna_steers_towards_a_tight_constraint(job, predictor, exhaustive, tm
     limit = float(exhaustive.ranked["pred_peak_power_w"].quantile(0.02))
     tight = Constraints(max_power_w=limit, memory_margin=0.05)
     journal = str(tmp_path / "tight.log")
-    rec = recommend(job, predictor=predictor, engine="optuna", trials=300, constraints=tight,
-                    storage=journal, seed=3)
+    rec = recommend(job, predictor=predictor, constraints=tight,
+                    engine=SearchEngine("optuna", trials=300, storage=journal, seed=3))
     capacity = job.platform.memory_capacity_bytes / 1e9
     for c in rec.choices:
         assert c.predicted.peak_power_w <= limit
@@ -70,30 +70,32 @@ def test_optuna_steers_towards_a_tight_constraint(job, predictor, exhaustive, tm
 
 
 def test_optuna_balanced_is_multi_objective(job, predictor):
-    rec = recommend(job, predictor=predictor, engine="optuna", trials=96,
+    rec = recommend(job, predictor=predictor, engine=SearchEngine("optuna", trials=96),
                     objective="balanced")
     assert rec.engine == "optuna" and rec.choices
 
 
 def test_different_pins_get_different_studies(job, predictor, tmp_path):
     journal = str(tmp_path / "pins.log")
-    a = recommend(job, predictor=predictor, trials=32, storage=journal)
-    b = recommend(job, predictor=predictor, trials=32, storage=journal, pins={"tp": 4})
+    shared = SearchEngine(trials=32, storage=journal)
+    a = recommend(job, predictor=predictor, engine=shared)
+    b = recommend(job, predictor=predictor, engine=shared, pins={"tp": 4})
     assert a.study_name != b.study_name
     assert all(c.config.tp == 4 for c in b.choices)
 
 
 def test_optuna_none_found_says_so(job, predictor):
     with pytest.raises(AdvisorError, match=r"Optuna's 8 trials .* found none that"):
-        recommend(job, predictor=predictor, engine="optuna", trials=8,
+        recommend(job, predictor=predictor, engine=SearchEngine("optuna", trials=8),
                   constraints=Constraints(max_power_w=10))
 
 
 def test_journal_file_accumulates_a_shared_study(job, predictor, tmp_path):
     journal = str(tmp_path / "study.log")
-    first = recommend(job, predictor=predictor, engine="optuna", trials=64, storage=journal)
-    second = recommend(job, predictor=predictor, engine="optuna", trials=64, storage=journal,
-                       seed=1)
+    first = recommend(job, predictor=predictor,
+                      engine=SearchEngine("optuna", trials=64, storage=journal))
+    second = recommend(job, predictor=predictor,
+                       engine=SearchEngine("optuna", trials=64, storage=journal, seed=1))
     assert first.study_name == second.study_name
     study = optuna.load_study(study_name=first.study_name, storage=open_storage(journal))
     assert len(study.trials) == 128
@@ -101,12 +103,15 @@ def test_journal_file_accumulates_a_shared_study(job, predictor, tmp_path):
     assert second.num_valid >= first.num_valid
 
 
-def test_exhaustive_with_optuna_options_is_contradictory(job, predictor, tmp_path):
+def test_exhaustive_with_optuna_options_is_contradictory(tmp_path):
     with pytest.raises(AdvisorError, match="`storage`"):
-        recommend(job, predictor=predictor, engine="exhaustive",
-                  storage=str(tmp_path / "j.log"))
+        SearchEngine("exhaustive", storage=str(tmp_path / "j.log"))
     with pytest.raises(AdvisorError, match="`trials`"):
-        recommend(job, predictor=predictor, engine="exhaustive", trials=10)
+        SearchEngine("exhaustive", trials=10)
+    with pytest.raises(AdvisorError, match="'tpe' is unknown"):
+        SearchEngine("tpe")
+    assert SearchEngine().resolve(10) == "exhaustive"
+    assert SearchEngine(seed=1).resolve(10) == "optuna"
 
 
 def _advisor(*args: str, **kwargs) -> subprocess.Popen:

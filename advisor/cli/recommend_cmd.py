@@ -131,6 +131,7 @@ def recommend(
     from advisor.parallel import make_job
     from advisor.predictor import Predictor
     from advisor.recommend import recommend as run
+    from advisor.search import SearchEngine
 
     _check_emit(emit)
     from advisor.why_not import parse_layout
@@ -148,9 +149,9 @@ def recommend(
     start = time.perf_counter()
     with _progress(enabled=not json_out) as progress:
         rec = run(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
-                  top=top,
-                  predictor=predictor, engine=search, trials=trials, storage=storage,
-                  study_name=study_name, seed=seed, progress=progress)
+                  top=top, predictor=predictor, progress=progress,
+                  engine=SearchEngine(search, trials=trials, storage=storage,
+                                      study_name=study_name, seed=seed))
     verdict = None
     if probe is not None:
         from advisor.why_not import rank_layout
