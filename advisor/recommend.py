@@ -25,7 +25,7 @@ from advisor.objective import (
     throughput_basis,
 )
 from advisor.parallel import Job, ParallelConfig, make_job
-from advisor.perf.analytical import Prediction, predict_config
+from advisor.perf.analytical import Prediction, predict_configs
 from advisor.placement import Placement, propose_placement
 from advisor.predictor import Predicted
 from advisor.rationale import (
@@ -124,8 +124,11 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     # or overlap show up in the trade-offs instead of crowding the list.
     head = ranked.drop_duplicates(list(LAYOUT)).head(top)
     shap = _contributions(head, job, predictor)
-    choices = [_choice(i + 1, row, job, predictor, shap[i], objective=objective,
-                       constraints=constraints)
+    configs = [config_from_row(row) for _, row in head.iterrows()]
+    analytical = predict_configs(job.model, job.platform, configs,
+                                 calibration=predictor.calibration)
+    choices = [_choice(i + 1, row, job, predictor, shap[i], analytical[i],
+                       objective=objective, constraints=constraints)
                for i, (_, row) in enumerate(head.iterrows())]
     best = ranked.iloc[0]
     lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
@@ -176,11 +179,9 @@ def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) 
     return notes
 
 
-def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str, *,
-            objective: str, constraints: Constraints) -> Choice:
-    config = config_from_row(row)
-    analytical = predict_config(job.model, job.platform, config,
-                                calibration=predictor.calibration)
+def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str,
+            analytical: Prediction, *, objective: str, constraints: Constraints) -> Choice:
+    config = analytical.config
     placement = propose_placement(job.model, job.platform, config, objective=objective,
                                   constraints=constraints, calibration=predictor.calibration)
     predicted = Predicted.from_row(row)

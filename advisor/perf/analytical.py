@@ -121,10 +121,19 @@ def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig,
                    calibration: Calibration | None = None,
                    framework: str = DEFAULT_FRAMEWORK) -> Prediction:
     """The analytical prediction for one configuration."""
-    row = analytical_table(model, platform, pd.DataFrame([config.to_dict()]),
-                           calibration=calibration, framework=framework).iloc[0]
+    return predict_configs(model, platform, [config], calibration=calibration,
+                           framework=framework)[0]
 
-    def pick(cls: type) -> dict:
+
+def predict_configs(model: ModelSpec, platform: Platform, configs: list[ParallelConfig], *,
+                    calibration: Calibration | None = None,
+                    framework: str = DEFAULT_FRAMEWORK) -> list[Prediction]:
+    """The analytical predictions for several configurations of one model and platform, from
+    one vectorised run of the model."""
+    table = analytical_table(model, platform, pd.DataFrame([c.to_dict() for c in configs]),
+                             calibration=calibration, framework=framework)
+
+    def pick(row: pd.Series, cls: type) -> dict:
         out = {}
         for f in fields(cls):
             value = row[f.name]
@@ -132,7 +141,8 @@ def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig,
                            if f.type == "bool" else float(value))
         return out
 
-    return Prediction(config=config, step=StepTimeBreakdown(**pick(StepTimeBreakdown)),
-                      memory=MemoryBreakdown(**pick(MemoryBreakdown)),
-                      power=PowerThermal(**pick(PowerThermal)),
-                      calibrated=bool(np.asarray(row["calibrated"]).item()))
+    return [Prediction(config=config, step=StepTimeBreakdown(**pick(row, StepTimeBreakdown)),
+                       memory=MemoryBreakdown(**pick(row, MemoryBreakdown)),
+                       power=PowerThermal(**pick(row, PowerThermal)),
+                       calibrated=bool(np.asarray(row["calibrated"]).item()))
+            for config, (_, row) in zip(configs, table.iterrows(), strict=True)]
