@@ -32,7 +32,7 @@ from advisor.catalog import load_platform
 from advisor.mlperf import mlperf_runs
 from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
-from advisor.perf.fit import (
+from advisor.learn.fit import (
     MLPERF_SOURCE,
     error_table,
     fit_all,

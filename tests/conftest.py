@@ -76,7 +76,7 @@ def mlperf_csv() -> Path:
 def ref(reference_csv, mlperf_csv):
     """The reference runs: published and MLPerf, as the bundled calibration and surrogate
     learn them (read-only: shared by every test module that uses it)."""
-    from advisor.perf.fit import load_reference
+    from advisor.learn.fit import load_reference
 
     return load_reference(reference_csv, mlperf_csv)
 

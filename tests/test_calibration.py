@@ -11,7 +11,7 @@ import pytest
 from advisor.catalog import load_model, load_platform
 from advisor.perf.calibration import load_calibration
 from advisor.perf.collectives import RING_ALLREDUCE, fit_collectives, read_nccl_tests_table
-from advisor.perf.fit import (
+from advisor.learn.fit import (
     error_table,
     fit_all,
     kendall_by_group,

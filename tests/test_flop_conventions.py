@@ -6,7 +6,7 @@ import pytest
 
 from advisor.catalog import load_model
 from advisor.errors import AdvisorError
-from advisor.perf.fit import reference_from_frame
+from advisor.learn.fit import reference_from_frame
 from advisor.perf.flop_conventions import (
     derived_tokens_per_sec,
     flops_per_token,

@@ -27,7 +27,7 @@ from advisor.learn.surrogate import load_throughput
 from advisor.learn.train import train
 from advisor.parallel import make_job
 from advisor.perf.calibration import load_calibration
-from advisor.perf.fit import reference_from_frame
+from advisor.learn.fit import reference_from_frame
 from advisor.space import enumerate_space
 
 NUM_RUNS = 60  # ≥ 30 (MIN_ROWS) to train on, with a held-out quarter

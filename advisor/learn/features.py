@@ -13,7 +13,7 @@ from advisor.parallel import PRECISIONS
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
 from advisor.perf.columns import Columns, config_columns, num_rows, per_value
-from advisor.perf.fit import Reference
+from advisor.learn.fit import Reference
 from advisor.perf.flops import sublayer_counts
 from advisor.platform import Platform
 

@@ -45,7 +45,7 @@ from advisor.learn.surrogate import (
     sha256_file,
 )
 from advisor.perf.calibration import Calibration
-from advisor.perf.fit import Reference
+from advisor.learn.fit import Reference
 from advisor.platform import Platform
 
 POWER_EXTRA = (

@@ -1,0 +1,74 @@
+"""The package's layers: a module imports only from its own layer or the ones below, counting
+imports inside functions too (a lazy import is still a dependency)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "advisor"
+
+LAYERS = (
+    ("core", ("advisor.errors", "advisor.files", "advisor.knobs", "advisor.platform",
+              "advisor.model", "advisor.catalog", "advisor.hf_config", "advisor.parallel",
+              "advisor.space",
+              # The pipeline's stage geometry (model and pp only): the space's split rules.
+              "advisor.perf.layout")),
+    ("perf", ("advisor.perf",)),
+    ("data", ("advisor.dataset", "advisor.mlperf", "advisor.predict_input",
+              "advisor.framework_defaults")),
+    ("learn", ("advisor.learn",)),
+    ("predict", ("advisor.predictor", "advisor.predictor_columns")),
+    ("explain", ("advisor.rationale", "advisor.explain", "advisor.emit")),
+    ("search", ("advisor.objective", "advisor.search", "advisor.placement",
+                "advisor.recommend", "advisor.compare", "advisor.scheduling",
+                "advisor.expert_check", "advisor.why_not")),
+    ("cli", ("advisor.cli", "advisor.__main__")),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The index in `LAYERS` of `module` (its longest matching prefix)."""
+    best, length = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = i, len(prefix)
+    return best
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "advisor":  # from advisor import framework_defaults
+                yield from (f"advisor.{a.name}" for a in node.names)
+            elif node.module.startswith("advisor."):
+                yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("advisor."))
+
+
+def test_every_module_has_a_layer():
+    unplaced = [name for name, _ in _modules() if name != "advisor" and layer_of(name) is None]
+    assert not unplaced, f"add these to LAYERS: {unplaced}"
+
+
+def test_no_module_imports_from_a_higher_layer():
+    back = []
+    for name, path in _modules():
+        source = layer_of(name)
+        if source is None:  # advisor/__init__: the public API re-exports from every layer
+            continue
+        for target in _imports(path):
+            layer = layer_of(target)
+            if layer is not None and layer > source:
+                back.append(f"{name} ({LAYERS[source][0]}) imports {target} "
+                            f"({LAYERS[layer][0]})")
+    assert not back, "\n".join(back)
