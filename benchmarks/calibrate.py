@@ -29,9 +29,6 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_platform
-from advisor.mlperf import mlperf_runs
-from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
-from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.learn.fit import (
     MLPERF_SOURCE,
     error_table,
@@ -42,6 +39,9 @@ from advisor.learn.fit import (
     predict_held_out,
     predict_reference,
 )
+from advisor.mlperf import mlperf_runs
+from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
+from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
 from advisor.perf.vtrain import (
     cross_validated,

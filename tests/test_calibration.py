@@ -9,8 +9,6 @@ import pandas as pd
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.perf.calibration import load_calibration
-from advisor.perf.collectives import RING_ALLREDUCE, fit_collectives, read_nccl_tests_table
 from advisor.learn.fit import (
     error_table,
     fit_all,
@@ -19,6 +17,8 @@ from advisor.learn.fit import (
     predict_held_out,
     predict_reference,
 )
+from advisor.perf.calibration import load_calibration
+from advisor.perf.collectives import RING_ALLREDUCE, fit_collectives, read_nccl_tests_table
 from advisor.perf.flops import model_flops_per_token
 from advisor.perf.vtrain import cross_validated, load_vtrain, predict_vtrain, score_vtrain
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from advisor import catalog
 from advisor.cli import app
 from advisor.dataset import append, validate
+from advisor.learn.fit import reference_from_frame
 from advisor.learn.power_surrogate import (
     POWER_FEATURES,
     TARGETS,
@@ -27,7 +28,6 @@ from advisor.learn.surrogate import load_throughput
 from advisor.learn.train import train
 from advisor.parallel import make_job
 from advisor.perf.calibration import load_calibration
-from advisor.learn.fit import reference_from_frame
 from advisor.space import enumerate_space
 
 NUM_RUNS = 60  # ≥ 30 (MIN_ROWS) to train on, with a held-out quarter

@@ -84,8 +84,8 @@ def evaluate(data: DataOpt = None,
 
     from advisor.dataset import load
     from advisor.learn.evaluate import DEFAULT_SPLITS, SPLITS, cross_validate, summarise
-    from advisor.perf.calibration import load_calibration
     from advisor.learn.fit import reference_from_frame
+    from advisor.perf.calibration import load_calibration
 
     splits = by or list(DEFAULT_SPLITS)
     unknown = [s for s in splits if s not in SPLITS]

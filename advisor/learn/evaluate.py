@@ -16,10 +16,10 @@ import pandas as pd
 from advisor.errors import AdvisorError
 from advisor.learn.bands import Z90, analytical_log_sd, band_scale
 from advisor.learn.features import reference_features
+from advisor.learn.fit import Reference, fit_all, kendall_by_group
 from advisor.learn.surrogate import train_throughput
 from advisor.learn.train import band_groups, learnable
 from advisor.perf.calibration import Calibration
-from advisor.learn.fit import Reference, fit_all, kendall_by_group
 
 SPLITS = {"source": "source", "series": "series", "model_family": "model_family",
           "platform": "platform", "mlperf_submitter": "submitter", "mlperf_round": "round"}

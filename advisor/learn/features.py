@@ -8,12 +8,12 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 
+from advisor.learn.fit import Reference
 from advisor.model import ModelSpec
 from advisor.parallel import PRECISIONS
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
 from advisor.perf.columns import Columns, config_columns, num_rows, per_value
-from advisor.learn.fit import Reference
 from advisor.perf.flops import sublayer_counts
 from advisor.platform import Platform
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.learn.features import FEATURES, reference_groups
+from advisor.learn.fit import Reference
 from advisor.learn.surrogate import (
     EXTRAPOLATION_WIDENING,
     PARAMS,
@@ -45,7 +46,6 @@ from advisor.learn.surrogate import (
     sha256_file,
 )
 from advisor.perf.calibration import Calibration
-from advisor.learn.fit import Reference
 from advisor.platform import Platform
 
 POWER_EXTRA = (

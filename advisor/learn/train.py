@@ -13,9 +13,9 @@ from advisor.dataset import DatasetError, load
 from advisor.learn import power_surrogate
 from advisor.learn.bands import band_scale
 from advisor.learn.features import reference_features
+from advisor.learn.fit import reference_from_frame
 from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import load_calibration
-from advisor.learn.fit import reference_from_frame
 
 POWER_TARGETS = tuple(power_surrogate.TARGETS)
 """Learned only from the dataset's measured columns (telemetry of campaign runs); the
