@@ -27,6 +27,8 @@ def pytest_collection_modifyitems(config, items):
         for fixture in item.fixturenames:
             if fixture in FIXTURE_MARKS:
                 item.add_marker(FIXTURE_MARKS[fixture])
+        if any(item.get_closest_marker(m) for m in ("slurm", "postgres", "torch")):
+            item.add_marker("slow")  # each starts a service or torchrun: out of the fast loop
         for marker, extra in missing.items():
             if item.get_closest_marker(marker) is None:
                 continue

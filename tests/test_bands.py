@@ -23,6 +23,7 @@ def test_needed_scale_is_the_distance_in_half_widths():
     assert need[2] == pytest.approx(math.log(0.95) / math.log(0.9))  # below: lower half-width
 
 
+@pytest.mark.slow
 def test_band_scale_makes_a_held_out_series_fall_inside_more_often(ref, feats):
     """The scale comes from the training series only; on a series it never saw, the scaled
     band contains more of the measurements than the trees' own band."""

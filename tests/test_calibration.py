@@ -89,6 +89,7 @@ def test_bundled_calibration_fits_the_published_runs(reference):
     assert tau["tau"].median() > 0.3
 
 
+@pytest.mark.slow
 def test_refit_reproduces_the_bundled_calibration(reference):
     """`benchmarks/calibrate.py --write` wrote what a fit on today's data gives."""
     bundled = load_calibration()
@@ -100,6 +101,7 @@ def test_refit_reproduces_the_bundled_calibration(reference):
                 assert value == pytest.approx(theirs[key], rel=0.05, abs=1e-6), (family, key)
 
 
+@pytest.mark.slow
 def test_leave_one_source_out_on_a_held_out_release(reference):
     """One fold of the cross-validation the benchmark runs in full: drop a Megatron-Bridge
     release, refit on everything else, predict it."""

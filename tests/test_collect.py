@@ -136,6 +136,8 @@ def _collect(*args, **kwargs) -> subprocess.Popen:
                             start_new_session=True, **kwargs)
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_killed_campaign_resumes_without_loss_or_duplicates(tmp_path):
     path = _write(tmp_path, _campaign("resume", 3, tp=[1, 2], mbs=[1, 2],
                                       dp_sharding=["none", "optimizer"]))
@@ -168,6 +170,7 @@ def test_killed_campaign_resumes_without_loss_or_duplicates(tmp_path):
     assert ok["source"] == "campaign" and ok["gpu"] == "cpu" and "@" in ok["model"]
 
 
+@pytest.mark.torch
 def test_failures_are_rows_and_the_campaign_goes_on(tmp_path):
     from collectors.launchers import make_launcher
 
@@ -181,6 +184,8 @@ def test_failures_are_rows_and_the_campaign_goes_on(tmp_path):
     assert set(rows["status"]) == {"timeout"} and rows["notes"].notna().all()
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_collect_train_predict_closes_the_loop(tmp_path):
     """Measure on CPU, train on the rows, and see `advisor predict` use them for `cpu`."""
     from advisor.learn.train import train
@@ -213,10 +218,15 @@ def test_collect_train_predict_closes_the_loop(tmp_path):
                                         check=True).stdout)
     assert bundled["learned"]["pred_source"] == "analytical"  # cpu never measured before
     assert learned["learned"]["pred_source"] == "surrogate"
-    measured = float(row["tokens_per_sec_per_gpu"])
-    err_before = abs(bundled["learned"]["pred_tokens_per_sec_per_gpu"] / measured - 1)
-    err_after = abs(learned["learned"]["pred_tokens_per_sec_per_gpu"] / measured - 1)
-    assert err_after < err_before
+    # Over every measured row (one CPU row alone is noise: these runs share 2 cores with
+    # whatever else runs), the surrogate trained on them predicts them better.
+    from advisor.predictor import Predictor
+
+    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+    measured = ok["tokens_per_sec_per_gpu"].astype(float)
+    before = Predictor.load().predict(ok)["pred_tokens_per_sec_per_gpu"] / measured - 1
+    after = Predictor.load(models).predict(ok)["pred_tokens_per_sec_per_gpu"] / measured - 1
+    assert after.abs().median() < before.abs().median()
 
 
 def test_cpu_campaign_through_real_slurm(tmp_path, slurm):
@@ -256,6 +266,8 @@ _fake.configure([FakeGpu(ScriptedTrace.constant(650.0, temp_c=72.0, reasons=0)),
 '''
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_nvml_telemetry_reaches_the_dataset_through_the_workload(tmp_path):
     """The H200 script's path (workload → NvmlSampler → dataset row), on CPU, with the fake
     NVML importable as `pynvml` by the workload's processes."""
@@ -308,6 +320,7 @@ if os.environ.get("RANK", "0") == "0":
 '''
 
 
+@pytest.mark.torch
 def test_campaign_drives_megatron_through_its_launch_command_and_log(tmp_path):
     """framework = "megatron": the run is the emitter's command (torchrun pretrain_gpt.py ...)
     from $MEGATRON_LM, and the row comes from parsing Megatron's log. A stand-in

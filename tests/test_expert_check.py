@@ -25,6 +25,7 @@ def test_recipe_jobs_are_nvidia_recipes_only(reference_csv):
     assert not jobs["source_name"].str.contains("Narayanan|Korthikanti|MosaicML").any()
 
 
+@pytest.mark.slow
 def test_agreement_with_published_experts(verdicts):
     agree = [v for v in verdicts if v.agrees]
     rate = len(agree) / len(verdicts)

@@ -141,6 +141,7 @@ LocalLauncher(module=sys.argv[2]).launch(spec, Path(sys.argv[1]))
 """
 
 
+@pytest.mark.torch
 def test_a_killed_collector_takes_torchrun_and_its_workers_along(tmp_path):
     """kill -9 of the collector's process group: torchrun and every rank die with it, although
     each sits in a session of its own (parent-death signals down the chain)."""
@@ -277,6 +278,7 @@ def _tiny_llama() -> RunSpec:
 
 
 @needs_workload
+@pytest.mark.torch
 def test_workload_through_local_torchrun(tmp_path):
     result = LocalLauncher().launch(_tiny_llama(), tmp_path)
     assert result.status == "ok", result.error

@@ -27,6 +27,7 @@ def test_features_are_finite_where_known(feats):
     assert np.isnan(release_number(""))
 
 
+@pytest.mark.slow
 def test_surrogate_learns_the_residual_and_is_reproducible(ref, feats):
     fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
     one = train_throughput(feats, fam, mfam, seed=0)
@@ -39,6 +40,7 @@ def test_surrogate_learns_the_residual_and_is_reproducible(ref, feats):
     assert (r1["p10"] <= r1["p50"]).all() and (r1["p50"] <= r1["p90"]).all()
 
 
+@pytest.mark.slow
 def test_band_widens_and_flags_outside_the_data(ref, feats):
     fam, mfam = ref.rows["family"].to_numpy(), ref.rows["model_family"].to_numpy()
     s = train_throughput(feats, fam, mfam)
@@ -83,6 +85,7 @@ def test_artifacts_round_trip_and_refuse_damage(ref, feats, tmp_path):
         load_throughput(tmp_path / "nowhere")
 
 
+@pytest.mark.slow
 def test_train_writes_what_ships(tmp_path, reference_csv, mlperf_csv):
     from advisor.dataset import append, import_mlperf, import_published
 
@@ -125,6 +128,7 @@ def test_predictor_predicts_frames_and_pairs():
     "leave-one-platform-out, surrogate 11.4 % against the prior's 11.2 % MAPE; it still wins "
     "on A100, B200/B300, H100 and H200 but loses on GB200/GB300 held out (17.9 vs 14.9 %, "
     "15.5 vs 13.5 %): corrections learned on B200/B300 transfer badly to Grace-Blackwell"))
+@pytest.mark.slow
 def test_grouped_cross_validation_beats_the_prior_on_held_out_releases(ref):
     """Leave-one-platform-out without refitting the prior (fast); the full, refitted table is
     `advisor evaluate`."""
@@ -136,6 +140,7 @@ def test_grouped_cross_validation_beats_the_prior_on_held_out_releases(ref):
     assert 0.4 < s["surrogate"]["p10_p90_coverage"] <= 1.0
 
 
+@pytest.mark.slow
 def test_mlperf_rounds_are_held_out_one_at_a_time_and_only_they_are_scored(ref):
     """Every MLPerf row is predicted by models trained without its round (and with every
     published row); the published rows are never held out, so they are not scored."""
@@ -189,6 +194,7 @@ def test_gavel_throughput_table_and_pollux_speedup():
     assert speedup(1, 3) == 0.0  # 8 GPUs cannot hold 3 equal replicas
 
 
+@pytest.mark.slow
 def test_vtrain_leave_one_job_out_ranks_layouts(vtrain_dir):
     """On the 8-GPU jobs only (to stay quick): held-out jobs predicted from the others."""
     from advisor.learn.evaluate import vtrain_leave_one_job_out

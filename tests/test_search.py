@@ -33,6 +33,7 @@ def exhaustive(job, predictor):
     return recommend(job, predictor=predictor, top=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_optuna_finds_what_exhaustive_finds(job, predictor, exhaustive, seed):
     tpe = recommend(job, predictor=predictor, top=1, engine=SearchEngine("optuna", seed=seed))

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.torch  # torchrun with gloo on 2 CPU processes
 
 from advisor.parallel import ParallelConfig  # noqa: E402
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec  # noqa: E402
@@ -114,6 +115,7 @@ def assert_ok(run: Run, world_size: int = 2) -> None:
     assert [layout["rank"] for layout in run.layouts] == list(range(world_size))
 
 
+@pytest.mark.slow
 def test_ddp_accumulates_gradients_over_microbatches(runs):
     run = runs("ddp")
     assert_ok(run)
