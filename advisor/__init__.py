@@ -6,8 +6,8 @@ loads on first use.
 
 from typing import Any
 
-from advisor.errors import AdvisorError
-from advisor.parallel import Job, ParallelConfig
+from advisor.core.errors import AdvisorError
+from advisor.core.parallel import Job, ParallelConfig
 
 __version__ = "0.1.0"
 __all__ = ["AdvisorError", "Job", "ParallelConfig", "Predictor", "__version__"]
@@ -15,7 +15,7 @@ __all__ = ["AdvisorError", "Job", "ParallelConfig", "Predictor", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "Predictor":
-        from advisor.predictor import Predictor
+        from advisor.predict.predictor import Predictor
 
         return Predictor
     raise AttributeError(f"module 'advisor' has no attribute {name!r}")

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_platform
+from advisor.data.mlperf import mlperf_runs
 from advisor.learn.fit import (
     MLPERF_SOURCE,
     error_table,
@@ -39,7 +40,6 @@ from advisor.learn.fit import (
     predict_held_out,
     predict_reference,
 )
-from advisor.mlperf import mlperf_runs
 from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK

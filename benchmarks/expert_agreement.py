@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from advisor.expert_check import TOP, agreement
+from advisor.search.expert_check import TOP, agreement
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_runs.csv"
 

@@ -14,11 +14,11 @@ import statistics
 import time
 
 from advisor.catalog import load_model, load_platform
-from advisor.parallel import make_job
+from advisor.core.parallel import make_job
+from advisor.core.space import enumerate_space
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import load_calibration
 from advisor.perf.step import step_table
-from advisor.space import enumerate_space
 
 CASES = [("llama3-70b", "h200", 64), ("mixtral-8x22b", "h100", 256),
          ("deepseek-v3", "gb200", 1024), ("llama3.1-405b", "h100", 16_384)]

@@ -19,9 +19,9 @@ import time
 import pandas as pd
 
 from advisor import catalog
-from advisor.parallel import make_config, make_job
-from advisor.predictor import Predictor
-from advisor.space import enumerate_space
+from advisor.core.parallel import make_config, make_job
+from advisor.core.space import enumerate_space
+from advisor.predict.predictor import Predictor
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import statistics
 import time
 
 from advisor.catalog import load_model, load_platform
-from advisor.parallel import make_job
+from advisor.core.parallel import make_job
+from advisor.core.space import enumerate_space
 from advisor.perf.memory import memory_table
-from advisor.space import enumerate_space
 
 CASES = [("llama3-70b", "h200", 64), ("llama3.1-405b", "h100", 16_384)]
 

@@ -29,8 +29,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.errors import ConfigError
-from advisor.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
 from collectors.spec import FRAMEWORKS
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -86,7 +86,7 @@ def load_campaign(name_or_path: str) -> Campaign:
         if not path.is_file():
             raise ConfigError(f"no campaign template {name_or_path!r}; templates: "
                               f"{', '.join(templates())}, or pass a .toml file.")
-    from advisor.files import TOML_LIMIT_BYTES, read_bounded
+    from advisor.core.files import TOML_LIMIT_BYTES, read_bounded
 
     raw = read_bounded(path, limit_bytes=TOML_LIMIT_BYTES, what="campaign TOML",
                        error=ConfigError)

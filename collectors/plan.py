@@ -19,16 +19,16 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_model, load_platform, scaled_model_name
-from advisor.errors import AdvisorError, ConfigError
-from advisor.parallel import PARALLEL_FIELDS, make_job
-from advisor.space import enumerate_space
+from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.parallel import PARALLEL_FIELDS, make_job
+from advisor.core.space import enumerate_space
 from collectors.campaign import Campaign
 from collectors.spec import RunSpec
 
 JOB_KNOBS = ("num_gpus", "seq_len", "gbs", "precision")
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "vp": 1, "mbs": 1,
             "recompute": "none", "dp_sharding": "optimizer", "overlap": True}
-"""Knobs the sweep does not list stay at these (what `advisor.parallel.make_config` uses;
+"""Knobs the sweep does not list stay at these (what `advisor.core.parallel.make_config` uses;
 dp_sharding is `none` where there is nothing to shard over)."""
 DISTANCE_KNOBS = ("tp", "pp", "cp", "ep", "vp", "mbs", "dp", "seq_len", "gbs", "num_gpus")
 PROMISE_WEIGHT = 0.5
@@ -56,8 +56,8 @@ def workload_refuses(model, config: dict, device: str) -> str | None:
 def _refuses(campaign: Campaign, job, model, row: dict) -> str | None:
     if campaign.framework == "pytorch":
         return workload_refuses(model, row, campaign.device)
-    from advisor.emit import emit
-    from advisor.space import config_from_row
+    from advisor.core.space import config_from_row
+    from advisor.explain.emit import emit
 
     try:  # what the framework's launch command cannot express
         emit(campaign.framework, config_from_row(row), job)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from advisor.catalog import load_platform
-from advisor.errors import ConfigError
-from advisor.parallel import PRECISIONS
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import PRECISIONS
 from collectors.campaign import Campaign
 from collectors.plan import candidates, next_run, predicted, spec_for
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
@@ -49,7 +49,7 @@ class CampaignReport:
 
 
 def existing_runs(dataset: Path, campaign: str) -> set[str]:
-    from advisor.dataset import load
+    from advisor.data.dataset import load
 
     if not dataset.exists():
         return set()
@@ -61,7 +61,7 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
                  resume: bool = False, dry_run: bool = False, predictor=None,
                  progress: Progress | None = None) -> CampaignReport:
     """Measure the campaign's runs (see module docstring); `dry_run` only plans."""
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
 
     report = CampaignReport(campaign.name, dataset)
     done = existing_runs(dataset, campaign.name)
@@ -142,7 +142,7 @@ def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunR
     """One dataset row for a finished run (any status), appended atomically. A value outside
     the schema's range (a sensor glitch, an MFU against a placeholder peak) is dropped and
     named in `notes` rather than losing the run."""
-    from advisor.dataset import DatasetError, append
+    from advisor.data.dataset import DatasetError, append
 
     row = to_row(campaign, spec, result)
     try:

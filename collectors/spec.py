@@ -11,7 +11,7 @@ from typing import Any
 
 FRAMEWORKS = ("pytorch", "megatron", "nemo")
 STATUSES = ("ok", "oom", "failed", "timeout")
-"""Dataset `status` values (advisor.dataset.SCHEMA)."""
+"""Dataset `status` values (advisor.data.dataset.SCHEMA)."""
 TELEMETRY_FIELDS = ("avg_power_w", "peak_power_w", "energy_j", "max_temp_c", "max_mem_temp_c",
                     "mean_sm_clock_mhz", "throttle_frac_power", "throttle_frac_thermal",
                     "telemetry_hz")
@@ -32,7 +32,7 @@ class RunSpec:
     num_gpus: int
     """World size (processes; GPUs on a GPU platform)."""
     config: dict[str, Any]
-    """`advisor.parallel.ParallelConfig.to_dict()`."""
+    """`advisor.core.parallel.ParallelConfig.to_dict()`."""
     scale: dict[str, int] = field(default_factory=dict)
     """ModelSpec fields overridden to shrink the model (num_layers, hidden_size,
     ffn_hidden_size, num_attention_heads, num_kv_heads, vocab_size); empty = full size."""

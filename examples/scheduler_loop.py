@@ -13,7 +13,7 @@ books the GPUs.
 from __future__ import annotations
 
 from advisor import Predictor
-from advisor.scheduling import throughput_table
+from advisor.search.scheduling import throughput_table
 
 FREE = {"h100": 64, "h200": 32, "mi300x": 16, "mi250": 32}
 JOBS = [("llama3-8b", 16), ("llama3-70b", 32), ("mixtral-8x7b", 16), ("llama3-8b", 32)]

@@ -89,7 +89,7 @@ def test_uncalibrated_family_band_is_sized_by_the_family_held_out_error():
 
 
 def test_uncalibrated_platform_gets_the_wider_band_in_predictions():
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
 
     frame = pd.DataFrame({"model": ["llama3-70b"] * 2, "gpu": ["h100", "mi250"],
                           "num_gpus": [64, 64], "seq_len": [8192] * 2, "gbs": [128] * 2,

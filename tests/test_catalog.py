@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from advisor import catalog
-from advisor.errors import CatalogError, UnknownNameError
+from advisor.core.errors import CatalogError, UnknownNameError
 
 EXPECTED_PLATFORMS = {"h100", "h200", "a100", "a100-40gb", "b200", "b300", "gb200", "gb300",
                       "mi250", "mi300x"}

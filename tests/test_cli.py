@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from advisor import catalog
 from advisor.cli import app
-from advisor.parallel import make_job
-from advisor.space import enumerate_space
+from advisor.core.parallel import make_job
+from advisor.core.space import enumerate_space
 
 runner = CliRunner()
 
@@ -103,7 +103,7 @@ def test_predict_one_config_from_flags_json():
 
 def test_predict_matches_library():
     from advisor.catalog import load_model, load_platform
-    from advisor.parallel import make_config, make_job
+    from advisor.core.parallel import make_config, make_job
     from advisor.perf.analytical import predict_config
 
     r = run("predict", "-m", "mixtral-8x7b", "-p", "h100", "-g", "32", "--tp", "2",

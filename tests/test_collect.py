@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advisor.dataset import load
-from advisor.errors import ConfigError
+from advisor.core.errors import ConfigError
+from advisor.data.dataset import load
 from collectors.campaign import campaign_from_dict, load_campaign, templates
 from collectors.plan import acquisition, candidates, predicted
 from collectors.runner import run_campaign
@@ -103,7 +103,7 @@ def test_planning_skips_what_the_workload_cannot_run():
 
 
 def test_active_planning_spreads_out_and_prefers_uncertain_configs():
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
 
     campaign = campaign_from_dict(_campaign("plan", 4, tp=[1, 2], pp=[1, 2], mbs=[1, 2, 4],
                                             recompute=["none", "full"],
@@ -220,7 +220,7 @@ def test_collect_train_predict_closes_the_loop(tmp_path):
     assert learned["learned"]["pred_source"] == "surrogate"
     # Over every measured row (one CPU row alone is noise: these runs share 2 cores with
     # whatever else runs), the surrogate trained on them predicts them better.
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
 
     ok = rows[rows["status"] == "ok"].reset_index(drop=True)
     measured = ok["tokens_per_sec_per_gpu"].astype(float)
@@ -357,7 +357,7 @@ def test_run_ids_survive_new_config_fields():
     # ids: fields added later count only when they leave their default.
     import hashlib
 
-    from advisor.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
     from collectors.plan import run_id
 
     row = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2,

@@ -1,9 +1,9 @@
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.compare import compare, parse_prices, parse_sides
-from advisor.errors import ConfigError
-from advisor.predictor import Predictor
+from advisor.core.errors import ConfigError
+from advisor.predict.predictor import Predictor
+from advisor.search.compare import compare, parse_prices, parse_sides
 
 PAPER = "examples/paper-{}-cluster.toml"
 

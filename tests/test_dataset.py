@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advisor import dataset
-from advisor.dataset import DatasetError, append, import_published, load, validate
+from advisor.data import dataset
+from advisor.data.dataset import DatasetError, append, import_published, load, validate
 
 
 def _run(i: int, **extra) -> dict:

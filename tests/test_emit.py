@@ -21,17 +21,17 @@ from unittest import mock
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.emit import EMITTERS, emit
-from advisor.emit.megatron import megatron_args, megatron_command, model_args
-from advisor.emit.nemo import nemo_command, nemo_factory, nemo_overrides
-from advisor.emit.torchtitan import (
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import Job, ParallelConfig, make_config, make_job
+from advisor.explain.emit import EMITTERS, emit
+from advisor.explain.emit.megatron import megatron_args, megatron_command, model_args
+from advisor.explain.emit.nemo import nemo_command, nemo_factory, nemo_overrides
+from advisor.explain.emit.torchtitan import (
     LOW_PRECISION_RECIPES,
     torchtitan_args,
     torchtitan_command,
     torchtitan_recipe,
 )
-from advisor.errors import ConfigError
-from advisor.parallel import Job, ParallelConfig, make_config, make_job
 
 
 def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16",
@@ -695,8 +695,8 @@ def test_torchtitan_command_writes_the_config_module_first(tmp_path):
 def test_full_finetuning_names_each_frameworks_load_flags(titan):
     """Full fine-tuning runs the pre-training step from trained weights: the comments name the
     flags that load them, and torchtitan's own parser takes its flag."""
-    from advisor.emit.megatron import FULL_FINETUNE_ARGS as MEGATRON_LOAD
-    from advisor.emit.torchtitan import FULL_FINETUNE_ARGS as TITAN_LOAD
+    from advisor.explain.emit.megatron import FULL_FINETUNE_ARGS as MEGATRON_LOAD
+    from advisor.explain.emit.torchtitan import FULL_FINETUNE_ARGS as TITAN_LOAD
 
     job = make_job(load_model("llama3-8b"), load_platform("h100"), num_gpus=8,
                    finetune="full")

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from advisor.errors import AdvisorError
-from advisor.files import MiB, read_bounded
+from advisor.core.errors import AdvisorError
+from advisor.core.files import MiB, read_bounded
 
 ADVISOR = [sys.executable, "-m", "advisor"]
 

@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from advisor import catalog
 from advisor.cli import app
-from advisor.emit import emit
-from advisor.errors import ConfigError
-from advisor.parallel import ParallelConfig, make_config, make_job
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import ParallelConfig, make_config, make_job
+from advisor.explain.emit import emit
 from advisor.perf.analytical import analytical_table, predict_config
 from advisor.perf.finetune import adapter_params_per_layer, stage_adapter_params
 from advisor.perf.layout import stage_layout
 from advisor.perf.node_energy import load_runs, predict_runs, validation_rows
-from advisor.predictor import Predictor
+from advisor.predict.predictor import Predictor
 
 runner = CliRunner()
 
@@ -125,7 +125,7 @@ def nemo_recipe(tmp_path):
     pytest.importorskip("nemo.collections.llm", reason="nemo_toolkit is not installed")
     import importlib.util
 
-    from advisor.emit.nemo_finetune import nemo_finetune_script, script_name
+    from advisor.explain.emit.nemo_finetune import nemo_finetune_script, script_name
 
     def build(config, job):
         path = tmp_path / script_name(job)
@@ -149,8 +149,8 @@ def test_nemo_finetune_script_builds_the_recipe_advisor_priced(finetune, choices
     from megatron.core.distributed import DistributedDataParallelConfig
     from nemo.collections.llm.peft import LoRA
 
-    from advisor.emit.nemo import nemo_values
-    from advisor.emit.nemo_finetune import TARGET_MODULES
+    from advisor.explain.emit.nemo import nemo_values
+    from advisor.explain.emit.nemo_finetune import TARGET_MODULES
 
     config, job = _finetune_case(finetune, **choices)
     recipe = nemo_recipe(config, job)
@@ -190,7 +190,7 @@ def test_nemo_finetune_command_writes_the_script_then_runs_it_under_torchrun():
     assert command.rstrip().endswith("advisor_finetune_llama3_70b.py")
     assert "torchrun --nproc-per-node=8 --nnodes=2" in command
     with pytest.raises(ConfigError, match="NeMo-Run's CLI cannot set"):
-        from advisor.emit.nemo import nemo_overrides
+        from advisor.explain.emit.nemo import nemo_overrides
 
         nemo_overrides(config, job)
 

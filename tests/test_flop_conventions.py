@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from advisor.catalog import load_model
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from advisor.learn.fit import reference_from_frame
 from advisor.perf.flop_conventions import (
     derived_tokens_per_sec,

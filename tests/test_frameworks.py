@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.emit.megatron import megatron_args, megatron_command
-from advisor.emit.nemo import nemo_overrides
-from advisor.errors import ConfigError
-from advisor.parallel import make_config, make_job
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import make_config, make_job
+from advisor.explain.emit.megatron import megatron_args, megatron_command
+from advisor.explain.emit.nemo import nemo_overrides
 from collectors.frameworks import find_failure, job_for, megatron, nemo
 from collectors.spec import RunSpec
 

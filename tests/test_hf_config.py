@@ -3,8 +3,8 @@ import json
 import pytest
 
 from advisor import catalog
-from advisor.errors import CatalogError
-from advisor.hf_config import model_from_hf_config
+from advisor.core.errors import CatalogError
+from advisor.core.hf_config import model_from_hf_config
 
 
 @pytest.mark.parametrize("name", ["llama3.1-405b", "mixtral-8x7b", "qwen3-30b-a3b",

@@ -267,7 +267,7 @@ needs_workload = pytest.mark.skipif(not WORKLOAD_MAIN.exists(),
 
 
 def _tiny_llama() -> RunSpec:
-    from advisor.parallel import ParallelConfig
+    from advisor.core.parallel import ParallelConfig
 
     return RunSpec(run_id="tiny-dp2", campaign="launcher-test", model="llama3-8b",
                    scale={"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128,

@@ -9,20 +9,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "advisor"
 
 LAYERS = (
-    ("core", ("advisor.errors", "advisor.files", "advisor.knobs", "advisor.platform",
-              "advisor.model", "advisor.catalog", "advisor.hf_config", "advisor.parallel",
-              "advisor.space",
+    ("core", ("advisor.core", "advisor.catalog",
               # The pipeline's stage geometry (model and pp only): the space's split rules.
               "advisor.perf.layout")),
     ("perf", ("advisor.perf",)),
-    ("data", ("advisor.dataset", "advisor.mlperf", "advisor.predict_input",
-              "advisor.framework_defaults")),
+    ("data", ("advisor.data",)),
     ("learn", ("advisor.learn",)),
-    ("predict", ("advisor.predictor", "advisor.predictor_columns")),
-    ("explain", ("advisor.rationale", "advisor.explain", "advisor.emit")),
-    ("search", ("advisor.objective", "advisor.search", "advisor.placement",
-                "advisor.recommend", "advisor.compare", "advisor.scheduling",
-                "advisor.expert_check", "advisor.why_not")),
+    ("predict", ("advisor.predict",)),
+    ("explain", ("advisor.explain",)),
+    ("search", ("advisor.search",)),
     ("cli", ("advisor.cli", "advisor.__main__")),
 )
 
@@ -47,7 +42,7 @@ def _modules():
 def _imports(path: Path):
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "advisor":  # from advisor import framework_defaults
+            if node.module == "advisor":  # from advisor import catalog
                 yield from (f"advisor.{a.name}" for a in node.names)
             elif node.module.startswith("advisor."):
                 yield node.module

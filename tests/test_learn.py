@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from advisor import catalog
+from advisor.core.parallel import make_config, make_job
 from advisor.learn.evaluate import cross_validate, summarise
 from advisor.learn.features import FEATURES, release_number
 from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
 from advisor.learn.train import train
-from advisor.parallel import make_config, make_job
 from advisor.perf.calibration import load_calibration
-from advisor.predictor import Predictor, bundled_models_dir
+from advisor.predict.predictor import Predictor, bundled_models_dir
 
 
 def test_features_are_finite_where_known(feats):
@@ -87,7 +87,7 @@ def test_artifacts_round_trip_and_refuse_damage(ref, feats, tmp_path):
 
 @pytest.mark.slow
 def test_train_writes_what_ships(tmp_path, reference_csv, mlperf_csv):
-    from advisor.dataset import append, import_mlperf, import_published
+    from advisor.data.dataset import append, import_mlperf, import_published
 
     data, mlperf = tmp_path / "published.parquet", tmp_path / "mlperf.parquet"
     append(data, import_published(reference_csv))
@@ -178,7 +178,7 @@ def test_predictor_is_importable_from_advisor_and_cheap_to_import():
 
 
 def test_gavel_throughput_table_and_pollux_speedup():
-    from advisor.scheduling import SpeedupFunction, throughput_table
+    from advisor.search.scheduling import SpeedupFunction, throughput_table
 
     p = Predictor.load()
     table = throughput_table(p, "llama3-8b", ["h100", "mi300x"], [8, 16])
@@ -247,7 +247,7 @@ def test_predictor_derives_dp_from_num_gpus_and_refuses_contradictions():
 def test_predictor_takes_the_same_defaults_as_predict_input(row):
     """The same row through `Predictor.predict` and `predict --input` (both analytical here):
     the same prediction, and the assumptions said."""
-    from advisor.predict_input import predict_frame
+    from advisor.data.predict_input import predict_frame
 
     frame = pd.DataFrame([row]).astype({k: str for k in row if k == "software"})
     direct = Predictor(None).predict(frame).iloc[0]

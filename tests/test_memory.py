@@ -1,8 +1,8 @@
 import pytest
 
 from advisor import catalog
-from advisor.model import ModelSpec
-from advisor.parallel import ParallelConfig
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import ParallelConfig
 from advisor.perf import memory as mem_mod
 from advisor.perf.memory import estimate_memory
 

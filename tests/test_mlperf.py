@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.dataset import import_mlperf, load
-from advisor.mlperf import mlperf_runs
-from advisor.predict_input import predict_frame
+from advisor.data.dataset import import_mlperf, load
+from advisor.data.mlperf import mlperf_runs
+from advisor.data.predict_input import predict_frame
 
 runner = CliRunner()
 

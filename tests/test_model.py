@@ -1,8 +1,8 @@
 import pytest
 
 from advisor import catalog
-from advisor.errors import CatalogError
-from advisor.model import ModelSpec
+from advisor.core.errors import CatalogError
+from advisor.core.model import ModelSpec
 
 MODELS = sorted(catalog.models().values(), key=lambda m: m.name)
 

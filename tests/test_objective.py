@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advisor.errors import ConfigError
-from advisor.objective import Constraints, pareto_front, rank, score
+from advisor.core.errors import ConfigError
+from advisor.search.objective import Constraints, pareto_front, rank, score
 
 
 def _frame(tps, cost, **extra):

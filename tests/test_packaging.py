@@ -20,7 +20,7 @@ def test_installed_wheel_finds_its_bundled_artifacts(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(target), str(wheel)], check=True, capture_output=True, timeout=600)
     code = ("import advisor, collectors.campaign as c\n"
-            "from advisor.predictor import Predictor, bundled_models_dir\n"
+            "from advisor.predict.predictor import Predictor, bundled_models_dir\n"
             f"assert str(bundled_models_dir()).startswith({str(target)!r}), bundled_models_dir()\n"
             "assert Predictor.load().surrogate is not None\n"
             f"assert advisor.__file__.startswith({str(target)!r})\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from advisor import catalog
-from advisor.parallel import make_config, make_job
+from advisor.core.parallel import make_config, make_job
 from advisor.perf.analytical import predict_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

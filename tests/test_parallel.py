@@ -1,8 +1,8 @@
 import pytest
 
 from advisor import catalog
-from advisor.errors import ConfigError
-from advisor.parallel import (
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import (
     Job,
     ParallelConfig,
     default_gbs,

@@ -11,14 +11,14 @@ from typer.testing import CliRunner
 
 from advisor import catalog
 from advisor.cli import app
-from advisor.errors import ConfigError
-from advisor.objective import Constraints
-from advisor.parallel import make_config, make_job
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import make_config, make_job
+from advisor.core.space import check_uneven
+from advisor.data.predict_input import predict_frame
 from advisor.perf.analytical import predict_config
 from advisor.perf.layout import stage_layer_counts
-from advisor.placement import MAX_SHIFT, MIN_GAIN, candidate_splits, propose_placement
-from advisor.predict_input import predict_frame
-from advisor.space import check_uneven
+from advisor.search.objective import Constraints
+from advisor.search.placement import MAX_SHIFT, MIN_GAIN, candidate_splits, propose_placement
 
 runner = CliRunner()
 # DeepSeek-V3's 61 layers on PP 8: the even split is 8/8/8/8/8/7/7/7, which Megatron-Core

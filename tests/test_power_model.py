@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from advisor import catalog
-from advisor.errors import CatalogError, ConfigError
-from advisor.parallel import make_config, make_job
+from advisor.core.errors import CatalogError, ConfigError
+from advisor.core.parallel import make_config, make_job
+from advisor.core.space import enumerate_space, validate
 from advisor.perf.analytical import analytical_table, predict_config
 from advisor.perf.layout import stage_layer_counts, stage_layout
 from advisor.perf.power import load_power_params
 from advisor.perf.power_fit import FITTED, fit, load_reference, validation_table
 from advisor.perf.thermal import chassis_catalog, chassis_for, slot_map
-from advisor.space import enumerate_space, validate
 
 
 def _table(model_name: str, platform, gpus: int):

@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from advisor import catalog
 from advisor.cli import app
-from advisor.dataset import append, validate
+from advisor.core.parallel import make_job
+from advisor.core.space import enumerate_space
+from advisor.data.dataset import append, validate
 from advisor.learn.fit import reference_from_frame
 from advisor.learn.power_surrogate import (
     POWER_FEATURES,
@@ -26,9 +28,7 @@ from advisor.learn.power_surrogate import (
 )
 from advisor.learn.surrogate import load_throughput
 from advisor.learn.train import train
-from advisor.parallel import make_job
 from advisor.perf.calibration import load_calibration
-from advisor.space import enumerate_space
 
 NUM_RUNS = 60  # ≥ 30 (MIN_ROWS) to train on, with a held-out quarter
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "recompute", "dp_sharding")
@@ -256,7 +256,7 @@ def test_predictor_serves_the_learned_power_and_falls_back_outside_it(campaign, 
     """`Predictor.load(dir)` picks up the power artifacts `advisor train` wrote: power, its
     band, energy per token and throttle fractions come from them where the data supports the
     row, and stay analytical (no band, no fraction) on a platform family never measured."""
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
 
     rows, feats = campaign
     _, report = trained

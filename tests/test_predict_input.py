@@ -1,8 +1,8 @@
 import pandas as pd
 import pytest
 
-from advisor.errors import AdvisorError
-from advisor.predict_input import predict_frame, read_rows
+from advisor.core.errors import AdvisorError
+from advisor.data.predict_input import predict_frame, read_rows
 
 HEADER = "model,gpu,num_gpus,precision,seq_len,gbs,mbs,tp,pp,cp,ep,vp,dp,recompute,dp_sharding\n"
 

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 
 from advisor import catalog
+from advisor.core.parallel import ParallelConfig, make_job
+from advisor.core.space import config_from_row, enumerate_space
 from advisor.learn.features import FEATURES
-from advisor.parallel import ParallelConfig, make_job
 from advisor.perf.analytical import analytical_table
 from advisor.perf.step import per_value
-from advisor.predictor import Predictor
-from advisor.predictor_columns import SMALL
-from advisor.space import config_from_row, enumerate_space
+from advisor.predict.columns import SMALL
+from advisor.predict.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

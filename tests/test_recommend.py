@@ -2,13 +2,13 @@ import pandas as pd
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.errors import AdvisorError, ConfigError
-from advisor.objective import Constraints
-from advisor.parallel import make_job
+from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.parallel import make_job
+from advisor.core.space import validate
 from advisor.perf.memory import estimate_memory
-from advisor.predictor import Predictor
-from advisor.recommend import Infeasible, recommend, smallest_fitting_gpus
-from advisor.space import validate
+from advisor.predict.predictor import Predictor
+from advisor.search.objective import Constraints
+from advisor.search.recommend import Infeasible, recommend, smallest_fitting_gpus
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def test_recommendations_are_valid_fit_and_ranked(rec70, job70):
 def test_pick_is_within_the_tie_band_of_the_best_fitting_configuration(rec70, job70,
                                                                       predictor):
     # Independently of recommend: score every configuration that fits with the Predictor.
+    from advisor.core.space import enumerate_space
     from advisor.perf.memory import memory_table
-    from advisor.space import enumerate_space
 
     space = enumerate_space(job70)
     fits = space[memory_table(job70.model, platform=job70.platform, configs=space)["fits"]]
@@ -167,7 +167,7 @@ def test_bad_objective_and_top(job70, predictor):
 def test_pipeline_counting_embedding_and_loss_as_layers_is_predicted(predictor):
     # Kimi-K2 has 61 layers: pp 2 × vp 31 = 62 stages works only with the loss stage counted
     # (the space allows it), so the Predictor must predict it rather than refuse it.
-    from advisor.space import enumerate_space
+    from advisor.core.space import enumerate_space
 
     job = make_job(load_model("kimi-k2"), load_platform("h200"), num_gpus=256)
     space = enumerate_space(job)

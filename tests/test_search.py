@@ -8,12 +8,12 @@ import optuna
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.errors import AdvisorError
-from advisor.objective import Constraints
-from advisor.parallel import make_job
-from advisor.predictor import Predictor
-from advisor.recommend import recommend
-from advisor.search import SearchEngine, open_storage
+from advisor.core.errors import AdvisorError
+from advisor.core.parallel import make_job
+from advisor.predict.predictor import Predictor
+from advisor.search.engine import SearchEngine, open_storage
+from advisor.search.objective import Constraints
+from advisor.search.recommend import recommend
 
 ARGS = ["recommend", "-m", "70b", "-g", "64", "-p", "h200", "--json"]
 

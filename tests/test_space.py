@@ -3,9 +3,9 @@ import dataclasses
 import pytest
 
 from advisor import catalog
-from advisor.errors import ConfigError
-from advisor.parallel import ParallelConfig, make_config, make_job
-from advisor.space import config_from_row, enumerate_space, validate
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import ParallelConfig, make_config, make_job
+from advisor.core.space import config_from_row, enumerate_space, validate
 
 H200 = catalog.load_platform("h200")
 LLAMA70 = catalog.load_model("70b")

@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.parallel import ParallelConfig, make_config, make_job
+from advisor.core.parallel import ParallelConfig, make_config, make_job
+from advisor.core.space import enumerate_space
 from advisor.perf.analytical import analytical_table, predict_config
 from advisor.perf.calibration import load_calibration
 from advisor.perf.collectives import RING_ALLREDUCE
 from advisor.perf.layout import stage_layout
 from advisor.perf.power import load_power_params
 from advisor.perf.thermal import chassis_for
-from advisor.space import enumerate_space
 
 JOBS = [("llama3-70b", "h200", 64), ("mixtral-8x7b", "h100", 32),
         ("qwen3-30b-a3b", "gb200", 64), ("nemotron-3-nano-30b-a3b", "b200", 16),

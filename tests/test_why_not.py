@@ -3,12 +3,12 @@
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.errors import ConfigError
-from advisor.knobs import LAYOUT
-from advisor.parallel import make_job
-from advisor.predictor import Predictor
-from advisor.recommend import recommend
-from advisor.why_not import parse_layout, rank_layout
+from advisor.core.errors import ConfigError
+from advisor.core.knobs import LAYOUT
+from advisor.core.parallel import make_job
+from advisor.predict.predictor import Predictor
+from advisor.search.recommend import recommend
+from advisor.search.why_not import parse_layout, rank_layout
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_rows_are_distinct_layouts(predictor):
 
 
 def test_a_layout_ahead_on_score_but_behind_on_a_tie_says_so(rec8b):
-    from advisor.why_not import LayoutVerdict
+    from advisor.search.why_not import LayoutVerdict
 
     row = rec8b.ranked.iloc[3]
     ahead = LayoutVerdict({"tp": 8, "pp": 8}, rank=4, exact_rank=7, gap=-0.021,

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("torch")
 pytestmark = pytest.mark.torch  # torchrun with gloo on 2 CPU processes
 
-from advisor.parallel import ParallelConfig  # noqa: E402
+from advisor.core.parallel import ParallelConfig  # noqa: E402
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from advisor.errors import AdvisorError, CatalogError, UnknownNameError, suggest
-from advisor.model import MODEL_FIELDS, ModelSpec
-from advisor.platform import Platform, platform_from_dict
+from advisor.core.errors import AdvisorError, CatalogError, UnknownNameError, suggest
+from advisor.core.model import MODEL_FIELDS, ModelSpec
+from advisor.core.platform import Platform, platform_from_dict
 
 _ROOT = resources.files("advisor.catalog")
 
@@ -21,7 +21,7 @@ _PUBLISHED_KEYS = ("published_total_params", "published_active_params")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    from advisor.files import TOML_LIMIT_BYTES, read_bounded
+    from advisor.core.files import TOML_LIMIT_BYTES, read_bounded
 
     data = read_bounded(path, limit_bytes=TOML_LIMIT_BYTES, what="TOML", error=CatalogError)
     try:
@@ -226,7 +226,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             overrides[key.strip()] = int(value)
         return scaled_model(load_model(base), overrides)
     if name_or_path.endswith(".json") or Path(name_or_path).is_dir():
-        from advisor.hf_config import model_from_hf_config
+        from advisor.core.hf_config import model_from_hf_config
 
         return model_from_hf_config(Path(name_or_path))
     index = _model_index()

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from advisor import catalog
 from advisor.cli.common import JsonOpt, emit_json, gb, guard, make_console
-from advisor.errors import UnknownNameError, suggest
+from advisor.core.errors import UnknownNameError, suggest
 
 app = typer.Typer(help="List and show catalog platforms and models.", no_args_is_help=True)
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.cli.common import JsonOpt, emit_json, guard, make_console
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 
 
 @guard

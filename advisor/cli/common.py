@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

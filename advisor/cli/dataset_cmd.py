@@ -11,7 +11,7 @@ from rich.table import Table
 from advisor.cli.common import JsonOpt, emit_json, guard, make_console
 
 app = typer.Typer(help="Import, validate and summarise measurement datasets (one row per run, "
-                  "Parquet; the schema is advisor.dataset.SCHEMA).", no_args_is_help=True)
+                  "Parquet; the schema is advisor.data.dataset.SCHEMA).", no_args_is_help=True)
 
 PathArg = Annotated[Path, typer.Argument(help="A dataset file: .parquet, or .csv on input.")]
 
@@ -28,7 +28,7 @@ def import_published_cmd(
         json_out: JsonOpt = False) -> None:
     """Turn published_runs.csv into canonical rows with provenance and append them to a
     Parquet dataset (rows already there, by run_id, are replaced, not doubled)."""
-    from advisor.dataset import append, import_published
+    from advisor.data.dataset import append, import_published
 
     rows = import_published(source)
     total = append(output, rows)
@@ -53,7 +53,7 @@ def import_mlperf_cmd(
     become LoRA fine-tuning runs (rank 16, attention, as MLCommons' reference sets them); rows
     advisor cannot express (an accelerator outside the catalog, no published layout, logs
     repeated from another row) are listed with the reason, never dropped silently."""
-    from advisor.dataset import append, import_mlperf
+    from advisor.data.dataset import append, import_mlperf
 
     rows, skipped = import_mlperf(source)
     total = append(output, rows)
@@ -76,7 +76,7 @@ def import_mlperf_cmd(
 @guard
 def validate_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
     """Check a dataset file against the schema; the first problems name row and column."""
-    from advisor.dataset import load
+    from advisor.data.dataset import load
 
     frame = load(path)
     if json_out:
@@ -89,7 +89,7 @@ def validate_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
 @guard
 def show_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
     """Summarise a dataset: rows by source, status, platform, and which measurements exist."""
-    from advisor.dataset import load
+    from advisor.data.dataset import load
 
     frame = load(path)
     measured = {c: int(frame[c].notna().sum()) for c in (

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.cli.common import JsonOpt, emit_json, guard, make_console
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 
 DataOpt = Annotated[list[Path] | None, typer.Option(
     "--data", "-d", help="Dataset file(s) (.parquet or .csv, the canonical schema). Default: "
@@ -82,7 +82,7 @@ def evaluate(data: DataOpt = None,
     """
     import pandas as pd
 
-    from advisor.dataset import load
+    from advisor.data.dataset import load
     from advisor.learn.evaluate import DEFAULT_SPLITS, SPLITS, cross_validate, summarise
     from advisor.learn.fit import reference_from_frame
     from advisor.perf.calibration import load_calibration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 
 
 def pyplot():

@@ -23,7 +23,7 @@ from advisor.cli.common import (
     guard,
     make_console,
 )
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
@@ -66,9 +66,9 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
                 last_stage_layers=0, finetune=None):
     from advisor.catalog import load_model, load_platform
-    from advisor.parallel import make_config, make_job
+    from advisor.core.parallel import make_config, make_job
+    from advisor.core.space import validate
     from advisor.perf.analytical import predict_config
-    from advisor.space import validate
 
     m, p = load_model(model), load_platform(platform)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
@@ -132,7 +132,7 @@ def predict(input: Annotated[Path | None, typer.Option(
     Rows that cannot be predicted get a pred_error;
     what was assumed for empty cells is in pred_assumed.
     """
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
 
     predictor = None if analytical else Predictor.load(models)
     if input is None:
@@ -159,7 +159,7 @@ def predict(input: Annotated[Path | None, typer.Option(
     if per_gpu or plot:
         raise AdvisorError("--per-gpu and --plot describe one configuration: use them with "
                            "--model/--platform/--gpus, not --input.")
-    from advisor.predict_input import predict_frame, read_rows
+    from advisor.data.predict_input import predict_frame, read_rows
 
     frame = predict_frame(read_rows(input), predictor)
     if output:
@@ -289,7 +289,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
 
         advisor explain --model 70b --platform h200 --gpus 32 --tp 8 --pp 2 --mbs 4
     """
-    from advisor.explain import explain as explain_lines
+    from advisor.explain.bottlenecks import explain as explain_lines
 
     _need(model=model, platform=platform, gpus=gpus)
     m, p, pred, notes, _ = _prediction(
@@ -309,7 +309,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
 
 def _placement_lines(m, p, config) -> list[str]:
     """A thermal-aware uneven split worth trying, for an evenly split pipeline."""
-    from advisor.placement import propose_placement
+    from advisor.search.placement import propose_placement
 
     if config.pp < 2 or config.uneven:
         return []

@@ -1,5 +1,5 @@
-"""`advisor recommend` and `advisor compare`: parse, call `advisor.recommend` /
-`advisor.compare`, render."""
+"""`advisor recommend` and `advisor compare`: parse, call `advisor.search.recommend` /
+`advisor.search.compare`, render."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
-from advisor.errors import ConfigError
+from advisor.core.errors import ConfigError
 
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule), "
@@ -127,14 +127,14 @@ def recommend(
     held fixed.
     """
     from advisor.catalog import load_model, load_platform
-    from advisor.objective import Constraints
-    from advisor.parallel import make_job
-    from advisor.predictor import Predictor
-    from advisor.recommend import recommend as run
-    from advisor.search import SearchEngine
+    from advisor.core.parallel import make_job
+    from advisor.predict.predictor import Predictor
+    from advisor.search.engine import SearchEngine
+    from advisor.search.objective import Constraints
+    from advisor.search.recommend import recommend as run
 
     _check_emit(emit)
-    from advisor.why_not import parse_layout
+    from advisor.search.why_not import parse_layout
 
     probe = parse_layout(layout) if layout is not None else None
     pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
@@ -154,7 +154,7 @@ def recommend(
                                       study_name=study_name, seed=seed))
     verdict = None
     if probe is not None:
-        from advisor.why_not import rank_layout
+        from advisor.search.why_not import rank_layout
 
         verdict = rank_layout(rec, probe, predictor=predictor)
     elapsed = time.perf_counter() - start
@@ -210,10 +210,10 @@ def compare(
     Both sides train the same global batch (the larger default unless --gbs).
     """
     from advisor.catalog import load_model, load_platform
-    from advisor.compare import compare as run
-    from advisor.compare import parse_prices, parse_sides
-    from advisor.objective import Constraints
-    from advisor.predictor import Predictor
+    from advisor.predict.predictor import Predictor
+    from advisor.search.compare import compare as run
+    from advisor.search.compare import parse_prices, parse_sides
+    from advisor.search.objective import Constraints
 
     sides = [(load_platform(name), n) for name, n in parse_sides(platforms)]
     constraints = Constraints(max_power_w=max_power_w, max_throttle_risk=max_throttle_risk,
@@ -236,7 +236,7 @@ def _lower(value: str | None) -> str | None:
 
 
 def _check_emit(emit: str | None) -> None:
-    from advisor.emit import EMITTERS
+    from advisor.explain.emit import EMITTERS
 
     if emit is not None and emit not in EMITTERS:
         raise ConfigError(f"--emit {emit!r} is unknown; use one of {', '.join(EMITTERS)}.")
@@ -251,10 +251,10 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
     """The launch command of the best choice the framework can express, and a note naming
     the ones it refused (None and the reasons when it refuses them all). Past the shown
     choices, the rest of the ranking is searched, one row per layout."""
-    from advisor.emit import emit
-    from advisor.knobs import LAYOUT
-    from advisor.rationale import short
-    from advisor.space import config_from_row
+    from advisor.core.knobs import LAYOUT
+    from advisor.core.space import config_from_row
+    from advisor.explain.emit import emit
+    from advisor.explain.rationale import short
 
     refused: dict[str, list[int]] = {}
     for choice in rec.choices:
@@ -285,7 +285,7 @@ def _choice_command(kind: str, choice, job,
     """`choice`'s command with its proposed uneven split where `kind` can express that, else
     with the even split; a note saying which. (None, "") and the reason in `refused` when
     `kind` can express neither."""
-    from advisor.emit import emit
+    from advisor.explain.emit import emit
 
     placement, placed_error = choice.placement, None
     if placement:

@@ -10,10 +10,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from advisor.compare import Comparison
-from advisor.rationale import describe, settings, short
-from advisor.recommend import Choice, Recommendation
-from advisor.why_not import LayoutVerdict
+from advisor.explain.rationale import describe, settings, short
+from advisor.search.compare import Comparison
+from advisor.search.recommend import Choice, Recommendation
+from advisor.search.why_not import LayoutVerdict
 
 FRONT_ROWS = 8
 """Rows of a Pareto front shown in the terminal (JSON and --plot get all of it)."""

@@ -22,8 +22,8 @@ from advisor.cli.common import (
     guard,
     make_console,
 )
-from advisor.errors import ConfigError
-from advisor.parallel import ParallelConfig, make_job
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import ParallelConfig, make_job
 
 SHOWN = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding")
 
@@ -43,8 +43,8 @@ def space(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLen
     """
     m, p = load_model(model), load_platform(platform)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    from advisor.core.space import enumerate_space
     from advisor.perf.memory import memory_table  # pandas: not on `advisor --help`'s path
-    from advisor.space import enumerate_space
 
     table = enumerate_space(job)
     memory = memory_table(m, platform=p, configs=table)
@@ -108,8 +108,8 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
                             vp=vp, mbs=mbs, gbs=job.gbs, seq_len=job.seq_len,
                             precision=precision, recompute=recompute, dp_sharding=dp_sharding,
                             sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32)
+    from advisor.core.space import validate
     from advisor.perf.memory import estimate_memory
-    from advisor.space import validate
 
     notes = validate(config, m, p, num_gpus=gpus)
     mem = estimate_memory(m, parallel=config, platform=p)

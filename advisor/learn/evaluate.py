@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from advisor.learn.bands import Z90, analytical_log_sd, band_scale
 from advisor.learn.features import reference_features
 from advisor.learn.fit import Reference, fit_all, kendall_by_group

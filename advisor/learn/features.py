@@ -8,14 +8,14 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import PRECISIONS
+from advisor.core.platform import Platform
 from advisor.learn.fit import Reference
-from advisor.model import ModelSpec
-from advisor.parallel import PRECISIONS
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
 from advisor.perf.columns import Columns, config_columns, num_rows, per_value
 from advisor.perf.flops import sublayer_counts
-from advisor.platform import Platform
 
 FAMILIES = ("ampere", "hopper", "blackwell", "cdna2", "cdna3")
 FRAMEWORKS = ("megatron", "llm-foundry", "torchtitan", "megatron-deepspeed")

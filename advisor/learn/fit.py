@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_model, load_platform
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
+from advisor.data.predict_input import lightest_recompute_that_fits, parse_run_row
 from advisor.perf.calibration import (
     FIT_PARAMETERS,
     FRAMEWORK_PARAMETERS,
@@ -27,7 +28,6 @@ from advisor.perf.calibration import (
 from advisor.perf.flop_conventions import derived_tokens_per_sec
 from advisor.perf.memory import estimate_memory
 from advisor.perf.step import DEFAULT_FRAMEWORK, step_table
-from advisor.predict_input import lightest_recompute_that_fits, parse_run_row
 
 PRIOR_LOG_SD = 0.5
 """A Gaussian prior on log(parameter) around the literature value (`[prior]` of
@@ -69,15 +69,15 @@ class Reference:
 
 def load_reference(path: Path, mlperf: Path | None = None) -> Reference:
     """Usable runs of a CSV shaped like published_runs.csv, or of a dataset Parquet file; with
-    `mlperf`, plus the MLPerf Training submissions advisor can express (`advisor.mlperf`)."""
+    `mlperf`, plus the MLPerf Training submissions advisor can express (`advisor.data.mlperf`)."""
     if Path(path).suffix.lower() == ".parquet":
-        from advisor.dataset import load
+        from advisor.data.dataset import load
 
         frames = [load(Path(path))]
     else:
         frames = [pd.read_csv(path, dtype=str, keep_default_na=False)]
     if mlperf is not None:
-        from advisor.mlperf import mlperf_runs
+        from advisor.data.mlperf import mlperf_runs
 
         frames.append(mlperf_runs(mlperf)[0])
     return reference_from_frame(pd.concat(frames, ignore_index=True))

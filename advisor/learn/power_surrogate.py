@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from advisor.core.platform import Platform
 from advisor.learn.features import FEATURES, reference_groups
 from advisor.learn.fit import Reference
 from advisor.learn.surrogate import (
@@ -46,7 +47,6 @@ from advisor.learn.surrogate import (
     sha256_file,
 )
 from advisor.perf.calibration import Calibration
-from advisor.platform import Platform
 
 POWER_EXTRA = (
     "analytical_avg_power_frac",   # the prior's average power / TDP: comparable across GPUs

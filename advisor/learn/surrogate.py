@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from advisor.learn.features import FEATURES
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -181,7 +181,7 @@ def read_artifact(meta_path: Path, model_path: Path, features, format_version: i
     another format, feature list or set of quantiles."""
     import xgboost as xgb
 
-    from advisor.files import JSON_LIMIT_BYTES, TABLE_LIMIT_BYTES, check_regular, read_bounded
+    from advisor.core.files import JSON_LIMIT_BYTES, TABLE_LIMIT_BYTES, check_regular, read_bounded
 
     for p in (meta_path, model_path):
         if not p.is_file():

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.dataset import DatasetError, load
+from advisor.data.dataset import DatasetError, load
 from advisor.learn import power_surrogate
 from advisor.learn.bands import band_scale
 from advisor.learn.features import reference_features

@@ -11,13 +11,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from advisor.model import ModelSpec
-from advisor.parallel import ParallelConfig
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import ParallelConfig
+from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration, load_calibration
 from advisor.perf.columns import Columns, config_columns
 from advisor.perf.memory import MemoryBreakdown, memory_arrays
 from advisor.perf.step import COMPONENTS, DEFAULT_FRAMEWORK, step_arrays
-from advisor.platform import Platform
 
 SOURCE = "analytical"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from advisor.errors import CatalogError
+from advisor.core.errors import CatalogError
 from advisor.perf.collectives import CollectiveModel
 
 

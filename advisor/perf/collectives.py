@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.platform import Platform
+from advisor.core.platform import Platform
 
 RING_ALLREDUCE = "all_reduce"
 ALL_GATHER = "all_gather"

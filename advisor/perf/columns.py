@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from advisor.parallel import PARALLEL_FIELDS
+from advisor.core.parallel import PARALLEL_FIELDS
 
 Columns = Mapping[str, np.ndarray]
 """One array per column, all of the same length (`ParallelConfig` fields, optional

@@ -27,7 +27,7 @@ import functools
 
 import numpy as np
 
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
 from advisor.perf.flops import Gemm, layer_gemms
 
 #: Layer kinds whose GEMMs carry adapters, per `ParallelConfig.lora_targets`.

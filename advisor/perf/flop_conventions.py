@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from advisor.errors import AdvisorError
-from advisor.model import ModelSpec
+from advisor.core.errors import AdvisorError
+from advisor.core.model import ModelSpec
 from advisor.perf.flops import (
     attention_core_flops_per_token,
     gemm_flops,

@@ -19,7 +19,7 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from advisor.model import ModelSpec
-from advisor.parallel import PRECISIONS, ParallelConfig
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import PRECISIONS, ParallelConfig
+from advisor.core.platform import Platform
 from advisor.perf.columns import (
     Columns,
     config_columns,
@@ -57,7 +58,6 @@ from advisor.perf.columns import (
 )
 from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.layout import stage_layout
-from advisor.platform import Platform
 
 ACT_BYTES = 2.0
 """Activations are stored in 16-bit (FP8 recipes keep BF16 activations between layers)."""

@@ -69,7 +69,7 @@ def load_runs(folder: Path) -> pd.DataFrame:
 def predict_runs(runs: pd.DataFrame) -> list[NodeEnergy]:
     """Measured and predicted figures per system (one layout per system in the file)."""
     from advisor import catalog
-    from advisor.parallel import make_config, make_job
+    from advisor.core.parallel import make_config, make_job
     from advisor.perf.analytical import predict_config
 
     out = []

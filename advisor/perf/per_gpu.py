@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.model import ModelSpec
-from advisor.parallel import ParallelConfig
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import ParallelConfig
+from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration
 from advisor.perf.columns import config_columns
 from advisor.perf.step import DEFAULT_FRAMEWORK, step_detail
-from advisor.platform import Platform
 
 MAX_GPUS = 65_536
 """Beyond this a per-GPU table is too long to be useful; callers get a clear refusal."""

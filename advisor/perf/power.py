@@ -29,7 +29,8 @@ from importlib import resources
 
 import numpy as np
 
-from advisor.errors import CatalogError
+from advisor.core.errors import CatalogError
+from advisor.core.platform import Platform
 from advisor.perf.thermal import (
     Chassis,
     SlotMap,
@@ -40,7 +41,6 @@ from advisor.perf.thermal import (
     thermal_resistance,
 )
 from advisor.perf.timeline import StageTimeline
-from advisor.platform import Platform
 
 ITERATIONS = 3
 """Fixed-point passes between clocks, step time, power and temperature (converges in 2-3)."""

@@ -43,8 +43,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from advisor.model import ModelSpec
-from advisor.parallel import PRECISIONS
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import PRECISIONS
+from advisor.core.platform import Platform
 from advisor.perf.calibration import (
     Calibration,
     Efficiency,
@@ -67,7 +68,6 @@ from advisor.perf.power import POWER_COLUMNS, power_thermal
 from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
 from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
 from advisor.perf.timeline import StageTimeline
-from advisor.platform import Platform
 
 OVERLAP_EFFICIENCY = 0.8
 """Share of the concurrent compute that communication can hide behind when overlap is on (the

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
+from advisor.core.platform import Platform
 from advisor.perf.collectives import (
     ALL_GATHER,
     ALL_TO_ALL,
@@ -22,7 +23,6 @@ from advisor.perf.collectives import (
 )
 from advisor.perf.layout import StageLayout
 from advisor.perf.step_compute import ACT, StageLayers
-from advisor.platform import Platform
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
+from advisor.core.platform import Platform
 from advisor.perf.calibration import Efficiency, FrameworkEfficiency
 from advisor.perf.columns import per_value
 from advisor.perf.finetune import ADAPTER_BACKWARD_TRAFFIC, adapter_traffic_per_layer_token
@@ -24,7 +25,6 @@ from advisor.perf.flops import (
     sublayer_counts,
 )
 from advisor.perf.layout import StageLayout
-from advisor.platform import Platform
 
 ACT = 2.0
 """Bytes per activation element (BF16; FP8 recipes keep BF16 activations between layers)."""

@@ -19,8 +19,8 @@ from importlib import resources
 
 import numpy as np
 
-from advisor.errors import CatalogError
-from advisor.platform import Platform
+from advisor.core.errors import CatalogError
+from advisor.core.platform import Platform
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_platform
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
 from advisor.perf.calibration import Calibration, FrameworkEfficiency
 from advisor.perf.step import step_table
 

@@ -1,9 +1,9 @@
 """Framework adapters: run a `RunSpec` under Megatron-LM or NeMo 2 and read back what it measured.
 
-Each adapter builds its launch command from `advisor.emit` (the flags `recommend --emit` writes),
-adding only what a measurement needs: the run length, per-step logging and mock data. It parses
-the framework's own stdout into a `RunResult`. No framework is imported here: commands are
-strings and logs are text, so campaigns plan and tests run where neither is installed.
+Each adapter builds its launch command from `advisor.explain.emit` (the flags `recommend --emit`
+writes), adding only what a measurement needs: the run length, per-step logging and mock data.
+It parses the framework's own stdout into a `RunResult`. No framework is imported here: commands
+are strings and logs are text, so campaigns plan and tests run where neither is installed.
 
 This module holds what both adapters share: the `Job` a spec describes, the typed record of a
 parsed log (`TrainingLog`), the failure signatures, and the reduction to a `RunResult`.
@@ -16,8 +16,8 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from advisor.errors import ConfigError
-from advisor.parallel import Job, ParallelConfig, make_job
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import Job, ParallelConfig, make_job
 from collectors.spec import RunResult, RunSpec
 
 #: Substrings that mark a run as out of memory: PyTorch's caching allocator raises

@@ -1,7 +1,8 @@
 """Megatron-LM adapter: the `pretrain_gpt.py` command for a `RunSpec`, and its training log parsed.
 
-The layout flags are `advisor.emit.megatron.megatron_args`, exactly what `recommend --emit megatron`
-writes; `command` is that emitter's command with its `$DATA_ARGS` and `$TRAIN_ARGS` filled in.
+The layout flags are `advisor.explain.emit.megatron.megatron_args`, exactly what `recommend
+--emit megatron` writes; `command` is that emitter's command with its `$DATA_ARGS` and
+`$TRAIN_ARGS` filled in.
 
 Log formats (Megatron-LM `megatron/training/training.py`, `training_log`, and
 `megatron/training/utils.py`, `report_memory`): the last rank prints one line per logged
@@ -24,8 +25,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from advisor.emit.megatron import megatron_args, megatron_command
-from advisor.parallel import Job
+from advisor.core.parallel import Job
+from advisor.explain.emit.megatron import megatron_args, megatron_command
 from collectors.frameworks import (
     Step,
     TrainingLog,

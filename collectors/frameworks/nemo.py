@@ -1,8 +1,9 @@
 """NeMo 2 adapter: the `nemo llm pretrain` command for a `RunSpec`, and its training log parsed.
 
-The recipe overrides are `advisor.emit.nemo.nemo_overrides`, exactly what `recommend --emit nemo`
-writes, followed by the measurement's own: run length, no validation or checkpoints, one progress
-line per step (what NeMo's `scripts/performance/helpers.py` sets for benchmarks).
+The recipe overrides are `advisor.explain.emit.nemo.nemo_overrides`, exactly what `recommend
+--emit nemo` writes, followed by the measurement's own: run length, no validation or
+checkpoints, one progress line per step (what NeMo's `scripts/performance/helpers.py` sets for
+benchmarks).
 
 Log format: `MegatronStrategy` swaps Lightning's progress bar for NeMo's `ProgressPrinter`
 (`nemo/lightning/pytorch/callbacks/progress_printer.py`), which prints every `progress_interval`
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import re
 
-from advisor.emit import shell_command
-from advisor.emit.nemo import nemo_command, nemo_factory, nemo_overrides
-from advisor.errors import ConfigError
-from advisor.model import ModelSpec
-from advisor.parallel import ParallelConfig
+from advisor.core.errors import ConfigError
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import ParallelConfig
+from advisor.explain.emit import shell_command
+from advisor.explain.emit.nemo import nemo_command, nemo_factory, nemo_overrides
 from collectors.frameworks import (
     Step,
     TrainingLog,

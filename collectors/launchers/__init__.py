@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Protocol
 
-from advisor.errors import AdvisorError, suggest
+from advisor.core.errors import AdvisorError, suggest
 from collectors.spec import RunResult, RunSpec
 
 LAUNCHERS = ("local", "slurm")

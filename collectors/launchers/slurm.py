@@ -257,7 +257,7 @@ def _platform_per_node(spec: RunSpec) -> int | None:
     if spec.device != "cuda":
         return None
     from advisor.catalog import load_platform
-    from advisor.errors import AdvisorError
+    from advisor.core.errors import AdvisorError
 
     try:
         return load_platform(spec.platform).num_gpus_per_node

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from advisor.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from collectors.telemetry import summary
 
 MIN_RATE_HZ = 1.0

@@ -112,7 +112,7 @@ def measure(spec: RunSpec, *, rank: int) -> RunResult:
     import torch.distributed as dist
 
     from advisor.catalog import load_model
-    from advisor.parallel import ParallelConfig
+    from advisor.core.parallel import ParallelConfig
     from collectors.workload.model import synthetic_batch, workload_spec
     from collectors.workload.parallelize import build_trainer, describe
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from advisor.model import ModelSpec
+from advisor.core.model import ModelSpec
 
 SCALE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                 "num_kv_heads", "vocab_size", "head_dim", "max_seq_len")

@@ -32,8 +32,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.utils.checkpoint import checkpoint
 
-from advisor.model import ModelSpec
-from advisor.parallel import PRECISIONS, ParallelConfig
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import PRECISIONS, ParallelConfig
 from collectors.workload.model import Transformer, loss_fn
 
 

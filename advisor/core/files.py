@@ -1,0 +1,58 @@
+"""Reading a file a user names, within bounds: a regular file (not a FIFO that blocks forever, nor
+a device such as /dev/zero that never ends), no larger than what any real file of its kind is,
+so a wrong path fails at once with one clear line instead of hanging or filling memory."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from advisor.core.errors import AdvisorError
+
+MiB = 2**20
+TOML_LIMIT_BYTES = 4 * MiB
+"""A catalog, cluster or campaign TOML: the largest shipped one is under 20 KiB."""
+JSON_LIMIT_BYTES = 16 * MiB
+"""A Hugging Face config.json or an artifact's metadata: a few KiB in practice."""
+TABLE_LIMIT_BYTES = 2048 * MiB
+"""A CSV or Parquet table of runs (a million rows is about 200 MB)."""
+
+
+def read_bounded(path: Path, *, limit_bytes: int, what: str,
+                 error: type[AdvisorError] = AdvisorError) -> bytes:
+    """The bytes of `path`, refusing anything but a regular file of at most `limit_bytes`.
+
+    Raises:
+        error: with the path, what it should be and the limit.
+    """
+    path = Path(path)
+    check_regular(path, limit_bytes=limit_bytes, what=what, error=error)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit_bytes + 1)
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror or e}).") from None
+    if len(data) > limit_bytes:  # grew while we looked
+        raise error(f"{path}: larger than {limit_bytes // MiB} MiB; a {what} is far smaller.")
+    return data
+
+
+def check_regular(path: Path, *, limit_bytes: int, what: str,
+                  error: type[AdvisorError] = AdvisorError) -> None:
+    """Refuse a path that is not a regular file of at most `limit_bytes` (see module)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file.") from None
+    except (OSError, ValueError) as e:  # ValueError: an embedded NUL byte
+        raise error(f"{str(path)[:200]!r}: cannot open ({getattr(e, 'strerror', None) or e})."
+                    ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise error(f"{path}: is a directory; give a {what} file.")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{path}: not a regular file (a device, FIFO or socket); give a {what} "
+                    f"file.")
+    if info.st_size > limit_bytes:
+        raise error(f"{path}: {info.st_size / MiB:,.0f} MiB; a {what} larger than "
+                    f"{limit_bytes // MiB} MiB is refused (real ones are far smaller).")

@@ -1,0 +1,290 @@
+"""`ParallelConfig` (how one job is laid out on GPUs) and `Job` (what the user asks about).
+
+`ParallelConfig` checks the rules it can check alone at construction; rules that need the model
+or the platform live in `advisor.core.space.validate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.core.errors import ConfigError
+from advisor.core.model import ModelSpec
+from advisor.core.platform import Platform
+
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "unfused")
+DP_SHARDING = ("none", "optimizer", "full")
+FINETUNE = ("none", "lora", "full")
+"""none: pre-training; lora: LoRA adapters on a frozen base; full: every weight trained (the
+same work per step as pre-training)."""
+LORA_TARGETS = ("attention", "all-linear")
+"""attention: one adapter on the fused QKV projection and one on the output projection (NeMo's
+`linear_qkv` and `linear_proj`; the MLPerf Training llama2_70b_lora reference adapts the
+attention projections at rank 16); all-linear: those plus the dense MLP (and shared-expert)
+GEMMs."""
+#: Precision recipe -> the tensor-core class whose peak it runs at.
+PRECISIONS = {
+    "bf16": "bf16", "fp16": "fp16", "16-bit": "bf16",
+    "fp8": "fp8", "fp8-cs": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4",
+}
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order (O(√n))."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _divisors_hint(n: int, limit: int = 12) -> str:
+    ds = divisors(n)
+    return "{" + ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "") + "}"
+
+
+def _check_common(obj: Any, counts: tuple[str, ...]) -> None:
+    """Positive whole sizes and a known precision: the rules `ParallelConfig` and `Job` share."""
+    for key in counts:
+        value = getattr(obj, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
+    if obj.precision not in PRECISIONS:
+        raise ConfigError(f"precision {obj.precision!r} is unknown; use one of "
+                          f"{', '.join(PRECISIONS)}.")
+
+
+def _check_finetune(obj: Any) -> None:
+    if obj.finetune not in FINETUNE:
+        raise ConfigError(f"finetune {obj.finetune!r} is unknown; use one of "
+                          f"{', '.join(FINETUNE)} (none = pre-training).")
+    if obj.lora_targets not in LORA_TARGETS:
+        raise ConfigError(f"lora_targets {obj.lora_targets!r} is unknown; use one of "
+                          f"{', '.join(LORA_TARGETS)}.")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One parallel layout and batch setting (Megatron-LM terms).
+
+    World size = tp × pp × cp × dp. Expert layers re-fold the same GPUs as etp × ep × edp
+    (Megatron's MoE parallel folding).
+    """
+
+    tp: int = 1
+    """Tensor parallel: each layer's matrices split over tp GPUs (all-reduce per layer)."""
+    pp: int = 1
+    """Pipeline parallel: layers split into pp stages."""
+    dp: int = 1
+    """Data parallel replicas."""
+    cp: int = 1
+    """Context parallel: the sequence split over cp GPUs (ring attention)."""
+    ep: int = 1
+    """Expert parallel: MoE experts split over ep GPUs (all-to-all)."""
+    etp: int = 1
+    """Expert tensor parallel (MoE only). `make_config` and `predict --input` default it to tp,
+    as Megatron-Core and NeMo 2 do when it is unset (Megatron-Bridge's MoE recipes set 1)."""
+    vp: int = 1
+    """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
+    mbs: int = 1
+    """Micro-batch size (sequences per forward/backward)."""
+    gbs: int = 1
+    """Global batch size (sequences per optimizer step)."""
+    seq_len: int = 4096
+    precision: str = "bf16"
+    """bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4."""
+    recompute: str = "none"
+    """Activation recomputation: none, selective (core attention), or full (every layer)."""
+    dp_sharding: str = "optimizer"
+    """none (plain DDP), optimizer (distributed optimizer / ZeRO-1), full (FSDP / ZeRO-3)."""
+    sequence_parallel: bool = False
+    """Shard norm/dropout activations over the TP group (needs tp > 1)."""
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce_in_fp32: bool = False
+    """Keep and reduce gradients in FP32 (4 B/param; Megatron-LM's default) instead of BF16
+    (2 B/param; what NVIDIA's Megatron-Bridge/NeMo performance recipes set)."""
+    attention: str = "flash"
+    """Attention kernels: `flash` (fused, FlashAttention/cuDNN: no s² tensors, causal blocks
+    skipped) or `unfused` (QKᵀ and PV as batched GEMMs with a fused softmax in between, storing
+    the s² softmax output: Megatron-LM before flash attention, Megatron-DeepSpeed)."""
+    first_stage_layers: int = 0
+    """Layers on the first pipeline stage of an uneven split (Megatron-LM
+    `--decoder-first-pipeline-num-layers`); 0 = the even share."""
+    last_stage_layers: int = 0
+    """Layers on the last pipeline stage of an uneven split
+    (`--decoder-last-pipeline-num-layers`); 0 = the even share. Heavier stages on cooler or
+    less loaded GPUs: the last stage also carries the output layer and the loss."""
+
+    finetune: str = "none"
+    """none (pre-training), lora (adapters on a frozen base) or full (fine-tuning every
+    weight: pre-training's work per step)."""
+    lora_rank: int = 16
+    """LoRA adapter rank r: each adapted d_in × d_out weight gains r·(d_in + d_out) trainable
+    parameters (MLPerf llama2_70b_lora: 16). Ignored unless finetune is lora."""
+    lora_targets: str = "attention"
+    """Which GEMMs carry adapters (`LORA_TARGETS`)."""
+
+    def __post_init__(self) -> None:
+        _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len",
+                             "lora_rank"))
+        _check_finetune(self)
+        if self.recompute not in RECOMPUTE:
+            raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
+                              f"{', '.join(RECOMPUTE)}.")
+        if self.attention not in ATTENTION:
+            raise ConfigError(f"attention {self.attention!r} is unknown; use one of "
+                              f"{', '.join(ATTENTION)}.")
+        if self.attention == "unfused" and self.cp > 1:
+            raise ConfigError("context parallelism needs fused (flash) attention: Megatron's "
+                              "ring attention runs inside Transformer Engine's fused kernels; "
+                              "use attention flash or cp 1.")
+        if self.dp_sharding not in DP_SHARDING:
+            raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
+                              f"{', '.join(DP_SHARDING)}.")
+        if self.vp > 1 and self.pp == 1:
+            raise ConfigError(f"vp ({self.vp}) > 1 needs pp > 1: virtual pipeline stages "
+                              f"interleave a pipeline; use vp 1 or raise pp.")
+        if self.sequence_parallel and self.tp == 1:
+            raise ConfigError("sequence_parallel needs tp > 1: it shards activations over the "
+                              "tensor-parallel group; turn it off or raise tp.")
+        if self.gbs % (self.mbs * self.dp):
+            fix = (f"try mbs in {_divisors_hint(self.gbs // self.dp)}"
+                   if self.gbs % self.dp == 0 else f"make gbs a multiple of dp ({self.dp})")
+            raise ConfigError(f"gbs ({self.gbs}) must be a multiple of mbs × dp ({self.mbs} × "
+                              f"{self.dp} = {self.mbs * self.dp}); {fix}.")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):
+            raise ConfigError(f"seq_len ({self.seq_len}) must be divisible by 2 × cp "
+                              f"({2 * self.cp}): context parallelism splits each sequence "
+                              f"into 2·cp chunks to balance causal attention.")
+        for key in ("first_stage_layers", "last_stage_layers"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key} must be a whole number ≥ 0 (0 = even split), got "
+                                  f"{value!r}.")
+            if value and self.pp == 1:
+                raise ConfigError(f"{key} ({value}) needs pp > 1: it sets an uneven pipeline "
+                                  f"split; use 0 or raise pp.")
+        if self.overlap_param_gather and self.dp_sharding == "none":
+            raise ConfigError("overlap_param_gather needs dp_sharding optimizer or full: "
+                              "without a sharded optimizer there is no parameter all-gather.")
+
+    @property
+    def uneven(self) -> bool:
+        """The pipeline split is uneven (first or last stage set)."""
+        return bool(self.first_stage_layers or self.last_stage_layers)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per pipeline per step: gbs / (mbs × dp)."""
+        return self.gbs // (self.mbs * self.dp)
+
+    @property
+    def precision_class(self) -> str:
+        return PRECISIONS[self.precision]
+
+    def replace(self, **changes: Any) -> ParallelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PARALLEL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig))
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a user asks about: a model on a number of GPUs of one platform."""
+
+    model: ModelSpec
+    platform: Platform
+    num_gpus: int
+    seq_len: int
+    gbs: int
+    precision: str = "bf16"
+    finetune: str = "none"
+    """none (pre-training), lora or full fine-tuning (see `ParallelConfig.finetune`)."""
+    lora_rank: int = 16
+    lora_targets: str = "attention"
+
+    def __post_init__(self) -> None:
+        _check_common(self, ("num_gpus", "seq_len", "gbs", "lora_rank"))
+        _check_finetune(self)
+        if not self.platform.supports(PRECISIONS[self.precision]):
+            raise ConfigError(
+                f"{self.platform.name} cannot run {self.precision}: it has no "
+                f"{PRECISIONS[self.precision]} tensor cores; use one of "
+                f"{', '.join(p for p, c in PRECISIONS.items() if self.platform.supports(c))}.")
+
+
+def default_seq_len(model: ModelSpec) -> int:
+    """The model's native context, capped at 8192: long-context runs are an explicit choice."""
+    return min(model.max_seq_len, 8192)
+
+
+def default_gbs(model: ModelSpec, *, num_gpus: int, seq_len: int) -> int:
+    """About 2M tokens per step (GPT-3 used 0.5-3.2M, Llama 2 4M), as a power of two, and at
+    least num_gpus/2 sequences, so the batch grows with the job: each data-parallel replica
+    keeps enough micro-batches to fill a pipeline (NVIDIA's Llama 3.1 405B recipes on 1,024
+    H100 run GBS 512-1,536, published_runs.csv; 2M tokens alone would be GBS 256 there and
+    force PP 32).
+    """
+    target_tokens = 2**21 if model.params.total >= 5e9 else 2**19
+    gbs = max(1, target_tokens // seq_len)
+    gbs = 1 << (gbs.bit_length() - 1)
+    floor = max(1, num_gpus // 2)
+    while gbs < floor:
+        gbs *= 2
+    return gbs
+
+
+def make_job(model: ModelSpec, platform: Platform, *, num_gpus: int, seq_len: int | None = None,
+             gbs: int | None = None, precision: str = "bf16", finetune: str = "none",
+             lora_rank: int = 16, lora_targets: str = "attention") -> Job:
+    """A `Job` with the documented defaults for sequence length and global batch."""
+    seq_len = seq_len or default_seq_len(model)
+    gbs = gbs or default_gbs(model, num_gpus=num_gpus, seq_len=seq_len)
+    return Job(model=model, platform=platform, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs,
+               precision=precision, finetune=finetune, lora_rank=lora_rank,
+               lora_targets=lora_targets)
+
+
+def default_etp(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int) -> int:
+    """Expert tensor parallelism when a run does not say: Megatron-Core's (and NeMo 2's)
+    default, etp = tp, where the expert layout allows it (ep × etp must divide tp × cp × dp),
+    else 1. Dense models: 1."""
+    if not model.is_moe or (tp * cp * dp) % (ep * tp):
+        return 1
+    return tp
+
+
+def make_config(job: Job, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
+                etp: int | None = None, vp: int = 1, mbs: int = 1, recompute: str = "none",
+                dp_sharding: str = "optimizer", overlap: bool = True) -> ParallelConfig:
+    """The `ParallelConfig` for `job` with these choices; dp is what the GPUs leave.
+
+    `overlap` turns on what NVIDIA's tuned Megatron recipes run with: sequence parallelism and
+    TP communication overlap when tp > 1, gradient-reduce overlap, and parameter-gather overlap
+    with a sharded optimizer. `etp` None: `default_etp` (Megatron-Core's etp = tp).
+    """
+    if job.num_gpus % (tp * pp * cp):
+        raise ConfigError(f"tp × pp × cp = {tp * pp * cp} does not divide {job.num_gpus} GPUs; "
+                          f"pick sizes whose product divides it.")
+    dp = job.num_gpus // (tp * pp * cp)
+    if etp is None:
+        etp = default_etp(job.model, tp=tp, cp=cp, dp=dp, ep=ep)
+    return ParallelConfig(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, gbs=job.gbs,
+        seq_len=job.seq_len, precision=job.precision, finetune=job.finetune,
+        lora_rank=job.lora_rank, lora_targets=job.lora_targets, recompute=recompute,
+        dp_sharding=dp_sharding, sequence_parallel=tp > 1,
+        overlap_grad_reduce=overlap,
+        overlap_param_gather=overlap and dp_sharding != "none",
+        tp_comm_overlap=overlap and tp > 1)

@@ -1,0 +1,200 @@
+"""`Platform`: one accelerator type and the node/network it sits in, loaded from TOML."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from advisor.core.errors import CatalogError
+
+
+@dataclass(frozen=True)
+class Platform:
+    """An accelerator and its surroundings. All numbers are per device, SI units.
+
+    A "device" is what torch and the launcher see as one GPU: a whole GPU on NVIDIA and MI300X,
+    one GCD on MI250 (two per package).
+    """
+
+    name: str
+    display_name: str
+    vendor: str
+    family: str
+    """Architecture family (ampere, hopper, blackwell, cdna2, cdna3): platforms of one family share
+    the calibrated efficiencies of the performance model."""
+    device_unit: str
+    """`gpu`, or `gcd` where one package holds two devices (MI250)."""
+    num_devices_per_package: int
+    hbm_bytes: float
+    """Memory per device as the vendor prints it (decimal)."""
+    hbm_bandwidth_bytes_per_s: float
+    peak_flops_per_s: dict[str, float]
+    """Dense peak per precision class: bf16, fp16, fp8, fp4 (absent where unsupported)."""
+    tdp_w: float
+    idle_power_w: float
+    num_gpus_per_node: int
+    nvlink_domain_size: int
+    """Devices that reach each other over NVLink/NVSwitch/xGMI (8 for HGX, 72 for NVL72)."""
+    intra_domain_bandwidth_bytes_per_s: float
+    """Per device, one direction."""
+    intra_domain_latency_s: float
+    inter_node_bandwidth_bytes_per_s: float
+    """Per device, one direction, across the scale-out network."""
+    inter_node_latency_s: float
+    thermal_slowdown_c: float
+    memory_max_c: float
+    cooling: str
+    """`air` or `liquid`."""
+    hbm_usable_bytes: float | None = None
+    """Memory the driver reports as total (nvidia-smi), where known; else `hbm_bytes`."""
+    base_clock_hz: float | None = None
+    boost_clock_hz: float | None = None
+    num_nics_per_node: int | None = None
+    """Scale-out NICs per node, where the catalog or a cluster file states it; with
+    `nic_bandwidth_bytes_per_s` it sets `inter_node_bandwidth_bytes_per_s` (their product shared
+    by the node's devices)."""
+    nic_bandwidth_bytes_per_s: float | None = None
+    """One NIC's bandwidth, one direction."""
+    chassis: str | None = None
+    """How the node's devices sit in the cooling path (`advisor/catalog/chassis.toml`); None
+    takes `hgx-air` for air cooling and `cold-plate` for liquid."""
+    gpu_hour_usd: float | None = None
+    """On-demand rental price of one device for an hour (US dollars), where a public rate card
+    gives one: the default of `--gpu-hour-price` for the cost objective."""
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    path: str = field(default="", compare=False, repr=False)
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        """Bytes a training process can address: the driver's total where the catalog has it."""
+        return self.hbm_usable_bytes or self.hbm_bytes
+
+    def capacity_note(self) -> str:
+        """Why the capacity shown differs from the name's (H200 "141 GB" shown as 150 GB), or ""
+        where it does not."""
+        usable = self.hbm_usable_bytes
+        if not usable or abs(usable / self.hbm_bytes - 1) < 0.02:
+            return ""
+        gib = usable / 2**30
+        unit = (f"the datasheet's {self.hbm_bytes / 1e9:.0f} GB counts binary gigabytes "
+                f"(the driver's {gib:.1f} GiB)" if abs(gib / (self.hbm_bytes / 1e9) - 1) < 0.03
+                else f"the datasheet says {self.hbm_bytes / 1e9:.0f} GB")
+        return (f"{usable / 1e9:.1f} GB per GPU is what the driver reports usable (decimal GB, "
+                f"as every figure here); {unit}")
+
+    def peak_flops(self, precision_class: str) -> float:
+        """Dense peak FLOP/s for a precision class (`bf16`, `fp16`, `fp8`, `fp4`)."""
+        try:
+            return self.peak_flops_per_s[precision_class]
+        except KeyError:
+            have = ", ".join(sorted(self.peak_flops_per_s))
+            raise CatalogError(
+                f"{self.name} has no {precision_class} tensor cores; it supports {have}."
+            ) from None
+
+    def supports(self, precision_class: str) -> bool:
+        return precision_class in self.peak_flops_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("path")
+        d["aliases"] = list(self.aliases)
+        return d
+
+
+_REQUIRED = [f.name for f in dataclasses.fields(Platform) if f.default is dataclasses.MISSING
+             and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+_OPTIONAL = {f.name for f in dataclasses.fields(Platform)} - set(_REQUIRED) - {"sources", "path"}
+_TYPES = {f.name: f.type for f in dataclasses.fields(Platform)}
+_ENUMS = {"vendor": {"nvidia", "amd", "cpu"}, "device_unit": {"gpu", "gcd", "cpu"},
+          "cooling": {"air", "liquid"}}
+PRECISION_CLASSES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
+
+
+def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
+    """Build a validated `Platform`; errors name the file and the key."""
+    where = str(path)
+    unknown = set(data) - set(_REQUIRED) - _OPTIONAL - {"base", "sources"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+                           f"see advisor/catalog/SCHEMA.md for the platform keys.")
+    missing = [k for k in _REQUIRED if k not in data and not (
+        k == "inter_node_bandwidth_bytes_per_s" and "num_nics_per_node" in data)]
+    if missing:
+        raise CatalogError(f"{where}: missing key(s) {', '.join(missing)}.")
+    values: dict[str, Any] = {}
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise CatalogError(f"{where}: [sources] must be a table of key = \"source\".")
+    for key, value in data.items():
+        if key in ("sources", "base"):
+            continue
+        if key == "peak_flops_per_s":
+            if not isinstance(value, dict) or not value:
+                raise CatalogError(f"{where}: peak_flops_per_s must be a table like "
+                                   f"{{ bf16 = 989e12 }}.")
+            flops = {}
+            for prec, v in value.items():
+                if prec not in PRECISION_CLASSES:
+                    raise CatalogError(f"{where}: peak_flops_per_s.{prec}: unknown precision; "
+                                       f"use one of {', '.join(PRECISION_CLASSES)}.")
+                flops[prec] = _positive(v, f"{where}: peak_flops_per_s.{prec}")
+                _need_source(sources, f"peak_flops_per_s.{prec}", where)
+            values[key] = flops
+        elif key == "aliases":
+            if not isinstance(value, (list, tuple)):
+                raise CatalogError(f"{where}: aliases must be a list of strings.")
+            values[key] = tuple(str(a).lower() for a in value)
+        elif key in ("name", "display_name", "vendor", "family", "device_unit", "cooling",
+                     "chassis"):
+            if not isinstance(value, str):
+                raise CatalogError(f"{where}: {key} must be a string, got {value!r}.")
+            if key in _ENUMS and value not in _ENUMS[key]:
+                raise CatalogError(f"{where}: {key} = {value!r}; use one of "
+                                   f"{', '.join(sorted(_ENUMS[key]))}.")
+            values[key] = value.lower() if key in ("name", "family") else value
+        else:
+            number = _positive(value, f"{where}: {key}")
+            if "int" in str(_TYPES[key]):
+                if number != int(number):
+                    raise CatalogError(f"{where}: {key} must be a whole number, got {value!r}.")
+                number = int(number)
+            values[key] = number
+            _need_source(sources, key, where)
+    _derive_network(values, data, where)
+    return Platform(**values, sources=dict(sources), path=where)
+
+
+def _derive_network(values: dict[str, Any], data: dict[str, Any], where: str) -> None:
+    """Per-device scale-out bandwidth from the node's NICs, where both NIC keys are given."""
+    nics, nic_bw = values.get("num_nics_per_node"), values.get("nic_bandwidth_bytes_per_s")
+    if (nics is None) != (nic_bw is None):
+        raise CatalogError(f"{where}: num_nics_per_node and nic_bandwidth_bytes_per_s go "
+                           f"together; give both or neither.")
+    if nics is None:
+        return
+    derived = nics * nic_bw / values["num_gpus_per_node"]
+    given = data.get("inter_node_bandwidth_bytes_per_s")
+    if given is not None and abs(given - derived) > 0.01 * derived:
+        raise CatalogError(f"{where}: inter_node_bandwidth_bytes_per_s ({given:g}) contradicts "
+                           f"num_nics_per_node × nic_bandwidth_bytes_per_s / num_gpus_per_node "
+                           f"({nics} × {nic_bw:g} / {values['num_gpus_per_node']} = "
+                           f"{derived:g}); drop one or make them agree.")
+    values["inter_node_bandwidth_bytes_per_s"] = derived
+
+
+def _positive(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CatalogError(f"{what} must be a number, got {value!r}.")
+    if value <= 0:
+        raise CatalogError(f"{what} must be positive, got {value!r}.")
+    return float(value)
+
+
+def _need_source(sources: dict[str, str], key: str, where: str) -> None:
+    if not str(sources.get(key, "")).strip():
+        raise CatalogError(f"{where}: {key} has no entry in [sources]; every number must say "
+                           f"where it comes from (or start with 'placeholder:').")

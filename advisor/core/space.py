@@ -1,0 +1,289 @@
+"""The space of valid parallel configurations for a job, and the rules that define it.
+
+`validate` checks one configuration against the model and platform and says which rule failed;
+`enumerate_space` lists every configuration that passes, as a table whose columns are the
+`ParallelConfig` fields (so the memory and performance models can score it vectorised).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pandas as pd
+
+from advisor.core.errors import ConfigError
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import (
+    DP_SHARDING,
+    PARALLEL_FIELDS,
+    RECOMPUTE,
+    Job,
+    ParallelConfig,
+    divisors,
+)
+from advisor.core.platform import Platform
+
+#: Megatron can count the embedding and the loss as pipeline "layers"
+#: (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a
+#: split is valid when layers + 0, 1 or 2 divides evenly.
+PIPELINE_EXTRA_LAYERS = (0, 1, 2)
+
+
+def _fmt(values: list[int], limit: int = 10) -> str:
+    more = ", ..." if len(values) > limit else ""
+    return "{" + ", ".join(map(str, values[:limit])) + more + "}"
+
+
+def tp_choices(model: ModelSpec) -> list[int]:
+    """Tensor-parallel sizes the model's heads allow (before the GPU count)."""
+    limit = model.num_attention_heads
+    return [t for t in divisors(limit) if _tp_error(model, t) is None]
+
+
+def _tp_error(model: ModelSpec, tp: int) -> str | None:
+    if model.num_attention_heads % tp:
+        return f"num_attention_heads ({model.num_attention_heads})"
+    if not model.is_mla and model.num_kv_heads % tp:
+        return f"num_kv_heads ({model.num_kv_heads}) (Megatron splits query groups over TP)"
+    if model.mamba_num_heads and model.mamba_num_heads % tp:
+        return f"mamba_num_heads ({model.mamba_num_heads})"
+    if model.mamba_num_heads and max(model.mamba_num_groups, 1) % tp:
+        return f"mamba_num_groups ({model.mamba_num_groups})"
+    return None
+
+
+def splits_evenly(model: ModelSpec, num_chunks: int) -> bool:
+    """The layers (counting embedding/loss stages if needed) split into equal chunks."""
+    return any((model.num_layers + k) % num_chunks == 0 for k in PIPELINE_EXTRA_LAYERS)
+
+
+def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
+    """vp divides the layers per pipeline stage (counting embedding/loss stages if needed)."""
+    return vp == 1 or (pp > 1 and splits_evenly(model, pp * vp))
+
+
+def vp_choices(model: ModelSpec, pp: int) -> list[int]:
+    """Every vp that splits the layers per stage evenly (1 when there is no pipeline)."""
+    most = (model.num_layers + max(PIPELINE_EXTRA_LAYERS)) // pp
+    return [v for v in range(1, most + 1) if vp_allowed(model, pp, v)]
+
+
+def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -> list[str]:
+    """Things that are allowed but worth a warning."""
+    notes = []
+    if model.is_moe and config.etp > config.tp:
+        notes.append(f"etp {config.etp} > tp {config.tp}: unusual; Megatron recipes use etp 1")
+    if config.tp > platform.nvlink_domain_size:
+        notes.append(f"tp {config.tp} spans more than one NVLink domain "
+                     f"({platform.nvlink_domain_size} GPUs): TP traffic crosses the network")
+    if model.num_layers % (config.pp * config.vp):
+        if splits_evenly(model, config.pp * config.vp):
+            notes.append(f"{model.num_layers} layers split evenly over pp×vp = "
+                         f"{config.pp * config.vp} only when the embedding and loss count as "
+                         f"layers (--account-for-embedding/loss-in-pipeline-split)")
+        else:
+            notes.append(f"{model.num_layers} layers do not split evenly over pp×vp = "
+                         f"{config.pp * config.vp}: needs an explicit "
+                         f"--pipeline-model-parallel-layout")
+    return notes
+
+
+PP_WITH_FSDP = ("torchtitan", "automodel", "nemo-automodel", "pytorch-fsdp", "fsdp")
+"""Frameworks that run FSDP (PyTorch FSDP2) with pipeline parallelism: TorchTitan and NeMo
+AutoModel (DeepSeek-V3 on 256-1,024 H100, Kimi-K2 on 256 H100). Megatron-FSDP does not."""
+
+
+def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
+             num_gpus: int | None = None, framework: str = "megatron") -> list[str]:
+    """Raise `ConfigError` naming the broken rule; return warnings for allowed oddities. Rules
+    that depend on the framework (FSDP with pipelining) follow `framework`'s."""
+    name = model.name
+    if num_gpus is not None and config.world_size != num_gpus:
+        raise ConfigError(f"tp × pp × cp × dp = {config.tp} × {config.pp} × {config.cp} × "
+                          f"{config.dp} = {config.world_size}, but the job has {num_gpus} GPUs; "
+                          f"set dp = {num_gpus // max(config.tp * config.pp * config.cp, 1)}"
+                          if num_gpus % (config.tp * config.pp * config.cp) == 0 else
+                          f"tp × pp × cp ({config.tp * config.pp * config.cp}) must divide the "
+                          f"job's {num_gpus} GPUs.")
+    what = _tp_error(model, config.tp)
+    if what:
+        raise ConfigError(f"tp ({config.tp}) must divide {what} of {name}; try tp in "
+                          f"{_fmt(tp_choices(model))}.")
+    if config.pp > model.num_layers:
+        raise ConfigError(f"pp ({config.pp}) exceeds the {model.num_layers} layers of {name}.")
+    if config.pp * config.vp > model.num_layers + max(PIPELINE_EXTRA_LAYERS):
+        ok = vp_choices(model, config.pp)
+        raise ConfigError(f"pp × vp ({config.pp} × {config.vp}) exceeds the {model.num_layers} "
+                          f"layers of {name} (plus embedding and loss stages): every virtual "
+                          f"stage needs a layer; try vp in {_fmt(ok)}.")
+    if config.uneven:
+        check_uneven(config, model)
+    if config.vp > 1 and config.num_microbatches % config.pp:
+        raise ConfigError(
+            f"with vp {config.vp}, the {config.num_microbatches} micro-batches per step must be a "
+            f"multiple of pp ({config.pp}): Megatron-Core's interleaved schedule runs them in "
+            f"groups of pp and stops at the first step otherwise; change mbs or gbs, or use "
+            f"vp 1.")
+    if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
+        raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
+                          f" must be divisible by tp ({config.tp}).")
+    if not model.is_moe and (config.ep > 1 or config.etp > 1):
+        raise ConfigError(f"ep ({config.ep}) and etp ({config.etp}) apply to MoE models; {name} "
+                          f"is dense: use ep 1 and etp 1.")
+    if model.is_moe:
+        if model.num_experts % config.ep:
+            raise ConfigError(f"ep ({config.ep}) must divide the {model.num_experts} experts of "
+                              f"{name}; try ep in {_fmt(divisors(model.num_experts))}.")
+        dense_group = config.tp * config.cp * config.dp
+        if dense_group % (config.ep * config.etp):
+            raise ConfigError(
+                f"ep × etp ({config.ep} × {config.etp}) must divide tp × cp × dp ({dense_group}): "
+                f"Megatron folds expert parallelism into the GPUs of one pipeline stage.")
+    if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
+        raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
+                          f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
+                          f"optimizer, pp 1, or a framework that runs FSDP2 with pipelining "
+                          f"({', '.join(PP_WITH_FSDP[:2])}).")
+    if not platform.supports(config.precision_class):
+        raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
+                          f"{config.precision}.")
+    return config_notes(config, model, platform)
+
+
+def check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
+    """Megatron-Core's rules for `--decoder-first/last-pipeline-num-layers`: every stage keeps
+    at least one layer, the middle stages split the rest evenly, and with a virtual pipeline
+    every stage's layers split evenly over its vp chunks."""
+    from advisor.perf.layout import stage_layer_counts
+
+    first, last, pp = config.first_stage_layers, config.last_stage_layers, config.pp
+    rest = model.num_layers - first - last
+    middle = pp - 2
+    if rest < max(middle, 0) or (pp == 2 and first and last and rest):
+        raise ConfigError(f"first_stage_layers + last_stage_layers ({first} + {last}) leave "
+                          f"{rest} of {model.name}'s {model.num_layers} layers for "
+                          f"{max(middle, 0)} middle stage(s); every stage needs a layer and all "
+                          f"layers need a stage.")
+    counts = stage_layer_counts(model.num_layers, pp, first=first, last=last)
+    if min(counts) < 1 or sum(counts) != model.num_layers:
+        raise ConfigError(f"the split {counts} of {model.name}'s {model.num_layers} layers over "
+                          f"pp {pp} leaves a stage empty; lower first/last_stage_layers.")
+    if middle > 0 and len(set(counts[1:-1])) > 1:
+        raise ConfigError(f"the middle stages must split the remaining {sum(counts[1:-1])} "
+                          f"layers evenly over {middle} stages (Megatron-Core); got "
+                          f"{counts[1:-1]}: change first/last_stage_layers.")
+    if config.vp > 1 and any(c % config.vp for c in counts):
+        raise ConfigError(f"with vp {config.vp}, every stage's layers {counts} must split "
+                          f"evenly over its {config.vp} virtual stages.")
+
+
+def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.DataFrame:
+    """Every valid `ParallelConfig` for `job`, one row each (columns = `ParallelConfig` fields).
+
+    Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
+    recompute, dp_sharding, and overlap (all communication-overlap flags on, or all off); vp > 1
+    only where the micro-batches per step are a multiple of pp (Megatron-Core's interleaved
+    schedule refuses the rest at its first step).
+    Sequence parallelism is on whenever tp > 1 (what Megatron/NeMo recipes do). `pins` fixes
+    any field to one value. One extra column, `tp_beyond_nvlink`, flags tp larger than the
+    platform's NVLink domain.
+    """
+    pins = _checked_pins(pins or {})
+    model, n = job.model, job.num_gpus
+
+    def pick(name: str, values: list) -> list:
+        return [v for v in values if v == pins[name]] if name in pins else values
+
+    rows = []
+    for tp in pick("tp", [t for t in divisors(n) if _tp_error(model, t) is None]):
+        for cp in pick("cp", divisors(n // tp)):
+            if cp > 1 and job.seq_len % (2 * cp):
+                continue
+            if tp > 1 and (job.seq_len // cp) % tp:
+                continue
+            for pp in pick("pp", [p for p in divisors(n // (tp * cp)) if p <= model.num_layers]):
+                dp = n // (tp * cp * pp)
+                if job.gbs % dp or ("dp" in pins and pins["dp"] != dp):
+                    continue
+                vps = vp_choices(model, pp)
+                experts = _expert_layouts(model, tp=tp, dense_group=tp * cp * dp)
+                shardings = list(DP_SHARDING) if dp * cp > 1 else ["none"]
+                if pp > 1:
+                    shardings = [s for s in shardings if s != "full"]
+                for vp, (ep, etp), mbs, recompute, sharding, overlap in itertools.product(
+                        pick("vp", vps), experts, pick("mbs", divisors(job.gbs // dp)),
+                        pick("recompute", list(RECOMPUTE)), pick("dp_sharding", shardings),
+                        (True, False)):
+                    grad = overlap and dp * cp > 1
+                    param = overlap and dp * cp > 1 and sharding != "none"
+                    tpo = overlap and tp > 1
+                    if overlap and not (grad or param or tpo):
+                        continue  # nothing to overlap: same row as overlap off
+                    if vp > 1 and (job.gbs // (mbs * dp)) % pp:
+                        continue  # interleaving needs micro-batches in whole groups of pp
+                    rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
+                                 job.precision, recompute, sharding, tp > 1, grad, param, tpo,
+                                 False, "flash", 0, 0, job.finetune, job.lora_rank,
+                                 job.lora_targets))
+    frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
+    for knob in ("grad_reduce_in_fp32", "attention"):  # not enumerated: pinning sets them
+        if knob in pins:
+            frame[knob] = pins[knob]
+    for name, value in pins.items():
+        frame = frame[frame[name] == value]
+    frame = frame.reset_index(drop=True)
+    # Allowed but flagged: TP collectives then cross the scale-out network every layer.
+    frame["tp_beyond_nvlink"] = frame["tp"] > job.platform.nvlink_domain_size
+    return frame
+
+
+_JOB_FIELDS = ("gbs", "seq_len", "precision", "finetune", "lora_rank", "lora_targets")
+"""Fields every configuration of a job shares: set on the `Job`, never pinned."""
+_BOOL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig) if f.type == "bool")
+
+
+def _checked_pins(pins: dict[str, object]) -> dict[str, object]:
+    """Pins with the field's type; job-level fields belong on the `Job`, not in pins."""
+    out: dict[str, object] = {}
+    for name, value in pins.items():
+        if name in _JOB_FIELDS:
+            raise ConfigError(f"{name} is part of the job, not a knob: set it on the Job "
+                              f"(--{name.replace('_', '-')}).")
+        if name not in PARALLEL_FIELDS:
+            raise ConfigError(f"cannot pin {name!r}; pinnable: "
+                              f"{', '.join(f for f in PARALLEL_FIELDS if f not in _JOB_FIELDS)}.")
+        if name in _BOOL_FIELDS:
+            out[name] = bool(value)
+        elif name in ("recompute", "dp_sharding", "attention"):
+            out[name] = str(value).lower()
+        else:
+            try:
+                out[name] = int(value)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} must be a whole number, got {value!r}.") from None
+    return out
+
+
+def _expert_layouts(model: ModelSpec, *, tp: int, dense_group: int) -> list[tuple[int, int]]:
+    if not model.is_moe:
+        return [(1, 1)]
+    out = []
+    for etp in sorted({1, tp}):
+        for ep in divisors(model.num_experts):
+            if dense_group % (ep * etp) == 0:
+                out.append((ep, etp))
+    return out
+
+
+def config_from_row(row: pd.Series | dict) -> ParallelConfig:
+    """A validated `ParallelConfig` from one row of an `enumerate_space` table."""
+    values = {k: row[k] for k in PARALLEL_FIELDS if k in row}
+    for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len",
+              "first_stage_layers", "last_stage_layers", "lora_rank"):
+        if k in values:
+            values[k] = int(values[k])
+    for k in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
+              "tp_comm_overlap"):
+        values[k] = bool(values[k])
+    return ParallelConfig(**values)

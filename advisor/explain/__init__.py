@@ -1,0 +1,1 @@
+"""Words and launch commands for a configuration: bottlenecks, rationale, and the emitters."""

@@ -1,0 +1,141 @@
+"""Plain-words explanation of one prediction: where the time goes, what is exposed, what limits
+power, why it might throttle."""
+
+from __future__ import annotations
+
+from advisor.core.model import ModelSpec
+from advisor.core.platform import Platform
+from advisor.perf.analytical import Prediction
+
+LABELS = {
+    "compute_s": "compute (GEMMs, attention, elementwise)",
+    "recompute_s": "activation recompute",
+    "tp_comm_s": "exposed tensor-parallel communication",
+    "cp_comm_s": "exposed context-parallel ring exchange",
+    "ep_comm_s": "expert-parallel all-to-all",
+    "pp_comm_s": "pipeline send/recv",
+    "dp_comm_s": "exposed data-parallel gradient/parameter sync",
+    "bubble_s": "pipeline bubble",
+    "optimizer_s": "optimizer step",
+    "overhead_s": "per-layer launch overhead",
+    "throttle_s": "clocks below maximum (power cap, thermal slowdown) on the straggler",
+}
+ADVICE = {
+    "tp_comm_s": "lower tp, keep TP inside the NVLink domain, or turn on TP communication "
+                 "overlap",
+    "cp_comm_s": "lower cp or keep the CP group inside the NVLink domain",
+    "ep_comm_s": "keep ep × etp inside the NVLink domain, or lower ep",
+    "pp_comm_s": "lower pp (TP+PP send/recv under-uses bandwidth) or raise mbs",
+    "bubble_s": "more micro-batches per step (smaller mbs or larger gbs), interleaving (vp), "
+                "or lower pp",
+    "overhead_s": "larger micro-batches or CUDA graphs amortise launch costs",
+    "throttle_s": "a lower power demand per burst (smaller micro-batch, less overlap), a cooler "
+                  "inlet for the rear row, or an uneven split that lightens the straggler's "
+                  "stage",
+}
+
+
+def _advice(component: str, prediction: Prediction) -> str:
+    c = prediction.config
+    if component == "dp_comm_s":
+        if c.dp_sharding == "full":
+            return ("FSDP gathers every micro-batch: larger micro-batches, overlap, or the "
+                    "distributed optimizer (dp_sharding optimizer) if memory allows")
+        if not (c.overlap_grad_reduce and c.overlap_param_gather):
+            return "turn on gradient-reduce/parameter-gather overlap or raise the global batch"
+        return "raise the global batch (the sync is paid once per step) or lower dp"
+    if component == "recompute_s":
+        return ("use selective instead of full recompute if memory allows"
+                if c.recompute == "full" else "turn recompute off if memory allows")
+    return ADVICE.get(component, "see the breakdown")
+
+
+def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> list[str]:
+    """Sentences, most important first."""
+    c, s, p, m = prediction.config, prediction.step, prediction.power, prediction.memory
+    lines = [
+        f"{model.display_name or model.name} on {c.world_size} × {platform.display_name}: "
+        f"tp {c.tp}, pp {c.pp}{f' (vp {c.vp})' if c.vp > 1 else ''}, dp {c.dp}, cp {c.cp}"
+        f"{f', ep {c.ep}' if model.is_moe else ''}, mbs {c.mbs}, gbs {c.gbs}, "
+        f"{c.num_microbatches} micro-batches per step, {c.precision}, recompute {c.recompute}.",
+        f"Step {s.step_time_s:.2f} s → {s.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU, "
+        f"{s.tflops_per_gpu:,.0f} model TFLOP/s per GPU (MFU {s.mfu:.0%} of "
+        f"{c.precision_class.upper()} peak).",
+    ]
+    parts = sorted(s.components().items(), key=lambda kv: -kv[1])
+    shown = [f"{LABELS[k]} {v:.2f} s ({v / s.step_time_s:.0%})" for k, v in parts
+             if v / s.step_time_s >= 0.01]
+    lines.append("Where the time goes: " + "; ".join(shown) + ".")
+    waste = [(k, v) for k, v in parts if k not in ("compute_s", "optimizer_s")
+             and v / s.step_time_s >= 0.05]
+    if waste:
+        k, v = waste[0]
+        lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
+                     f"it: {_advice(k, prediction)}.")
+    else:
+        lines.append("Compute-bound: communication, bubble and overheads together stay under "
+                     f"{sum(v for k, v in parts if k != 'compute_s') / s.step_time_s:.0%} "
+                     "of the step.")
+    lines.append(
+        f"Memory: {m.total_bytes / 1e9:.1f} of {m.capacity_bytes / 1e9:.1f} GB on the heaviest "
+        f"stage ({'fits' if m.fits else 'does NOT fit'}; weights {m.weights_bytes / 1e9:.1f}, "
+        f"gradients {m.gradients_bytes / 1e9:.1f}, optimizer {m.optimizer_bytes / 1e9:.1f}, "
+        f"activations {m.activations_bytes / 1e9:.1f} GB).")
+    busy = (s.compute_s + s.recompute_s) / s.step_time_s
+    limit = (f"the GEMM phases ask for {p.gemm_power_demand_w:.0f} W against a "
+             f"{platform.tdp_w:.0f} W limit, so the power cap binds"
+             if p.gemm_power_demand_w > platform.tdp_w else
+             f"the GEMM phases draw {p.gemm_power_demand_w:.0f} W, under the "
+             f"{platform.tdp_w:.0f} W limit")
+    lines.append(
+        f"Power: {p.avg_power_w:.0f} W average, {p.peak_power_w:.0f} W peak per GPU; the GPUs "
+        f"compute {busy:.0%} of the step and {limit}. {p.energy_j_per_token:.3f} J per token, "
+        f"{p.samples_per_mj:,.0f} samples per MJ.")
+    lines.append(_throttle_line(p, platform, prediction))
+    lines.append(
+        "These are analytical predictions"
+        + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
+           "has no measured runs)")
+        + "; the power model is fitted on measured A40/A100 power (shared/reference/power) and "
+          "the chassis thermals are placeholders (advisor/catalog/chassis.toml) until campaigns "
+          "measure them.")
+    return lines
+
+
+def _throttle_line(p, platform, prediction) -> str:
+    """Name the mechanism: bursts against the power cap, overlap heating, bubbles, the rear-slot
+    straggler, thermal slowdown."""
+    from advisor.perf.thermal import chassis_for
+
+    chassis = chassis_for(platform)
+    row = chassis.row[p.straggler_slot] if p.straggler_slot < chassis.num_slots else "front"
+    mechanisms = []
+    if p.gemm_power_demand_w > platform.tdp_w:
+        mechanisms.append(
+            f"the sustained compute bursts ask for {p.gemm_power_demand_w:.0f} W against the "
+            f"{platform.tdp_w:.0f} W cap, so clocks drop to {p.min_clock_frac:.0%} of maximum "
+            f"while they run ({p.throttle_risk_power:.0%} of the step)")
+    if prediction.config.overlap_grad_reduce or prediction.config.tp_comm_overlap:
+        mechanisms.append("overlapped communication adds its draw on top of the compute "
+                          "(overlap heats)")
+    bubble = prediction.step.bubble_s / prediction.step.step_time_s
+    if bubble >= 0.1:
+        mechanisms.append(f"the pipeline idles {bubble:.0%} of the step in its bubble, so the "
+                          f"average ({p.avg_power_w:.0f} W) sits well below the bursts")
+    if p.throttle_risk_thermal > 0.01:
+        mechanisms.append(f"GPUs reach the {platform.thermal_slowdown_c:.0f} °C slowdown "
+                          f"limit and clock down to hold it ({p.throttle_risk_thermal:.0%} of "
+                          f"the step)")
+    position = (f"front GPUs about {p.temp_front_c:.0f} °C, rear GPUs about "
+                f"{p.temp_rear_c:.0f} °C, bursts peak at {p.peak_temp_c:.0f} °C "
+                f"({platform.cooling}-cooled, chassis {chassis.name})")
+    straggler = (f"The straggler is a {row}-slot GPU (slot {p.straggler_slot}) of stage "
+                 f"{p.straggler_stage}"
+                 + (": it breathes the front GPUs' exhaust, leaks more and keeps less of the "
+                    "cap for its clock" if row == "rear" else "")
+                 + f"; the synchronous step waits for it, {p.throttle_loss:.1%} of throughput "
+                   f"lost to throttling.")
+    if not mechanisms:
+        return f"Throttle risk {p.throttle_risk:.0%}: {position}. {straggler}"
+    return (f"Throttle risk {p.throttle_risk:.0%} (share of the step the most throttled GPU "
+            f"runs below full clock): {'; '.join(mechanisms)}; {position}. {straggler}")

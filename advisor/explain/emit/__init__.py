@@ -1,0 +1,114 @@
+"""Launch configurations for training frameworks, written from one `ParallelConfig`.
+
+`emit(kind, config, job)` returns a ready-to-edit shell command for Megatron-LM, NeMo 2 or
+TorchTitan. Each emitter refuses, with a `ConfigError`, what its framework cannot express rather
+than emitting something that runs differently. No framework is imported here: emitting is string
+work, and `advisor` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import shlex
+
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import Job, ParallelConfig
+
+EMITTERS = ("megatron", "nemo", "torchtitan")
+"""Frameworks `emit` can write a launch configuration for."""
+
+
+def emit(kind: str, config: ParallelConfig, job: Job) -> str:
+    """The launch command that runs `config` for `job` under framework `kind`.
+
+    Args:
+        kind: One of `EMITTERS`.
+        config: The parallel layout and batch settings to emit.
+        job: The model, platform and GPU count `config` was chosen for.
+
+    Returns:
+        A multi-line shell command; `#` lines above it say what to check before running.
+
+    Raises:
+        ConfigError: `kind` is unknown, `config` does not fit `job`, or the framework cannot
+            express one of its settings.
+    """
+    if kind not in EMITTERS:
+        raise ConfigError(f"emitter {kind!r} is unknown; use one of {', '.join(EMITTERS)}.")
+    module = importlib.import_module(f"advisor.explain.emit.{kind}")
+    return getattr(module, f"{kind}_command")(config, job)
+
+
+def check_fits(config: ParallelConfig, job: Job) -> None:
+    """Raise `ConfigError` unless `config` is a valid layout of `job`
+    (`advisor.core.space.validate`)."""
+    from advisor.core.space import validate  # pandas: only when emitting
+
+    if config.gbs != job.gbs or config.seq_len != job.seq_len:
+        raise ConfigError(f"config has gbs {config.gbs}, seq_len {config.seq_len} but the job "
+                          f"has gbs {job.gbs}, seq_len {job.seq_len}; build the config with "
+                          f"advisor.core.parallel.make_config(job, ...).")
+    validate(config, job.model, job.platform, num_gpus=job.num_gpus)
+
+
+LORA_HINTS = {
+    "megatron": "Megatron-LM's pretrain_gpt.py has no LoRA flags (adapters come from NeMo or "
+                "Megatron-Bridge PEFT)",
+    "torchtitan": "torchtitan 0.3.0 has no LoRA/PEFT path",
+}
+
+
+def refuse_lora(kind: str, config: ParallelConfig) -> None:
+    """Raise `ConfigError` for a LoRA configuration: `kind` has no adapters (NeMo has)."""
+    if config.finetune == "lora":
+        raise ConfigError(f"finetune lora: {LORA_HINTS[kind]}; the prediction stands, but "
+                          f"emit it for nemo, or launch it with your framework's PEFT recipe (rank "
+                          f"{config.lora_rank}, targets {config.lora_targets}).")
+
+
+def node_layout(job: Job) -> tuple[int, int]:
+    """(nodes, processes per node) for `job`: whole nodes, or one partial node.
+
+    Raises:
+        ConfigError: the GPUs span several nodes but do not fill them evenly.
+    """
+    per_node = job.platform.num_gpus_per_node
+    if job.num_gpus <= per_node:
+        return 1, job.num_gpus
+    if job.num_gpus % per_node:
+        raise ConfigError(f"{job.num_gpus} GPUs do not fill whole {job.platform.name} nodes of "
+                          f"{per_node}; use a multiple of {per_node} GPUs.")
+    return job.num_gpus // per_node, per_node
+
+
+def torchrun_words(job: Job) -> list[str]:
+    """`torchrun` and its launch flags; multi-node jobs rendezvous at $MASTER_ADDR."""
+    nodes, per_node = node_layout(job)
+    words = ["torchrun", f"--nproc-per-node={per_node}", f"--nnodes={nodes}"]
+    if nodes > 1:
+        words += ["--node-rank=$NODE_RANK", "--master-addr=$MASTER_ADDR", "--master-port=29500"]
+    return words
+
+
+def shell_command(comments: list[str], lines: list[list[str]]) -> str:
+    """Comment lines, then one command whose `lines` are joined with backslash continuations."""
+    body = " \\\n    ".join(" ".join(words) for words in lines if words)
+    return "".join(f"# {c}\n" for c in comments) + body + "\n"
+
+
+def pairs(args: list[str]) -> list[list[str]]:
+    """Group a flat argument list into shell-quoted `--flag [value]` lines."""
+    lines: list[list[str]] = []
+    for word in args:
+        if word.startswith("-") or not lines:
+            lines.append([shlex.quote(word)])
+        else:
+            lines[-1].append(shlex.quote(word))
+    return lines
+
+
+def gpus_label(job: Job) -> str:
+    """`llama3-70b on 64 × h200 (8 node(s))`, for comment lines."""
+    nodes = math.ceil(job.num_gpus / job.platform.num_gpus_per_node)
+    return f"{job.model.name} on {job.num_gpus} × {job.platform.name} ({nodes} node(s))"

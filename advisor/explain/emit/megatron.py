@@ -1,0 +1,232 @@
+"""Megatron-LM `pretrain_gpt.py` flags for a `ParallelConfig`.
+
+Flag names follow Megatron-LM's `megatron/training/arguments.py` for megatron-core 0.16; each
+flag that lands in a megatron-core dataclass (`TransformerConfig`, `DistributedDataParallelConfig`)
+is checked against the installed package by `tests/test_emit.py`.
+"""
+
+from __future__ import annotations
+
+from advisor.core.errors import ConfigError
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import Job, ParallelConfig
+from advisor.explain.emit import (
+    check_fits,
+    gpus_label,
+    pairs,
+    refuse_lora,
+    shell_command,
+    torchrun_words,
+)
+
+#: advisor precision -> `--fp8-recipe` (TransformerConfig.fp8_recipe; megatron.core.enums).
+FP8_RECIPES = {"fp8": "delayed", "fp8-cs": "tensorwise", "fp8-block": "blockwise",
+               "mxfp8": "mxfp8"}
+_POSITIONS = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
+
+
+def megatron_args(config: ParallelConfig, job: Job) -> list[str]:
+    """The `pretrain_gpt.py` arguments that set `job`'s model and `config`'s layout.
+
+    Raises:
+        ConfigError: `config` does not fit `job`, or Megatron-LM cannot express a setting.
+    """
+    check_fits(config, job)
+    refuse_lora("megatron", config)
+    return [*model_args(job.model, seq_len=config.seq_len),
+            *_parallel_args(config, job.model), *_batch_args(config),
+            *_memory_args(config), *_precision_args(config)]
+
+
+FULL_FINETUNE_ARGS = ("--finetune", "--load", "<base checkpoint dir>")
+"""Megatron-LM's flags for starting from trained weights (arguments.py: --finetune loads the
+model only, without optimizer or RNG state, and sets the iteration to 0)."""
+
+
+def megatron_command(config: ParallelConfig, job: Job) -> str:
+    """A `torchrun ... pretrain_gpt.py` command for `config`; data, tokenizer and training-length
+    flags are left to `$DATA_ARGS` and `$TRAIN_ARGS`, with examples in the comment lines."""
+    args = megatron_args(config, job)
+    env = []
+    if (config.tp > 1 or config.cp > 1) and config.dp_sharding != "full":
+        # arguments.py asserts it for TP/CP before Blackwell; Megatron-FSDP asserts the opposite.
+        env = ["CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    comments = [f"Megatron-LM (megatron-core 0.16) for {gpus_label(job)}; run from a Megatron-LM "
+                f"checkout on every node.",
+                f"Set DATA_ARGS (e.g. '--mock-data --tokenizer-type NullTokenizer --vocab-size "
+                f"{job.model.vocab_size}') and TRAIN_ARGS (e.g. '--train-iters 100 --lr 3e-4')."]
+    if config.finetune == "full":
+        comments.append(f"Full fine-tuning: add {' '.join(FULL_FINETUNE_ARGS)} to TRAIN_ARGS "
+                        f"(the base weights, with a fresh optimizer and iteration count).")
+    return shell_command(comments, [env + torchrun_words(job) + ["pretrain_gpt.py"],
+                                    *pairs(args), ["$DATA_ARGS", "$TRAIN_ARGS"]])
+
+
+def model_args(model: ModelSpec, *, seq_len: int) -> list[str]:
+    """Flags for the model's shape (shared with the NeMo emitter's checks)."""
+    if model.layer_pattern:
+        raise ConfigError(f"{model.name} is a hybrid (Mamba) stack: it trains with Megatron-LM's "
+                          f"pretrain_mamba.py and --hybrid-override-pattern, which this emitter "
+                          f"does not write; use a transformer-only model.")
+    if model.sliding_window:
+        raise ConfigError(f"{model.name} mixes sliding-window and full attention layers, which "
+                          f"this emitter does not write (--window-size per layer); use a model "
+                          f"with full attention only.")
+    if model.position_embedding not in _POSITIONS:
+        raise ConfigError(f"{model.name} uses {model.position_embedding} positions; megatron-core "
+                          f"supports {', '.join(_POSITIONS)} only.")
+    ffn = model.ffn_hidden_size or model.moe_ffn_hidden_size
+    args = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
+            "--ffn-hidden-size", str(ffn), "--num-attention-heads", str(model.num_attention_heads),
+            "--seq-length", str(seq_len),
+            "--max-position-embeddings", str(max(model.max_seq_len, seq_len)),
+            "--position-embedding-type", _POSITIONS[model.position_embedding],
+            "--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    if model.gated_mlp:
+        args.append("--swiglu")
+    if not model.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not (model.attention_bias or model.mlp_bias):
+        args.append("--disable-bias-linear")
+        if model.qkv_bias:
+            args.append("--add-qkv-bias")
+    if model.is_mla:
+        args += ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
+                 "--qk-head-dim", str(model.qk_nope_head_dim),
+                 "--qk-pos-emb-head-dim", str(model.qk_rope_head_dim),
+                 "--v-head-dim", str(model.v_head_dim)]
+        if model.q_lora_rank:
+            args += ["--q-lora-rank", str(model.q_lora_rank)]
+    else:
+        if model.attention_head_dim * model.num_attention_heads != model.hidden_size:
+            args += ["--kv-channels", str(model.attention_head_dim)]
+        if model.num_kv_heads < model.num_attention_heads:
+            args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
+    if model.is_moe:
+        args += _moe_args(model)
+    return args
+
+
+def _moe_args(model: ModelSpec) -> list[str]:
+    if model.moe_latent_size:
+        raise ConfigError(f"{model.name} routes experts in a latent space (moe_latent_size), "
+                          f"which this emitter does not write.")
+    # --moe-grouped-gemm: the local experts run as one grouped GEMM, as NVIDIA's MoE recipes
+    # run them (megatron-core's default is a loop of per-expert GEMMs).
+    args = ["--num-experts", str(model.num_experts), "--moe-router-topk", str(model.moe_top_k),
+            "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size), "--moe-grouped-gemm"]
+    if model.moe_top_k == 1:  # TransformerConfig: softmax over one expert has zero gradient
+        args.append("--moe-router-pre-softmax")
+    if model.num_shared_experts:  # the total width of all shared experts, as Megatron asks
+        args += ["--moe-shared-expert-intermediate-size",
+                 str(model.num_shared_experts * model.shared_ffn_size)]
+    pattern = [int(s.ffn == "moe") for s in model.sublayers]
+    if not all(pattern):
+        args += ["--moe-layer-freq", layer_pattern(pattern)]
+    return args
+
+
+def layer_pattern(bits: list[int]) -> str:
+    """Megatron's list expression for a 0/1 pattern, run-length coded: `([0]*3+[1]*58)`."""
+    runs: list[list[int]] = []
+    for bit in bits:
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    return "(" + "+".join(f"[{bit}]*{n}" for bit, n in runs) + ")"
+
+
+def pipeline_extra_layers(model: ModelSpec, num_chunks: int) -> int:
+    """0, 1 (the loss stage) or 2 (embedding and loss) pipeline "layers" that make the split even.
+
+    Raises:
+        ConfigError: no such count exists.
+    """
+    for extra in (0, 1, 2):
+        if (model.num_layers + extra) % num_chunks == 0:
+            return extra
+    raise ConfigError(f"{model.num_layers} layers of {model.name} do not split evenly over "
+                      f"pp × vp = {num_chunks} stages, even counting the embedding and loss as "
+                      f"layers; pick pp × vp dividing {model.num_layers}, "
+                      f"{model.num_layers + 1} or {model.num_layers + 2}.")
+
+
+def _parallel_args(config: ParallelConfig, model: ModelSpec) -> list[str]:
+    args = ["--tensor-model-parallel-size", str(config.tp),
+            "--pipeline-model-parallel-size", str(config.pp),
+            "--context-parallel-size", str(config.cp)]
+    if model.is_moe:
+        args += ["--expert-model-parallel-size", str(config.ep),
+                 "--expert-tensor-parallel-size", str(config.etp)]
+        if config.ep > 1:
+            args += ["--moe-token-dispatcher-type", "alltoall"]
+    if config.vp > 1:
+        args += ["--num-virtual-stages-per-pipeline-rank", str(config.vp)]
+    if config.uneven:
+        # Megatron-Core's uneven split: the named end stages, the rest even in between; it
+        # cannot be combined with counting the embedding or loss as layers (TransformerConfig).
+        if config.first_stage_layers:
+            args += ["--decoder-first-pipeline-num-layers", str(config.first_stage_layers)]
+        if config.last_stage_layers:
+            args += ["--decoder-last-pipeline-num-layers", str(config.last_stage_layers)]
+    elif config.pp > 1:
+        extra = pipeline_extra_layers(model, config.pp * config.vp)
+        # The loss stage (output GEMM + loss) is the heavier one, so it is counted first.
+        if extra >= 1:
+            args.append("--account-for-loss-in-pipeline-split")
+        if extra == 2:
+            args.append("--account-for-embedding-in-pipeline-split")
+    if config.sequence_parallel:
+        args.append("--sequence-parallel")
+    if config.tp_comm_overlap:
+        if not config.sequence_parallel:
+            raise ConfigError("tp_comm_overlap needs sequence_parallel in Megatron-LM "
+                              "(arguments.py); turn sequence_parallel on or tp_comm_overlap off.")
+        args.append("--tp-comm-overlap")
+    return args
+
+
+def _batch_args(config: ParallelConfig) -> list[str]:
+    return ["--micro-batch-size", str(config.mbs), "--global-batch-size", str(config.gbs)]
+
+
+def _memory_args(config: ParallelConfig) -> list[str]:
+    args = {"none": [], "selective": ["--recompute-granularity", "selective"],
+            "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                     "--recompute-num-layers", "1"]}[config.recompute]
+    if config.dp_sharding == "optimizer":
+        args.append("--use-distributed-optimizer")
+    elif config.dp_sharding == "full":
+        # arguments.py: Megatron-FSDP only saves the fsdp_dtensor checkpoint format; megatron-
+        # core 0.16's Megatron-FSDP guide also asks for the distributed optimizer and no
+        # gradient-accumulation fusion (the fused wgrad kernel writes main_grad, which
+        # Megatron-FSDP's sharded buffers replace).
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                 "optim_grads_params", "--ckpt-format", "fsdp_dtensor",
+                 "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"]
+    if config.overlap_param_gather and not config.overlap_grad_reduce:
+        raise ConfigError("overlap_param_gather needs overlap_grad_reduce in Megatron-LM "
+                          "(arguments.py); turn overlap_grad_reduce on.")
+    if config.overlap_grad_reduce:
+        args.append("--overlap-grad-reduce")
+    if config.overlap_param_gather:
+        args.append("--overlap-param-gather")
+    if config.attention == "unfused":
+        args += ["--attention-backend", "unfused"]
+    return args
+
+
+def _precision_args(config: ParallelConfig) -> list[str]:
+    if config.precision == "fp16":
+        return ["--fp16"] + (["--accumulate-allreduce-grads-in-fp32"]
+                             if config.grad_reduce_in_fp32 else [])
+    # BF16 training accumulates and reduces gradients in FP32 unless told otherwise
+    # (arguments.py turns --accumulate-allreduce-grads-in-fp32 on by itself).
+    args = ["--bf16", "--accumulate-allreduce-grads-in-fp32" if config.grad_reduce_in_fp32
+            else "--grad-reduce-in-bf16"]
+    if config.precision in FP8_RECIPES:
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", FP8_RECIPES[config.precision]]
+    elif config.precision == "nvfp4":
+        args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    return args

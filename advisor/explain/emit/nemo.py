@@ -1,0 +1,210 @@
+"""NeMo 2 recipe overrides (NeMo-Run CLI `key=value` form) for a `ParallelConfig`.
+
+Names follow NeMo 2's recipes and performance scripts (`scripts/performance/helpers.py`):
+`MegatronStrategy` takes the parallel sizes (the same names as megatron-core's
+`ModelParallelConfig`), its `ddp` is a megatron-core `DistributedDataParallelConfig`,
+`model.config` is the model's `TransformerConfig`, `optim.config` is megatron-core's
+`OptimizerConfig`, and `trainer.plugins` is the `MegatronMixedPrecision` plugin.
+
+Checked against NeMo's own machinery (tests/test_emit_nemo.py): NeMo-Run's CLI parser applies
+the overrides to the real recipe, and the resulting configuration is read back. The parser
+cannot replace the precision plugin by name (`trainer.plugins=bf16_mixed` fails: its type is a
+Union of Lightning plugin classes), so the overrides set the fields of the recipe's own
+`bf16_mixed()` plugin to the values NeMo's precision factories use.
+"""
+
+from __future__ import annotations
+
+from advisor.core.errors import ConfigError
+from advisor.core.model import ModelSpec
+from advisor.core.parallel import Job, ParallelConfig
+from advisor.explain.emit import check_fits, gpus_label, node_layout, shell_command
+from advisor.explain.emit.megatron import FP8_RECIPES, model_args, pipeline_extra_layers
+
+_RECOMPUTE = {"none": (None, None, None), "selective": ("selective", None, None),
+              "full": ("full", "uniform", 1)}
+
+
+def nemo_factory(model: ModelSpec) -> str:
+    """The NeMo 2 recipe name this model's name suggests: llama3.1-405b -> llama31_405b."""
+    return model.name.lower().replace(".", "").replace("-", "_")
+
+
+def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
+    """`key=value` overrides (Python literals) that set `config` on a NeMo 2 pretrain recipe.
+
+    Every layout field is set explicitly, because the recipes carry their own (e.g. llama3_70b
+    defaults to tp 4, pp 4, vp 5, cp 2).
+
+    Raises:
+        ConfigError: `config` does not fit `job`, NeMo 2 cannot express a setting, or `config`
+            fine-tunes (NeMo-Run's CLI cannot set LoRA's fields: `nemo_finetune_script`).
+    """
+    if config.finetune != "none":
+        raise ConfigError(f"finetune {config.finetune}: NeMo-Run's CLI cannot set a "
+                          f"fine-tuning recipe's PEFT and DDP fields; advisor writes a NeMo-Run "
+                          f"script instead (emit('nemo', ...) or nemo_finetune_script).")
+    return [f"{key}={_literal(value)}" for key, value in nemo_values(config, job).items()]
+
+
+def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
+    """The recipe fields (dotted paths from the recipe) and values that set `config`: what
+    `nemo_overrides` writes for the CLI and `nemo_finetune_script` assigns in Python. A value
+    "torch.<dtype>" names a torch dtype.
+
+    Raises:
+        ConfigError: `config` does not fit `job`, or NeMo 2 cannot express a setting.
+    """
+    check_fits(config, job)
+    model_args(job.model, seq_len=config.seq_len)  # the same model limits as Megatron-LM
+    nodes, per_node = node_layout(job)
+    values: dict[str, object] = {
+        "trainer.num_nodes": nodes, "trainer.devices": per_node,
+        "trainer.strategy.tensor_model_parallel_size": config.tp,
+        "trainer.strategy.pipeline_model_parallel_size": config.pp,
+        "trainer.strategy.virtual_pipeline_model_parallel_size": config.vp if config.vp > 1
+        else None,
+        "trainer.strategy.context_parallel_size": config.cp,
+        "trainer.strategy.sequence_parallel": config.sequence_parallel,
+    }
+    if job.model.is_moe:
+        values["trainer.strategy.expert_model_parallel_size"] = config.ep
+        values["trainer.strategy.expert_tensor_parallel_size"] = config.etp
+        # As NVIDIA's MoE recipes run: one grouped GEMM over the local experts; all-to-all
+        # dispatch, which advisor prices.
+        values["model.config.moe_grouped_gemm"] = True
+        if config.ep > 1:
+            values["model.config.moe_token_dispatcher_type"] = "alltoall"
+    values.update(_pipeline_split(config, job))
+    values.update({"data.micro_batch_size": config.mbs, "data.global_batch_size": config.gbs,
+                   "data.seq_length": config.seq_len, "model.config.seq_length": config.seq_len})
+    granularity, method, num_layers = _RECOMPUTE[config.recompute]
+    # recompute_modules too: a recipe's own list (deepseek_v3: mla_up_proj, layernorm) would
+    # otherwise survive; "selective" is megatron-core's default module, core attention.
+    values.update({"model.config.recompute_granularity": granularity,
+                   "model.config.recompute_method": method,
+                   "model.config.recompute_num_layers": num_layers,
+                   "model.config.recompute_modules": ["core_attn"] if granularity == "selective"
+                   else None})
+    # The model advisor priced: its MTP layers (deepseek_v3's recipe adds one when asked) and
+    # FP32 Adam moments (deepseek_v3 turns on the precision-aware optimizer's BF16 moments).
+    values["model.config.mtp_num_layers"] = job.model.num_mtp_layers or None
+    values["optim.config.use_precision_aware_optimizer"] = False
+    values.update(_precision(config))  # before _sharding: a new plugin resets its fields
+    values.update(_sharding(config))
+    if config.attention == "unfused":
+        # NeMo-Run's parser has no reader for the AttnBackend enum
+        # (model.config.attention_backend=unfused fails to parse).
+        raise ConfigError("NeMo-Run's CLI cannot set model.config.attention_backend (an enum "
+                          "its parser does not read); set AttnBackend.unfused in the recipe's "
+                          "Python, or emit for megatron (--attention-backend unfused).")
+    return values
+
+
+def nemo_command(config: ParallelConfig, job: Job) -> str:
+    """A `nemo llm pretrain --factory ...` command for `config`; for a fine-tuning job, the
+    NeMo-Run script that builds NeMo's fine-tuning recipe and the torchrun line that runs it
+    (`advisor.explain.emit.nemo_finetune`)."""
+    if config.finetune != "none":
+        from advisor.explain.emit.nemo_finetune import nemo_finetune_command
+
+        return nemo_finetune_command(config, job)
+    overrides = nemo_overrides(config, job)
+    factory = nemo_factory(job.model)
+    comments = [f"NeMo 2 (NeMo-Run CLI) for {gpus_label(job)}.",
+                f"--factory must name the pretrain recipe for {job.model.name}; "
+                f"'{factory}' is derived from the model name.",
+                "The recipe must configure trainer.strategy.ddp as a "
+                "DistributedDataParallelConfig (NeMo's LLM recipes do)."]
+    if job.model.is_moe and config.ep > 1:
+        comments.append("MoE recipes that add DeepEPCallback (deepseek_v3 does) switch the "
+                        "token dispatcher to DeepEP's flex dispatcher on H100/B200 at setup; "
+                        "advisor priced all-to-all: drop that callback to run what was "
+                        "predicted.")
+    if config.tp_comm_overlap:
+        comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
+                        "to trainer.callbacks (the recipe's *_performance variant does); "
+                        "overrides cannot add a callback.")
+    return shell_command(comments, [["nemo", "llm", "pretrain", "--factory", factory],
+                                    *([o] for o in overrides)])
+
+
+def _pipeline_split(config: ParallelConfig, job: Job) -> dict[str, object]:
+    """The pipeline split, on `trainer.strategy` (the strategy copies its own values over
+    `model.config` at setup); set every time, because recipes carry their own (deepseek_v3:
+    3 and 2 layers on the first and last stage)."""
+    first = config.first_stage_layers or None if config.uneven else None
+    last = config.last_stage_layers or None if config.uneven else None
+    # megatron-core's uneven split excludes the embedding/loss accounting.
+    extra = 0 if config.uneven or config.pp == 1 else pipeline_extra_layers(
+        job.model, config.pp * config.vp)
+    return {"trainer.strategy.num_layers_in_first_pipeline_stage": first,
+            "trainer.strategy.num_layers_in_last_pipeline_stage": last,
+            "trainer.strategy.account_for_loss_in_pipeline_split": extra >= 1,
+            "trainer.strategy.account_for_embedding_in_pipeline_split": extra == 2}
+
+
+def _sharding(config: ParallelConfig) -> dict[str, object]:
+    values: dict[str, object] = {
+        "trainer.strategy.ddp.overlap_grad_reduce": config.overlap_grad_reduce,
+        "trainer.strategy.ddp.overlap_param_gather": config.overlap_param_gather,
+        # The precision plugin copies its grad_reduce_in_fp32 onto the DDP config, so set both.
+        "trainer.strategy.ddp.grad_reduce_in_fp32": config.grad_reduce_in_fp32,
+        "trainer.plugins.grad_reduce_in_fp32": config.grad_reduce_in_fp32,
+    }
+    if config.dp_sharding == "full":
+        # What NeMo's performance scripts set for Megatron-FSDP (set_mcore_fsdp_configs).
+        values.update({"trainer.strategy.fsdp": "megatron",
+                       "trainer.strategy.ddp.data_parallel_sharding_strategy":
+                           "optim_grads_params",
+                       "model.config.init_model_with_meta_device": True,
+                       "model.config.gradient_accumulation_fusion": False})
+    # Megatron-FSDP runs with the distributed optimizer too (megatron-core 0.16's guide).
+    values["optim.config.use_distributed_optimizer"] = config.dp_sharding != "none"
+    return values
+
+
+_LOW_PRECISION = {
+    # NeMo 2.7's factories (nemo/collections/llm/recipes/precision/mixed_precision.py):
+    # bf16_with_fp8_mixed
+    "fp8": {"fp8": "hybrid", "fp8_margin": 0, "fp8_amax_history_len": 1024,
+            "fp8_amax_compute_algo": "max", "fp8_param_gather": True},
+    # bf16_with_fp8_current_scaling_mixed (its first and last layer stay BF16)
+    "fp8-cs": {"fp8": "hybrid", "first_last_layers_bf16": True,
+               "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1,
+               "fp8_param_gather": True},
+    # bf16_with_fp8_subchannel_scaling_mixed
+    "fp8-block": {"fp8": "hybrid", "fp8_param_gather": False},
+    # bf16_with_mxfp8_mixed
+    "mxfp8": {"fp8": "e4m3", "fp8_param_gather": True,
+              "reuse_grad_buf_for_mxfp8_param_ag": True},
+}
+
+
+def _precision(config: ParallelConfig) -> dict[str, object]:
+    """Fields of the recipe's `bf16_mixed()` plugin, set to what NeMo's factory for the
+    precision sets (the parser cannot swap the plugin itself)."""
+    if config.precision == "fp16":
+        # fp16_mixed()'s fields (its grad_reduce_in_fp32 comes from the config, below).
+        return {"trainer.plugins.precision": "16-mixed",
+                "trainer.plugins.params_dtype": "torch.float16",
+                "trainer.plugins.pipeline_dtype": "torch.float16"}
+    # BF16 sets nothing: the recipe's plugin is bf16_mixed() already, and the parser reads
+    # None for its str-typed fp8/fp4 fields as the string 'None'.
+    values: dict[str, object] = {}
+    if config.precision in _LOW_PRECISION:
+        values.update({f"trainer.plugins.{k}": v
+                       for k, v in _LOW_PRECISION[config.precision].items()})
+        values["trainer.plugins.fp8_recipe"] = FP8_RECIPES[config.precision]
+    elif config.precision == "nvfp4":
+        # MegatronMixedPrecision's fp4 fields (NeMo 2.7), as Megatron-LM's --fp4-format e2m1
+        # --fp4-recipe nvfp4.
+        values.update({"trainer.plugins.fp4": "e2m1", "trainer.plugins.fp4_recipe": "nvfp4"})
+    return values
+
+
+def _literal(value: object) -> str:
+    """NeMo-Run reads override values as Python literals; bare words stay strings."""
+    if isinstance(value, list):
+        return "[" + ",".join(f"'{v}'" for v in value) + "]"
+    return "None" if value is None else str(value)

@@ -1,0 +1,128 @@
+"""A NeMo-Run script for a fine-tuning job (LoRA or full), and the torchrun line that runs it.
+
+NeMo 2 fine-tunes through a model's `finetune_recipe` (`nemo llm finetune --factory F`), but
+its CLI cannot set what advisor priced: NeMo-Run 0.11's parser does not resolve the string
+annotations of `LoRA`'s fields (`peft.dim=16` fails with "Unsupported type: int"), and the
+fine-tuning trainer has no `DistributedDataParallelConfig` for `trainer.strategy.ddp.*` to
+land on. So advisor writes the recipe in Python: NeMo's own `finetune_recipe` with sequences
+packed to the job's length, a megatron-core DDP config, the adapter rank and targets, and
+every field `nemo_values` sets for pre-training, assigned on the recipe; `run.run(...,
+direct=True)` then runs it in each torchrun process. Checked by importing the script and
+reading the recipe it builds (tests/test_finetune.py).
+"""
+
+from __future__ import annotations
+
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import Job, ParallelConfig
+from advisor.explain.emit import gpus_label, node_layout, shell_command, torchrun_words
+from advisor.explain.emit.nemo import nemo_factory, nemo_values
+
+#: advisor's LoRA targets -> NeMo's module names (`nemo.collections.llm.peft.LoRA`; its
+#: default is all four).
+TARGET_MODULES = {"attention": ["linear_qkv", "linear_proj"],
+                  "all-linear": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
+
+DDP = ("run.Config(DistributedDataParallelConfig, check_for_nan_in_grad=True,\n"
+       "                                            average_in_collective=True)")
+"""The DDP config NeMo's pre-training recipes give `MegatronStrategy` (its other fields are
+set from the layout below)."""
+
+
+def script_name(job: Job) -> str:
+    """The file the script is written to (`advisor_finetune_llama3_70b.py`)."""
+    return f"advisor_finetune_{nemo_factory(job.model)}.py"
+
+
+def nemo_finetune_script(config: ParallelConfig, job: Job) -> str:
+    """Python source of a NeMo-Run script whose `recipe()` builds NeMo's fine-tuning recipe
+    for `config` and whose `__main__` runs it in-process.
+
+    Raises:
+        ConfigError: `config` does not fit `job`, is not a fine-tuning job, or NeMo cannot
+            express a setting (LoRA targets on MLA, routed experts or Mamba mixers).
+    """
+    if config.finetune == "none":
+        raise ConfigError("a pre-training config: use nemo_command (nemo llm pretrain).")
+    _refuse(config, job)
+    values = nemo_values(config, job)
+    nodes, per_node = node_layout(job)
+    factory = nemo_factory(job.model)
+    peft = "'lora'" if config.finetune == "lora" else "None"
+    lines = [f"recipe = {factory}.finetune_recipe(",
+             f"    num_nodes={nodes}, num_gpus_per_node={per_node}, peft_scheme={peft},",
+             f"    seq_length={config.seq_len}, packed_sequence=True)",
+             f"recipe.trainer.strategy.ddp = {DDP}"]
+    if config.finetune == "lora":
+        lines += [f"recipe.peft.dim = {config.lora_rank}",
+                  f"recipe.peft.target_modules = {TARGET_MODULES[config.lora_targets]!r}"]
+    lines += [f"recipe.{key} = {_python(value)}" for key, value in values.items()]
+    what = (f"LoRA (rank {config.lora_rank} on {', '.join(TARGET_MODULES[config.lora_targets])})"
+            if config.finetune == "lora" else "Full")
+    kind = "LoRA" if config.finetune == "lora" else "full"
+    uses_torch = any(isinstance(v, str) and v.startswith("torch.") for v in values.values())
+    body = "\n".join(f"    {line}" for line in lines)
+    return (f'"""{kind} fine-tuning of {job.model.name} on {job.num_gpus} x '
+            f'{job.platform.name}, as advisor predicted it.\n\n'
+            f"{what} fine-tuning, written by advisor: NeMo's {factory} fine-tuning\n"
+            f"recipe with the layout, batch and precision advisor priced. Run it in every "
+            f"process of a\ntorchrun launch.\n"
+            f'"""\n\n'
+            f"import nemo_run as run\n"
+            + ("import torch\n" if uses_torch else "")
+            + f"from megatron.core.distributed import DistributedDataParallelConfig\n"
+            f"from nemo.collections.llm.recipes import {factory}\n\n\n"
+            f"def recipe() -> run.Partial:\n"
+            f'    """NeMo\'s {factory} fine-tuning recipe with advisor\'s settings."""\n'
+            f"{body}\n"
+            f"    return recipe\n\n\n"
+            f'if __name__ == "__main__":\n'
+            f"    run.run(recipe(), direct=True)\n")
+
+
+def nemo_finetune_command(config: ParallelConfig, job: Job) -> str:
+    """Shell that writes `nemo_finetune_script` beside the launch, then runs it under
+    torchrun."""
+    script = nemo_finetune_script(config, job)
+    name = script_name(job)
+    factory = nemo_factory(job.model)
+    comments = [
+        f"NeMo 2 {'LoRA' if config.finetune == 'lora' else 'full'} fine-tuning for "
+        f"{gpus_label(job)}: a NeMo-Run script (its "
+        f"CLI cannot set LoRA's rank or targets), written here and run on every node.",
+        f"'{factory}' is derived from the model name: NeMo must ship "
+        f"nemo.collections.llm.recipes.{factory} with a finetune_recipe.",
+        "The recipe restores the base model from nemo://<Hugging Face id>: import it first "
+        "(llm.import_ckpt), and swap the recipe's SQuAD data module for your dataset "
+        f"(packed to {config.seq_len} tokens, as advisor priced).",
+    ]
+    if config.tp_comm_overlap:
+        comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
+                        "to recipe.trainer.callbacks in the script.")
+    return (shell_command(comments, [["cat", ">", name, "<<'EOF'"]]) + f"{script}EOF\n"
+            + shell_command([], [torchrun_words(job), [name]]))
+
+
+def _refuse(config: ParallelConfig, job: Job) -> None:
+    model = job.model
+    if config.finetune != "lora":
+        return
+    if model.is_mla:
+        raise ConfigError(f"{model.name} uses multi-head latent attention: NeMo's LoRA names "
+                          f"its projections differently (linear_q_*_proj, linear_kv_*_proj), "
+                          f"which advisor does not write; emit a model with standard attention.")
+    if config.lora_targets == "all-linear" and model.is_moe:
+        raise ConfigError(f"lora_targets all-linear on {model.name}: NeMo's linear_fc1/linear_fc2 "
+                          f"targets adapt the routed experts too, which advisor prices frozen; "
+                          f"use lora_targets attention.")
+    if config.lora_targets == "all-linear" and model.layer_pattern:
+        raise ConfigError(f"lora_targets all-linear on {model.name}: NeMo names Mamba mixers' "
+                          f"projections differently (in_proj, out_proj); use lora_targets "
+                          f"attention.")
+
+
+def _python(value: object) -> str:
+    """A Python expression for a `nemo_values` value ("torch.float16" is the dtype)."""
+    if isinstance(value, str) and value.startswith("torch."):
+        return value
+    return repr(value)

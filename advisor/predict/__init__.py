@@ -1,0 +1,1 @@
+"""The Predictor: analytical model plus learned surrogates, vectorised over configurations."""

@@ -1,0 +1,273 @@
+"""The `Predictor`'s input as columns: a DataFrame or a list of (ParallelConfig, Job) pairs read
+into one array per column (ParallelConfig defaults in empty cells), rows grouped by model,
+platform and framework, and each group's names resolved to catalog entries.
+
+Small inputs take shortcuts (one conversion for the whole frame, string columns converted in
+Python) that give exactly what the general path gives: pandas' cost per column and per call
+dominates them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from advisor.core.errors import ConfigError
+from advisor.data import framework_defaults
+from advisor.perf.columns import Columns
+
+JOB_COLUMNS = ("model", "gpu")
+"""What every row names besides its `ParallelConfig` (`platform` is taken for `gpu`)."""
+SMALL = 256
+"""Up to this many rows `predict` reads a frame's values in one conversion and converts string
+columns in Python (pandas' cost per column and per call dominates small inputs)."""
+
+
+def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.Index, dict]:
+    """Every column `predict` needs as an array (ParallelConfig defaults for empty cells; model
+    and gpu as names or keys into the returned `ModelSpec` / `Platform` objects), and the
+    input's index."""
+    from advisor.core.model import ModelSpec
+    from advisor.core.parallel import PARALLEL_FIELDS
+    from advisor.core.platform import Platform
+
+    if isinstance(configs, list):
+        pairs = _pair_columns(configs)
+        if isinstance(pairs, tuple):
+            return pairs
+        configs = pairs
+    if not isinstance(configs, pd.DataFrame):
+        raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, Job) "
+                          "pairs.")
+    frame = configs
+    gpu = "gpu" if "gpu" in frame or "platform" not in frame else "platform"
+    missing = [c for c in JOB_COLUMNS if c not in frame and (c, gpu) != ("gpu", "platform")]
+    if missing:
+        raise ConfigError(f"predict() needs column(s) {', '.join(missing)} besides the "
+                          f"ParallelConfig columns.")
+    n = len(frame)
+    read = _column_reader(frame)
+    objects: dict = {}
+    cols: dict[str, np.ndarray] = {}
+    for column, source, kind in (("model", "model", ModelSpec), ("gpu", gpu, Platform)):
+        values, dtype = read(source)
+        cols[column] = (values if isinstance(dtype, pd.StringDtype)   # names only, no objects
+                        else _object_keys(values.tolist(), kind, objects))
+    defaults = _config_defaults()
+    for name in PARALLEL_FIELDS:
+        default = defaults[name]
+        if name not in frame:
+            cols[name] = np.full(n, default, dtype=object if isinstance(default, str)
+                                 else type(default))
+            continue
+        cols[name] = _plain(*read(name), default)
+        if cols[name] is not None:
+            continue
+        column = frame[name]
+        if column.isna().any():
+            column = column.astype(object).where(column.notna(), default)
+        try:
+            if isinstance(default, bool):
+                column = column.astype(bool)
+            elif isinstance(default, int):
+                column = column.astype(float).astype(int)
+            else:
+                column = column.astype(str).str.lower()
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"column {name}: {e}") from None
+        cols[name] = column.to_numpy()
+    if "num_gpus" in frame:
+        _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
+                   .to_numpy(float),
+                   missing=(np.ones(n, dtype=bool) if "dp" not in frame
+                            else pd.isna(frame["dp"]).to_numpy()))
+    for name, default in (("framework", "megatron"), ("software", "")):
+        values = (read(name)[0].astype(object) if name in frame
+                  else np.full(n, default, dtype=object))
+        values = np.where(pd.isna(values), default, values)
+        if default:
+            values[values == ""] = default
+        cols[name] = values
+    unset = {name: (np.ones(n, dtype=bool) if name not in frame
+                    else pd.isna(frame[name]).to_numpy())
+             for name in (*framework_defaults.FIELDS, "etp")}
+    source = read("source_name")[0] if "source_name" in frame else None
+    _apply_framework_defaults(cols, unset, source)
+    return cols, frame.index, objects
+
+
+def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],
+                              source: np.ndarray | None) -> None:
+    """Fill the cells a frame left unset as `predict --input` does (`framework_defaults`),
+    and say so in `cols["assumed"]`; etp (it needs the model) is marked in
+    `cols["etp_unset"]` for the Predictor."""
+    n = len(cols["tp"])
+    cols["etp_unset"] = unset.pop("etp")
+    assumed = np.full(n, "", dtype=object)
+    if any(mask.any() for mask in unset.values()):
+        table = framework_defaults.defaults(cols["framework"], cols["software"], cols["tp"],
+                                            cols["dp_sharding"], source)
+        table["overlap_param_gather"] &= cols["dp_sharding"] != "none"
+        parts = [[] for _ in range(n)]
+        for name, mask in unset.items():
+            if not mask.any():
+                continue
+            cols[name] = np.where(mask, table[name], cols[name]).astype(cols[name].dtype)
+            for i in np.flatnonzero(mask):
+                parts[i].append(f"{name}={str(table[name][i]).lower()}")
+        for i in range(n):
+            if parts[i]:
+                reason = framework_defaults.why(str(cols["framework"][i]),
+                                                str(cols["software"][i]),
+                                                "" if source is None else str(source[i]))
+                assumed[i] = f"{', '.join(parts[i])} ({reason})"
+    cols["assumed"] = assumed
+
+
+def _derive_dp(cols: dict[str, np.ndarray], gpus: np.ndarray, *, missing: np.ndarray) -> None:
+    """dp from num_gpus where the row leaves it empty (what `predict --input` and the CLI do:
+    dp = num_gpus / (tp·pp·cp)); `num_gpus` is kept so that a contradiction is a row error."""
+    replica = cols["tp"] * cols["pp"] * cols["cp"]
+    whole = np.isfinite(gpus) & (gpus > 0) & (np.mod(gpus, np.maximum(replica, 1)) == 0)
+    derived = np.where(whole, gpus // np.maximum(replica, 1), cols["dp"])
+    cols["dp"] = np.where(missing, derived, cols["dp"]).astype(int)
+    # A row that gives dp but no num_gpus uses the GPUs its layout names.
+    cols["num_gpus"] = np.where(np.isnan(gpus) & ~missing, replica * cols["dp"], gpus)
+
+
+def group_rows(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
+    """((model, gpu, framework), row positions) for each distinct key, in order of first
+    appearance (as `groupby(sort=False, dropna=False)`)."""
+    keys = [cols[k] for k in ("model", "gpu", "framework")]
+    n = len(keys[0])
+    if n == 1:
+        return [((keys[0][0], keys[1][0], keys[2][0]), np.zeros(1, dtype=np.intp))]
+    group = np.zeros(n, dtype=np.int64)
+    for key in keys:
+        codes, uniques = pd.factorize(key, use_na_sentinel=False)
+        group, _ = pd.factorize(group * len(uniques) + codes)
+    if not group.any():
+        return [((keys[0][0], keys[1][0], keys[2][0]), np.arange(n))]
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.diff(group[order], prepend=-1))
+    out = []
+    for rows in np.split(order, starts[1:]):
+        first = rows[0]
+        out.append(((keys[0][first], keys[1][first], keys[2][first]), rows))
+    return out
+
+
+def resolve(model_key, gpu_key, objects: dict):
+    """The `ModelSpec` and `Platform` a row names (objects passed in win over the catalog)."""
+    from advisor.catalog import load_model, load_platform
+
+    if pd.isna(model_key) or pd.isna(gpu_key):
+        raise ConfigError("model and gpu are required for every row.")
+    model = objects.get(model_key) or load_model(str(model_key))
+    platform = objects.get(gpu_key) or load_platform(str(gpu_key))
+    return model, platform
+
+
+@functools.cache
+def _config_defaults() -> dict:
+    from advisor.core.parallel import ParallelConfig
+
+    return ParallelConfig().to_dict()
+
+
+def _column_reader(frame: pd.DataFrame):
+    """`read(name) -> (values, dtype)`: a column's values as an array, and its dtype."""
+    if len(frame) <= SMALL and frame.columns.is_unique:
+        matrix = frame.to_numpy(dtype=object)
+        table = {name: (matrix[:, j], dtype) for j, (name, dtype) in
+                 enumerate(zip(frame.columns.tolist(), frame.dtypes.tolist(), strict=True))}
+        return table.__getitem__
+    return lambda name: (frame[name].to_numpy(), frame[name].dtype)
+
+
+def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:
+    """`values` with each `kind` object replaced by a key under which it goes into `objects`."""
+    keys = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        if isinstance(value, kind):
+            key = f"{value.name}#{id(value)}"
+            objects[key] = value
+            value = key
+        keys[i] = value
+    return keys
+
+
+def _plain(values: np.ndarray, dtype, default) -> np.ndarray | None:
+    """A column's `values` as the array `predict` needs, where its `dtype` makes that a cheap
+    conversion with the same result as the general one (None where it does not)."""
+    numpy_dtype = isinstance(dtype, np.dtype)
+    if isinstance(default, bool):
+        return values.astype(bool) if numpy_dtype and dtype.kind == "b" else None
+    if isinstance(default, int):
+        return (values.astype(float).astype(int) if numpy_dtype and dtype.kind in "iu"
+                else None)
+    if len(values) > SMALL:
+        return None
+    values = values.tolist()
+    if not all(isinstance(v, str) and v.isascii() for v in values):
+        return None
+    out = np.empty(len(values), dtype=object)
+    out[:] = [v.lower() for v in values]
+    return out
+
+
+def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] | pd.DataFrame:
+    """The columns of a list of (ParallelConfig, Job) pairs; a DataFrame of them where some
+    value is not of its field's plain type (the DataFrame path converts those)."""
+    from advisor.core.model import ModelSpec
+    from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.core.platform import Platform
+
+    for item in pairs:
+        if not (isinstance(item, tuple) and len(item) == 2
+                and isinstance(item[0], ParallelConfig)):
+            raise ConfigError("predict() takes a DataFrame or a list of (ParallelConfig, "
+                              "Job) pairs.")
+    configs = [config for config, _ in pairs]
+    jobs = [job for _, job in pairs]
+    defaults = _config_defaults()
+    cols: dict[str, np.ndarray] = {}
+    for name in PARALLEL_FIELDS:
+        values = [getattr(config, name) for config in configs]
+        kind = type(defaults[name])
+        if not all(type(v) is kind and (kind is not int or 0 <= v < 2**53)
+                   and (kind is not str or v.isascii()) for v in values):
+            break
+        if kind is str:
+            cols[name] = np.empty(len(values), dtype=object)
+            cols[name][:] = [v.lower() for v in values]
+        else:
+            cols[name] = np.array(values, dtype=kind)
+    else:
+        objects: dict = {}
+        cols["model"] = _object_keys([job.model for job in jobs], ModelSpec, objects)
+        cols["gpu"] = _object_keys([job.platform for job in jobs], Platform, objects)
+        for name, default in (("framework", "megatron"), ("software", "")):
+            values = np.empty(len(jobs), dtype=object)
+            values[:] = [getattr(job, name, default) for job in jobs]
+            values = np.where(pd.isna(values), default, values)
+            if default:
+                values[values == ""] = default
+            cols[name] = values
+        if all(hasattr(job, "num_gpus") for job in jobs):
+            cols["num_gpus"] = np.array([job.num_gpus for job in jobs], dtype=float)
+        # A ParallelConfig states every field: nothing is assumed.
+        cols["assumed"] = np.full(len(pairs), "", dtype=object)
+        cols["etp_unset"] = np.zeros(len(pairs), dtype=bool)
+        return cols, pd.RangeIndex(len(pairs)), objects
+    rows = []
+    for config, job in pairs:
+        rows.append(config.to_dict() | {
+            "model": job.model, "gpu": job.platform,
+            "framework": getattr(job, "framework", "megatron"),
+            "software": getattr(job, "software", ""),
+            "num_gpus": getattr(job, "num_gpus", config.world_size)})
+    return pd.DataFrame(rows, columns=[*PARALLEL_FIELDS, "model", "gpu", "framework",
+                                       "software", "num_gpus"])

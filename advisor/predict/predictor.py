@@ -1,0 +1,352 @@
+"""`Predictor`: what schedulers and the CLI import — analytical model plus learned surrogate,
+vectorised.
+
+    from advisor import Predictor
+    p = Predictor.load()                       # bundled artifacts (models/)
+    p.predict(frame)                           # DataFrame: model, gpu + ParallelConfig columns
+
+Every learned quantity comes with p10/p90; where the surrogate has no support (a platform family
+or model family it never saw, or no trained artifact) the prediction is the analytical one, with
+a band from the analytical model's own cross-validated error, and `pred_source` says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from advisor.core.errors import AdvisorError, ConfigError
+from advisor.learn.bands import Z90
+from advisor.perf.columns import Columns, take
+from advisor.perf.finetune import is_lora
+from advisor.predict.columns import as_columns, group_rows, resolve
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The Predictor's values for one configuration: one row of `Predictor.predict` without
+    the `pred_` prefix."""
+
+    step_time_s: float
+    tokens_per_sec_per_gpu: float
+    tokens_per_sec_per_gpu_p10: float
+    tokens_per_sec_per_gpu_p90: float
+    tflops_per_gpu: float
+    mfu: float
+    memory_gb: float
+    fits: bool
+    avg_power_w: float
+    peak_power_w: float
+    energy_j_per_token: float
+    throttle_risk: float
+    source: str
+    """surrogate, or analytical where the data has no support."""
+    power_source: str
+    extrapolation: bool
+    calibrated: bool
+
+    @classmethod
+    def from_row(cls, row) -> Predicted:
+        values = {}
+        for f in fields(cls):
+            value = row[f"pred_{f.name}"]
+            value = value.item() if hasattr(value, "item") else value
+            values[f.name] = (bool(value) if f.type == "bool" else str(value)
+                              if f.type == "str" else float(value))
+        return cls(**values)
+
+
+def bundled_models_dir() -> Path:
+    """Where the shipped artifacts are: inside an installed wheel (advisor/_models), else the
+    checkout's models/ directory. advisor/_models is data only (no __init__.py), so it is a
+    namespace package: its location comes from the import system, not `resources.files`
+    (whose MultiplexedPath is not a filesystem path)."""
+    try:
+        spec = importlib.util.find_spec("advisor._models")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[2] / "models"
+
+
+class Predictor:
+    """Predictions for many configurations at once (see module docstring)."""
+
+    def __init__(self, surrogate=None, calibration=None, *, path: Path | None = None,
+                 power: dict | None = None) -> None:
+        from advisor.learn.bands import analytical_log_sd
+        from advisor.perf.calibration import load_calibration
+
+        self.surrogate = surrogate
+        self.power = power or {}
+        """Learned power/throttle surrogates by dataset column (`power_surrogate.TARGETS`);
+        those absent stay analytical."""
+        self.calibration = calibration or load_calibration()
+        self.path = path
+        # The analytical model's error on a stack it was not fitted to (series held out), and
+        # on a platform family no measured run calibrated (families held out).
+        self.analytical_log_sd = analytical_log_sd(self.calibration)
+        self.uncalibrated_log_sd = analytical_log_sd(self.calibration, calibrated=False)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Predictor:
+        """The bundled surrogates (`path=None`) or those in a directory written by
+        `advisor train`. A bundle without a throughput artifact predicts analytically."""
+        from advisor.learn.power_surrogate import load_power_surrogates
+        from advisor.learn.surrogate import load_throughput
+
+        directory = Path(path) if path is not None else bundled_models_dir()
+        if path is not None and not directory.is_dir():
+            raise AdvisorError(f"{directory}: no such directory of surrogate artifacts.")
+        surrogate = (load_throughput(directory) if (directory / "throughput.json").exists()
+                     or path is not None else None)
+        power = load_power_surrogates(directory) if directory.is_dir() else {}
+        return cls(surrogate, path=directory, power=power)
+
+    def predict(self, configs: pd.DataFrame | list) -> pd.DataFrame:
+        """`pred_*` columns for every configuration, in input order: a DataFrame with `model`,
+        `gpu` (catalog names, or `ModelSpec` / `Platform` objects) and `ParallelConfig`
+        columns, optional `framework` and `software`; or a list of (ParallelConfig, Job)
+        pairs. Rows that cannot be predicted get `pred_error` and the others are predicted."""
+        cols, index, objects = as_columns(configs)
+        if not len(index):
+            return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
+        groups = group_rows(cols)
+        parts = []
+        for (model_key, gpu_key, framework), rows in groups:
+            try:
+                model, platform = resolve(model_key, gpu_key, objects)
+                parts.append(self._predict_group(
+                    model, platform, framework, cols if len(groups) == 1 else take(cols, rows),
+                    rows))
+            except (AdvisorError, KeyError, ValueError, TypeError) as e:
+                message = str(e) if isinstance(e, AdvisorError) else (
+                    f"cannot predict this row: {type(e).__name__}: {e}")
+                parts.append(pd.DataFrame({"pred_error": message}, index=rows))
+        if len(parts) == 1 and parts[0].index.is_monotonic_increasing:
+            out = parts[0]           # every row, in order: nothing to put back in place
+        else:
+            out = pd.concat(parts).reindex(pd.RangeIndex(len(index)))
+            out["pred_error"] = out["pred_error"].fillna("")
+            if "pred_assumed" in out:
+                out["pred_assumed"] = out["pred_assumed"].fillna("")
+        out.index = index
+        return out
+
+    def contributions(self, model, platform, configs: pd.DataFrame, *,
+                      framework: str = "megatron") -> pd.DataFrame | None:
+        """The surrogate's SHAP values (log-ratio units, one column per feature) for
+        configurations of one model on one platform; None without a surrogate (callers use
+        them only for rows whose `pred_source` is surrogate)."""
+        from advisor.core.parallel import PARALLEL_FIELDS
+        from advisor.learn.features import group_features
+        from advisor.perf.analytical import analytical_table
+
+        if self.surrogate is None:
+            return None
+        configs = configs[list(PARALLEL_FIELDS)].reset_index(drop=True)
+        table = analytical_table(model, platform, configs, calibration=self.calibration,
+                                 framework=framework)
+        feats = group_features(model, platform, configs, table, framework=framework,
+                               software="")
+        return self.surrogate.contributions(feats)
+
+    def _predict_group(self, model, platform, framework: str, cols: Columns,
+                       rows: np.ndarray) -> pd.DataFrame:
+        """Predictions for configurations of one model on one platform run by one framework;
+        `rows` are their positions in the input."""
+        cols = _default_etp(model, cols)
+        invalid = _invalid(model, cols)
+        if invalid.any():
+            bad = pd.DataFrame({"pred_error": _why_invalid(model, platform, take(cols, invalid),
+                                                           framework),
+                                "pred_assumed": cols["assumed"][invalid]},
+                               index=rows[invalid])
+            if invalid.all():
+                return bad
+            good = ~invalid
+            return pd.concat([self._predict_group(model, platform, framework, take(cols, good),
+                                                  rows[good]), bad])
+        out = self._predict_arrays(model, platform, framework,
+                                   {k: v for k, v in cols.items() if k not in _BOOKKEEPING})
+        out["pred_assumed"] = cols["assumed"]
+        return pd.DataFrame(out, index=rows)
+
+    def _predict_arrays(self, model, platform, framework: str,
+                        cols: Columns) -> dict[str, np.ndarray]:
+        from advisor.learn.features import feature_matrix
+        from advisor.perf.analytical import analytical_arrays
+
+        # The group's framework for every row (not a per-row column: the group has one).
+        perf_cols = {k: v for k, v in cols.items() if k != "framework"}
+        table = analytical_arrays(model, platform, perf_cols, calibration=self.calibration,
+                                  framework=framework)
+        tps = table["tokens_per_sec_per_gpu"]
+        n = len(tps)
+        source = np.full(n, "analytical", dtype=object)
+        calibrated = bool(table["calibrated"][0])
+        log_sd = self.analytical_log_sd if calibrated else self.uncalibrated_log_sd
+        low = tps * math.exp(-Z90 * log_sd)
+        high = tps * math.exp(Z90 * log_sd)
+        extrapolation = np.zeros(n, dtype=bool)
+        learned = tps.copy()
+        feats = (feature_matrix(model, platform, cols, table, framework=framework,
+                                software=cols["software"])
+                 if self.surrogate is not None or self.power else None)
+        if self.surrogate is not None:
+            # Columns by iteration: looking one up builds the frame's label index (~0.1 ms).
+            ratio = {k: v.to_numpy() for k, v in self.surrogate.predict_ratio(
+                feats, np.full(n, platform.family),
+                np.full(n, model.family or model.name)).items()}
+            # No measured LoRA run trained the trees: those rows keep the analytical prior.
+            ok = ratio["supported"] & ~is_lora(cols, n)
+            learned = np.where(ok, tps * ratio["p50"], tps)
+            low = np.where(ok, tps * ratio["p10"], low)
+            high = np.where(ok, tps * ratio["p90"], high)
+            source = np.where(ok, "surrogate", source)
+            extrapolation = ratio["extrapolation"] | ~ok
+        else:
+            extrapolation[:] = True
+        scale = learned / tps
+        gpus = cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]
+        step = table["step_time_s"] / scale
+        power = self._power(model, platform, feats, table, lora=is_lora(cols, n))
+        avg = power["pred_avg_power_w"]
+        return {
+            "pred_step_time_s": step,
+            "pred_tokens_per_sec_per_gpu": learned,
+            "pred_tokens_per_sec_per_gpu_p10": low,
+            "pred_tokens_per_sec_per_gpu_p90": high,
+            "pred_tflops_per_gpu": table["tflops_per_gpu"] * scale,
+            "pred_mfu": table["mfu"] * scale,
+            "pred_memory_gb": table["total_bytes"] / 1e9,
+            "pred_fits": table["fits"],
+            **power,
+            "pred_energy_j_per_token": avg * step * gpus / (cols["gbs"] * cols["seq_len"]),
+            "pred_throttle_risk": table["throttle_risk"],
+            "pred_source": source,
+            "pred_extrapolation": extrapolation,
+            "pred_calibrated": np.full(n, calibrated),
+            "pred_error": np.full(n, "", dtype=object),
+        }
+
+    def _power(self, model, platform, feats, table, *,
+               lora: np.ndarray) -> dict[str, np.ndarray]:
+        """Average and peak power with their bands, and the measured-style throttle fractions:
+        learned where a power surrogate was trained and supports the row, else the analytical
+        watts (with no band: the analytical power model has no measurements to size one) and
+        no throttle fraction (the analytical model gives a risk, `pred_throttle_risk`)."""
+        n = len(table["avg_power_w"])
+        nan = np.full(n, np.nan)
+        out = {}
+        for column in ("avg_power_w", "peak_power_w"):
+            out[f"pred_{column}"] = np.asarray(table[column], dtype=float)
+            out[f"pred_{column}_p10"] = out[f"pred_{column}_p90"] = nan
+        for column in ("throttle_frac_power", "throttle_frac_thermal"):
+            for suffix in ("", "_p10", "_p90"):
+                out[f"pred_{column}{suffix}"] = nan
+        # Arrays, not scalars: pandas builds a column from an array faster.
+        out["pred_power_source"] = np.full(n, "analytical", dtype=object)
+        if not self.power:
+            return out
+        from advisor.learn.features import FEATURES
+        from advisor.learn.power_surrogate import power_features
+
+        frame = power_features(pd.DataFrame(feats, columns=list(FEATURES)), platform,
+                               pd.DataFrame({k: np.broadcast_to(table[k], (n,)) for k in (
+                                   "avg_power_w", "peak_power_w", "gemm_power_demand_w",
+                                   "throttle_risk", "throttle_risk_power",
+                                   "throttle_risk_thermal", "temp_rear_c")}))
+        families = np.full(n, platform.family)
+        model_families = np.full(n, model.family or model.name)
+        for column, surrogate in self.power.items():
+            q = surrogate.predict(frame, families, model_families)
+            ok = q["supported"].to_numpy() & ~lora
+            fallback = out[f"pred_{column}"]
+            out[f"pred_{column}"] = np.where(ok, q["p50"].to_numpy(), fallback)
+            out[f"pred_{column}_p10"] = np.where(ok, q["p10"].to_numpy(), np.nan)
+            out[f"pred_{column}_p90"] = np.where(ok, q["p90"].to_numpy(), np.nan)
+            if column == "avg_power_w":
+                out["pred_power_source"] = np.where(ok, "surrogate", "analytical")
+        return out
+
+
+_BOOKKEEPING = ("assumed", "etp_unset")
+"""Columns `as_columns` adds that are not configuration."""
+
+
+def _default_etp(model, cols: Columns) -> Columns:
+    """etp where the input left it unset: Megatron-Core's default etp = tp for MoE models
+    (`parallel.default_etp`), noted in `assumed`."""
+    unset = cols["etp_unset"] & (cols["tp"] > 1) if model.is_moe else None
+    if unset is None or not unset.any():
+        return cols
+    tp, ep = cols["tp"], cols["ep"]
+    fits = (tp * cols["cp"] * cols["dp"]) % (ep * tp) == 0
+    use = unset & fits
+    cols = dict(cols)
+    cols["etp"] = np.where(use, tp, cols["etp"]).astype(cols["etp"].dtype)
+    note = "etp=tp (Megatron-Core's default)"
+    cols["assumed"] = np.where(use, np.where(cols["assumed"] == "", note,
+                                             cols["assumed"] + "; " + note),
+                               cols["assumed"]).astype(object)
+    return cols
+
+
+def _invalid(model, configs: Columns) -> np.ndarray:
+    """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the
+    same one configuration at a time)."""
+    tp, pp, cp, dp = (configs[k] for k in ("tp", "pp", "cp", "dp"))
+    ep, etp, mbs, gbs = (configs[k] for k in ("ep", "etp", "mbs", "gbs"))
+    seq, vp = configs["seq_len"], configs["vp"]
+    from advisor.core.space import PIPELINE_EXTRA_LAYERS
+
+    # pp·vp may exceed the layers: Megatron can count the embedding and loss as layers.
+    most_stages = model.num_layers + max(PIPELINE_EXTRA_LAYERS)
+    bad = (model.num_attention_heads % tp != 0) | (pp * vp > most_stages)
+    bad |= gbs % (mbs * dp) != 0
+    bad |= (cp > 1) & (seq % (2 * cp) != 0)
+    if model.is_moe:
+        bad |= (model.num_experts % ep != 0) | ((tp * cp * dp) % (ep * etp) != 0)
+    else:
+        bad |= (ep > 1) | (etp > 1)
+    if "num_gpus" in configs:  # the layout must use the job's GPUs, no more and no fewer
+        gpus = configs["num_gpus"]
+        bad |= ~np.isfinite(gpus) | (tp * pp * cp * dp != gpus)
+    return bad
+
+
+def _why_invalid(model, platform, configs: Columns, framework: str = "megatron") -> list[str]:
+    from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.core.space import validate
+
+    out = []
+    gpus = (configs["num_gpus"].tolist() if "num_gpus" in configs
+            else [None] * len(configs["tp"]))
+    for values, num_gpus in zip(zip(*(configs[k].tolist() for k in PARALLEL_FIELDS),
+                                    strict=True), gpus, strict=True):
+        try:
+            config = ParallelConfig(**dict(zip(PARALLEL_FIELDS, values, strict=True)))
+            if num_gpus is not None and math.isnan(num_gpus):
+                raise ConfigError("num_gpus and dp are both empty: give either (dp = "
+                                  "num_gpus / (tp·pp·cp)).")
+            if num_gpus is not None and not (math.isfinite(num_gpus) and num_gpus >= 1
+                                             and num_gpus == int(num_gpus)):
+                raise ConfigError(f"num_gpus must be a positive whole number, got "
+                                  f"{num_gpus!r}.")
+            validate(config, model, platform, framework=framework,
+                     num_gpus=config.world_size if num_gpus is None else int(num_gpus))
+            out.append("invalid configuration for this model")
+        except AdvisorError as e:
+            out.append(str(e))
+        except (AttributeError, TypeError):
+            out.append("invalid configuration for this model (tp must divide the heads, "
+                       "pp·vp at most the layers, gbs a multiple of mbs·dp, ep dividing the "
+                       "experts)")
+    return out

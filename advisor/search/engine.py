@@ -1,0 +1,392 @@
+"""Search engines over a job's configuration space: score everything when that is cheap, Optuna
+otherwise. The only module that knows Optuna.
+
+Both engines return the same thing: a table of scored configurations (`ParallelConfig` columns
+plus the `Predictor`'s `pred_*` columns and the constraint violations), which `recommend` ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.knobs import SEARCH_ORDER as KNOBS
+from advisor.core.knobs import overlap
+from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
+from advisor.perf.memory import memory_table
+from advisor.search.objective import Constraints
+
+ENGINES = ("auto", "exhaustive", "optuna")
+EXHAUSTIVE_LIMIT = 150_000
+"""Most configurations that fit in memory to score exhaustively: about 1.5 s at the Predictor's
+~100k predictions/s (benchmarks/predictor_speed.py); larger spaces go to Optuna."""
+DEFAULT_TRIALS = 600
+BATCH = 32
+"""Trials asked before they are told: one vectorised Predictor call per batch."""
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    scored: pd.DataFrame
+    """Configurations that fit in memory, with `pred_*` columns and one `violates_*` column per
+    constraint (≤ 0 = met)."""
+    engine: str
+    num_valid: int
+    """Valid configurations in the space (for Optuna: valid configurations it tried)."""
+    num_fit: int
+    num_trials: int = 0
+    """Trials this process ran (Optuna only)."""
+    study_name: str = ""
+    num_space: int = 0
+    """Valid configurations in the (pinned) space."""
+
+
+@dataclass(frozen=True)
+class SearchEngine:
+    """How a job's space is searched: `kind` exhaustive (score every layout that fits),
+    optuna (multi-objective TPE over the knobs, `trials` per process, a study shared through
+    `storage` under `study_name`, sampler `seed`), or auto: Optuna when an Optuna setting is
+    given or more than `EXHAUSTIVE_LIMIT` layouts fit, exhaustive otherwise.
+
+    Raises:
+        ConfigError: an unknown `kind`, or an Optuna setting with `kind` exhaustive.
+    """
+
+    kind: str = "auto"
+    trials: int | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ConfigError(f"`search` engine {self.kind!r} is unknown; use one of "
+                              f"{', '.join(ENGINES)}.")
+        if self.kind == "exhaustive" and self.optuna_settings():
+            raise ConfigError(f"{', '.join(f'`{s}`' for s in self.optuna_settings())} set(s) "
+                              f"up an Optuna search; it cannot be combined with `search` "
+                              f"exhaustive (drop one).")
+
+    def optuna_settings(self) -> list[str]:
+        """The Optuna-only settings given."""
+        return [name for name in ("trials", "storage", "study_name", "seed")
+                if getattr(self, name) is not None]
+
+    def resolve(self, num_fit: int) -> str:
+        """exhaustive or optuna, for a space in which `num_fit` layouts fit."""
+        if self.kind != "auto":
+            return self.kind
+        return ("optuna" if self.optuna_settings() or num_fit > EXHAUSTIVE_LIMIT
+                else "exhaustive")
+
+
+def search(job: Job, *, predictor, constraints: Constraints, objective: str,
+           space: pd.DataFrame, pins: dict | None = None,
+           engine: SearchEngine | None = None, progress: Progress | None = None,
+           risk: str = "expected") -> SearchResult:
+    """Score `space` (an `enumerate_space` table with `pins` applied) as `engine` says
+    (default: `SearchEngine()`, auto)."""
+    engine = engine or SearchEngine()
+    memory = memory_table(job.model, platform=job.platform, configs=space)
+    fitting = space[memory["fits"].to_numpy()]
+    if engine.resolve(len(fitting)) == "exhaustive":
+        scored = score_configs(job, fitting, predictor=predictor, constraints=constraints)
+        return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
+                            num_space=len(space))
+    return _optuna(job, space, predictor=predictor, constraints=constraints,
+                   objective=objective, trials=engine.trials or DEFAULT_TRIALS,
+                   storage=engine.storage, study_name=engine.study_name, seed=engine.seed,
+                   pins=pins or {}, progress=progress, risk=risk)
+
+
+def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
+                  constraints: Constraints) -> pd.DataFrame:
+    """`configs` with the Predictor's columns and one `violates_*` column per constraint."""
+    if configs.empty:
+        return configs.reset_index(drop=True)
+    frame = configs[list(PARALLEL_FIELDS)].assign(model=job.model, gpu=job.platform)
+    predicted = predictor.predict(frame)
+    out = pd.concat([configs.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
+    # Rows the Predictor refuses keep NaN predictions (and are never feasible).
+    out = out.reindex(columns=[*out.columns.drop("pred_error", errors="ignore"),
+                               *(c for c in _PREDICTED if c not in out.columns)])
+    capacity_gb = job.platform.memory_capacity_bytes / 1e9
+    violations = constraints.violations(out, capacity_gb)
+    for name in violations:
+        out[f"violates_{name}"] = violations[name].to_numpy()
+    return out
+
+
+_PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
+              "pred_memory_gb", "pred_peak_power_w", "pred_throttle_risk",
+              "pred_energy_j_per_token", "pred_fits")
+
+
+def violation_columns(scored: pd.DataFrame) -> list[str]:
+    return [c for c in scored.columns if c.startswith("violates_")]
+
+
+def feasible(scored: pd.DataFrame) -> np.ndarray:
+    """Rows that were predicted and meet every constraint (NaN counts as a violation)."""
+    cols = violation_columns(scored)
+    ok = scored["pred_tokens_per_sec_per_gpu"].notna().to_numpy()
+    return ok & (scored[cols].to_numpy() <= 0).all(axis=1) if cols else ok
+
+
+# --- Optuna -----------------------------------------------------------------------------------
+
+def default_study_name(job: Job, *, objective: str, constraints: Constraints,
+                       pins: dict, risk: str = "expected") -> str:
+    """Same question → same study: workers started with the same flags share one study."""
+    key = json.dumps({"model": job.model.name, "platform": job.platform.name,
+                      "gpus": job.num_gpus, "seq": job.seq_len, "gbs": job.gbs,
+                      "precision": job.precision, "objective": objective,
+                      "constraints": constraints.describe(), "pins": pins,
+                      **({"risk": risk} if risk != "expected" else {})},
+                     sort_keys=True, default=str)
+    return f"advisor-{job.model.name}-{job.num_gpus}x{job.platform.name}-" + \
+        hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def open_storage(url: str | None):
+    """None (in memory), an Optuna journal file (a path), or a database URL
+    (postgresql+psycopg2://..., sqlite:///...). Unreachable storage is a clear error."""
+    if not url:
+        return None
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if "://" not in url:
+        try:
+            return JournalStorage(JournalFileBackend(url))
+        except OSError as e:
+            raise AdvisorError(f"cannot open the Optuna journal file {url}: {e.strerror}; "
+                               f"check the directory exists and is writable.") from None
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except ModuleNotFoundError as e:
+            raise AdvisorError(f"storage {url.split('://')[0]}:// needs the {e.name} driver: "
+                               f"pip install 'advisor[postgres]'.") from None
+        except (IntegrityError, ProgrammingError) as e:
+            # Workers starting together on an empty database race to create Optuna's tables;
+            # the loser retries and finds them.
+            if attempt == 4:
+                raise AdvisorError(f"cannot set up Optuna's tables in {_redact(url)}: "
+                                   f"{str(e).splitlines()[0][:160]}") from None
+            time.sleep(0.2 * (attempt + 1))
+        except Exception as e:  # SQLAlchemy raises many types for a bad URL or a dead server
+            text = str(e).strip()
+            first = text.splitlines()[0][:160] if text else type(e).__name__
+            raise AdvisorError(f"cannot reach the Optuna storage {_redact(url)}: {first}. "
+                               f"Check the host, port, database and credentials.") from None
+
+
+def _redact(url: str) -> str:
+    head, _, tail = url.partition("://")
+    if "@" in tail:
+        tail = "***@" + tail.split("@", 1)[1]
+    return f"{head}://{tail}"
+
+
+INVALID = 10.0
+"""Constraint value of a configuration that could not be predicted: worse than any real
+violation (those are scaled to fractions of their limit)."""
+
+
+def _with_overlap(space: pd.DataFrame) -> pd.DataFrame:
+    return space.assign(overlap=overlap(space))
+
+
+def _choices(space: pd.DataFrame) -> dict[str, list]:
+    """Per knob, the values the (pinned) space takes. The lists are the same in every trial
+    of a study (Optuna refuses changing choices): pins are part of the study's name."""
+    return {k: sorted(space[k].unique().tolist(), key=str) for k in KNOBS}
+
+
+def _suggest(trial, choices: dict[str, list]) -> dict:
+    """Define-by-run: vp only with a pipeline; a knob with one value is not a parameter."""
+
+    def pick(name: str):
+        values = choices[name]
+        return values[0] if len(values) == 1 else trial.suggest_categorical(name, values)
+
+    p = {k: pick(k) for k in ("tp", "cp", "pp")}
+    p["vp"] = pick("vp") if p["pp"] > 1 else 1
+    for k in ("ep", "etp", "mbs", "recompute", "dp_sharding", "overlap"):
+        p[k] = pick(k)
+    return p
+
+
+class _Nearest:
+    """Maps a sampled combination of knobs to a configuration of the space: itself when
+    valid, else the nearest valid one (log2 distance on sizes, one per differing category).
+    Most combinations of independently sampled sizes break a divisibility rule; repairing
+    them keeps every trial informative instead of teaching TPE what is invalid."""
+
+    NUMERIC = ("tp", "cp", "pp", "vp", "ep", "etp", "mbs")
+    CATEGORICAL = ("recompute", "dp_sharding", "overlap")
+
+    def __init__(self, space: pd.DataFrame) -> None:
+        self.index: dict[tuple, int] = {}
+        for i, row in enumerate(zip(*(space[k] for k in KNOBS), strict=True)):
+            self.index.setdefault(tuple(_plain(v) for v in row), i)
+        self.sizes = np.log2(space[list(self.NUMERIC)].to_numpy(float))
+        self.categories = space[list(self.CATEGORICAL)].astype(str).to_numpy()
+        # Repairs search among rows with the sampled tp and pp first (a big MoE space has
+        # millions of rows; most repairs only need to fix the sizes that follow).
+        self.by_layout = {key: np.asarray(rows) for key, rows in
+                          space.groupby(["tp", "pp"]).indices.items()}
+
+    def __call__(self, p: dict) -> int:
+        exact = self.index.get(_key(p))
+        if exact is not None:
+            return exact
+        sizes = np.log2(np.array([p[k] for k in self.NUMERIC], dtype=float))
+        categories = np.array([str(p[k]) for k in self.CATEGORICAL])
+        rows = self.by_layout.get((p["tp"], p["pp"]))
+        if rows is None:
+            rows = np.arange(len(self.sizes))
+        distance = (np.abs(self.sizes[rows] - sizes).sum(axis=1)
+                    + (self.categories[rows] != categories).sum(axis=1))
+        return int(rows[np.argmin(distance)])
+
+
+def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraints,
+            objective: str, trials: int, storage: str | None, study_name: str | None,
+            seed: int | None, pins: dict, progress: Progress | None,
+            risk: str = "expected") -> SearchResult:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    directions = (["maximize", "minimize"] if objective == "balanced" else
+                  ["minimize"] if objective == "energy" else ["maximize"])
+    name = study_name or default_study_name(job, objective=objective,
+                                            constraints=constraints, pins=pins, risk=risk)
+    if seed is None and storage is None:
+        seed = 0  # reproducible alone; workers sharing a study each draw their own
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    try:
+        study = optuna.create_study(study_name=name, storage=open_storage(storage),
+                                    directions=directions, sampler=sampler,
+                                    load_if_exists=True)
+    except AdvisorError:
+        raise
+    except Exception as e:
+        raise AdvisorError(f"cannot open the Optuna study {name} in {_redact(storage or '')}:"
+                           f" {str(e).splitlines()[0][:160]}") from None
+    keyed = _with_overlap(space)
+    choices, nearest = _choices(keyed), _Nearest(keyed)
+    for preset in _presets(job, keyed, choices):
+        study.enqueue_trial(preset, skip_if_exists=True)
+    capacity_gb = job.platform.memory_capacity_bytes / 1e9
+    cache: dict[int, pd.Series] = {}
+    done = 0
+    while done < trials:
+        batch = [study.ask() for _ in range(min(BATCH, trials - done))]
+        try:
+            rows = [nearest(_suggest(t, choices)) for t in batch]
+        except ValueError as e:  # Optuna: a parameter's choices differ from the study's
+            raise AdvisorError(f"the Optuna study {name} was created with other choices "
+                               f"({str(e).splitlines()[0]}); pass a new `study_name`.") from None
+        new = sorted({r for r in rows if r not in cache})
+        if new:
+            part = score_configs(job, space.iloc[new], predictor=predictor,
+                                 constraints=constraints)
+            for r, (_, row) in zip(new, part.iterrows(), strict=True):
+                cache[r] = row
+        for trial, r in zip(batch, rows, strict=True):
+            _tell(study, trial, cache.get(r), objective, directions,
+                  scales=_scales(constraints, capacity_gb), risk=risk)
+        done += len(batch)
+        if progress:
+            progress(done, trials)
+    # Every worker sharing the study answers from all of its trials, not only its own.
+    tried = sorted({nearest({**_fixed(choices), **t.params})
+                    for t in study.get_trials(deepcopy=False,
+                                              states=(optuna.trial.TrialState.COMPLETE,))})
+    scored = score_configs(job, space.iloc[tried], predictor=predictor,
+                           constraints=constraints)
+    fits = scored["pred_fits"].astype(bool).to_numpy() if len(scored) else np.zeros(0, bool)
+    return SearchResult(scored[fits].reset_index(drop=True), "optuna", num_valid=len(tried),
+                        num_fit=int(fits.sum()), num_trials=done, study_name=name,
+                        num_space=len(space))
+
+
+def _fixed(choices: dict[str, list]) -> dict:
+    """Values of knobs that are not parameters (one choice), and vp 1 without a pipeline."""
+    return {"vp": 1, **{k: v[0] for k, v in choices.items() if len(v) == 1}}
+
+
+def _key(p: dict) -> tuple:
+    return tuple(p[k] for k in KNOBS)
+
+
+def _scales(constraints: Constraints, capacity_gb: float) -> dict[str, float]:
+    """Divisors that make every violation a fraction of its limit (GB and W are not
+    comparable, and TPE ranks infeasible trials by their summed violation)."""
+    return {"memory_gb": capacity_gb, "peak_power_w": constraints.max_power_w or 1.0,
+            "throttle_risk": 1.0}
+
+
+def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[str], *,
+          scales: dict[str, float], risk: str = "expected") -> None:
+    """Invalid layouts are infeasible trials with the worst values, so TPE learns to avoid
+    them; constraint values are the predicted excess as a fraction of the limit (≤ 0 = met)."""
+    if row is None or pd.isna(row.get("pred_tokens_per_sec_per_gpu")):
+        trial.set_constraint("valid", INVALID)
+        worst = [0.0 if d == "maximize" else 1e9 for d in directions]
+        study.tell(trial, worst)
+        return
+    trial.set_constraint("valid", 0.0)
+    for col in row.index:
+        if col.startswith("violates_"):
+            name = col.removeprefix("violates_")
+            trial.set_constraint(name, float(row[col]) / scales.get(name, 1.0))
+    # The values `objective.score` ranks by: the median throughput (the p10 when risk-averse)
+    # and the energy per token it implies.
+    tps = float(row["pred_tokens_per_sec_per_gpu"])
+    low = (min(float(row.get("pred_tokens_per_sec_per_gpu_p10", tps)), tps)
+           if risk == "averse" else tps)
+    energy = float(row["pred_energy_j_per_token"]) * tps / low
+    values = {"throughput": [low], "cost": [low], "energy": [energy],
+              "balanced": [low, energy]}[objective]
+    study.tell(trial, values)
+
+
+def _presets(job: Job, space: pd.DataFrame, choices: dict[str, list]) -> list[dict]:
+    """Known-good starting points, as NVIDIA's recipes choose them: for each tp up to one
+    NVLink domain, the smallest pipeline that fits with the least recompute, the smallest
+    micro-batch, no context parallelism, and overlap where the space allows it."""
+    candidates = space[(space["cp"] == space["cp"].min()) & (space["mbs"] == space["mbs"].min())
+                       & (space["vp"] == space["vp"].min())]
+    candidates = candidates[candidates["tp"] <= job.platform.nvlink_domain_size]
+    if candidates.empty:
+        return []
+    fits = memory_table(job.model, platform=job.platform, configs=candidates)["fits"].to_numpy()
+    candidates = candidates[fits]
+    order = {r: i for i, r in enumerate(RECOMPUTE)}
+    out = []
+    for _, group in candidates.groupby("tp"):
+        group = group.assign(_r=group["recompute"].map(order), _o=~group["overlap"])
+        best = group.sort_values(["pp", "_r", "_o", "dp_sharding"]).iloc[0]
+        preset = {k: _plain(best[k]) for k in KNOBS if len(choices[k]) > 1}
+        if best["pp"] == 1:
+            preset.pop("vp", None)
+        out.append(preset)
+    return out
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value

@@ -1,0 +1,106 @@
+"""Published experts as a sanity check: is each configuration NVIDIA tuned and published for a
+job among advisor's top picks for the same job — and where not, why does advisor prefer its own?
+
+Only NVIDIA's performance recipes count (NeMo and Megatron-Bridge performance summaries,
+including the long-context CP tables): those configurations were tuned per job on current
+software. The 2021-22 Megatron-LM papers fixed layouts to study scaling, on software (unfused
+attention, no overlap) that `recommend` does not search.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import pandas as pd
+
+from advisor.core.errors import AdvisorError
+from advisor.search.objective import Constraints
+from advisor.search.recommend import recommend
+from advisor.search.why_not import rank_layout
+
+RECIPE_SOURCES = ("NeMo", "Megatron-Bridge")
+KNOBS = ("tp", "pp", "cp", "ep", "vp", "mbs")
+JOB = ("model", "gpu", "num_gpus", "seq_len", "gbs", "precision")
+TOP = 5
+
+
+@dataclass(frozen=True)
+class ExpertVerdict:
+    job: str
+    recipe: dict
+    rank: int | None
+    """Position of the recipe's layout among advisor's distinct layouts (1 = advisor's pick);
+    None where advisor does not consider it (does not fit, or outside the space)."""
+    ratio: float | None
+    """advisor's top pick / the recipe's best variant, predicted tokens/s per GPU."""
+    why: str
+    exact_rank: int | None = None
+    """Position counting virtual-pipeline and micro-batch variants as layouts of their own."""
+
+    @property
+    def agrees(self) -> bool:
+        return self.rank is not None and self.rank <= TOP
+
+    @property
+    def agrees_exactly(self) -> bool:
+        return self.exact_rank is not None and self.exact_rank <= TOP
+
+
+def recipe_jobs(reference: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct (job, published layout) from NVIDIA's recipes."""
+    names = reference["source_name"].astype(str)
+    rows = reference[names.str.contains("|".join(RECIPE_SOURCES))].copy()
+    for k in KNOBS:
+        rows[k] = rows[k].fillna(1).astype(int)
+    rows["precision"] = rows["precision"].fillna("bf16").str.lower()
+    return rows.drop_duplicates(list(JOB) + list(KNOBS)).reset_index(drop=True)
+
+
+def check(row: pd.Series, *, predictor) -> ExpertVerdict:
+    """Where the published layout ranks for its job, and why advisor's pick differs."""
+    from advisor.catalog import load_model, load_platform
+    from advisor.core.parallel import make_job
+
+    recipe = {k: int(row[k]) for k in KNOBS}
+    label = (f"{row['model']} {row['num_gpus']}×{row['gpu']} seq {row['seq_len']} gbs "
+             f"{row['gbs']} {row['precision']}")
+    try:
+        job = make_job(load_model(str(row["model"])), load_platform(str(row["gpu"])),
+                       num_gpus=int(row["num_gpus"]), seq_len=int(row["seq_len"]),
+                       gbs=int(row["gbs"]), precision=str(row["precision"]))
+        rec = recommend(job, top=1, predictor=predictor, constraints=Constraints())
+    except AdvisorError as e:
+        return ExpertVerdict(label, recipe, None, None, f"advisor cannot plan this job: {e}")
+    # The same "why not this layout?" that `recommend --layout` answers: the recipe's variants
+    # are scored directly (Optuna may not have sampled them) and ranked with recommend's rule.
+    verdict = rank_layout(rec, recipe, predictor=predictor)
+    ratio = None if verdict.gap is None else 1.0 + verdict.gap
+    return ExpertVerdict(label, recipe, verdict.rank, ratio, verdict.why,
+                         exact_rank=verdict.exact_rank)
+
+
+def agreement(reference: pd.DataFrame, *, workers: int = 1) -> list[ExpertVerdict]:
+    """A verdict for every NVIDIA recipe job, in `recipe_jobs` order (`workers` processes)."""
+    rows = [row for _, row in recipe_jobs(reference).iterrows()]
+    if workers <= 1:
+        return [_check(row) for row in rows]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Spawn, not fork: a forked child inherits XGBoost's and torch's thread pools mid-state
+    # and can deadlock.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_check, rows, chunksize=4))
+
+
+@functools.cache
+def _predictor():
+    """One bundled Predictor per process (the pool's workers load their own)."""
+    from advisor.predict.predictor import Predictor
+
+    return Predictor.load()
+
+
+def _check(row: pd.Series) -> ExpertVerdict:
+    return check(row, predictor=_predictor())

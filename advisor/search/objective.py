@@ -1,0 +1,157 @@
+"""What a recommendation optimises and what it must respect: objectives, user constraints, and
+the Pareto fronts of throughput against peak power and energy.
+
+Everything here works on the `pred_*` columns the `Predictor` returns, vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from advisor.core.errors import ConfigError
+
+OBJECTIVES = ("throughput", "energy", "balanced", "cost")
+"""throughput: most tokens/s per GPU. energy: most tokens per joule. balanced: the largest
+product of throughput and tokens per joule, each relative to the best candidate (the knee of the
+throughput-energy front). cost: fewest dollars per million tokens (GPU-hour price / tokens per
+GPU-hour): on one platform that is the throughput ranking; `compare` weighs the prices."""
+
+RISKS = ("expected", "averse")
+"""expected: rank on the predicted median (what a platform engineer means by "fastest").
+averse: rank on the pessimistic p10, so a layout the measured data supports poorly (a wide
+band) cannot win on its median; the recommendation says what that traded."""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Limits every recommended configuration must meet (None = no limit)."""
+
+    max_power_w: float | None = None
+    """Predicted peak power per GPU (the instantaneous draw a power-capped facility sees)."""
+    max_throttle_risk: float | None = None
+    """Predicted probability that clocks drop (power cap or thermal slowdown), 0..1."""
+    memory_margin: float = 0.0
+    """Fraction of GPU memory left free on the heaviest stage, on top of the memory model's own
+    allowance for the CUDA context and allocator."""
+
+    def __post_init__(self) -> None:
+        if self.max_power_w is not None and self.max_power_w <= 0:
+            raise ConfigError(f"`max_power_w` must be positive, got {self.max_power_w}.")
+        if self.max_throttle_risk is not None and not 0 <= self.max_throttle_risk <= 1:
+            raise ConfigError(f"`max_throttle_risk` is a probability between 0 and 1, got "
+                              f"{self.max_throttle_risk}.")
+        if not 0 <= self.memory_margin < 1:
+            raise ConfigError(f"`memory_margin` is a fraction of GPU memory in [0, 1), got "
+                              f"{self.memory_margin}; 0.1 keeps 10 % free.")
+
+    def violations(self, scored: pd.DataFrame, capacity_gb: float) -> pd.DataFrame:
+        """One column per constraint: by how much each row exceeds it (≤ 0 = met). Optuna's
+        `trial.set_constraint` takes exactly these values."""
+        usable = capacity_gb * (1.0 - self.memory_margin)
+        out = pd.DataFrame({"memory_gb": scored["pred_memory_gb"] - usable}, index=scored.index)
+        if self.max_power_w is not None:
+            out["peak_power_w"] = scored["pred_peak_power_w"] - self.max_power_w
+        if self.max_throttle_risk is not None:
+            out["throttle_risk"] = scored["pred_throttle_risk"] - self.max_throttle_risk
+        return out
+
+    def describe(self) -> list[str]:
+        out = []
+        if self.max_power_w is not None:
+            out.append(f"peak power ≤ {self.max_power_w:.0f} W per GPU")
+        if self.max_throttle_risk is not None:
+            out.append(f"throttle risk ≤ {self.max_throttle_risk:.0%}")
+        if self.memory_margin:
+            out.append(f"{self.memory_margin:.0%} of GPU memory kept free")
+        return out
+
+
+def check_objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective {objective!r} is unknown; use one of "
+                          f"{', '.join(OBJECTIVES)}.")
+    return objective
+
+
+def check_risk(risk: str) -> str:
+    if risk not in RISKS:
+        raise ConfigError(f"`risk` {risk!r} is unknown; use expected (rank on the predicted "
+                          f"median) or averse (rank on the pessimistic p10).")
+    return risk
+
+
+TIE_TOLERANCE = 0.05
+"""Candidates within this fraction of the best score count as a tie, which the more
+conventional layout wins: the model cannot order them (its error against NVIDIA's measured
+recipes is 2-6 % per layout, more between layouts). The recommendation says when a tie
+decided, and by how much the layout it beat is predicted faster."""
+
+
+def throughput_basis(scored: pd.DataFrame, risk: str = "expected") -> np.ndarray:
+    """Tokens/s per GPU that ranking uses: the median, or the p10 where `risk` is averse (and
+    the Predictor gives one)."""
+    check_risk(risk)
+    tps = scored["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    low = scored.get("pred_tokens_per_sec_per_gpu_p10")
+    if risk == "expected" or low is None:
+        return tps
+    return np.minimum(low.to_numpy(float), tps)
+
+
+def score(scored: pd.DataFrame, objective: str, risk: str = "expected") -> np.ndarray:
+    """Higher is better, for every row (NaN where the row could not be predicted).
+
+    `risk="expected"` scores the predicted median; `"averse"` the pessimistic p10, so a layout
+    the measured data does not support (a wide band) cannot win on its median.
+    """
+    check_objective(objective)
+    tps = scored["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    basis = throughput_basis(scored, risk)
+    tokens_per_j = (1.0 / scored["pred_energy_j_per_token"].to_numpy(float)) * (basis / tps)
+    if objective in ("throughput", "cost"):  # one platform: one price per GPU-hour
+        return basis
+    if objective == "energy":
+        return tokens_per_j
+    # Relative throughput × relative tokens per joule: scale-free, so it does not matter that
+    # one is in tokens/s and the other in tokens/J.
+    return (basis / np.nanmax(basis)) * (tokens_per_j / np.nanmax(tokens_per_j))
+
+
+def conventional_order(scored: pd.DataFrame) -> np.ndarray:
+    """Lower = more conventional: no context parallelism, then no FSDP, then a smaller
+    micro-batch, then less recompute (each costs memory or adds communication the model
+    prices but real runs often pay more for)."""
+    recompute = scored["recompute"].map({"none": 0, "selective": 1, "full": 2}).to_numpy()
+    return ((scored["cp"].to_numpy() > 1) * 1000 + (scored["dp_sharding"] == "full").to_numpy()
+            * 100 + np.log2(scored["mbs"].to_numpy(float)) * 10 + recompute)
+
+
+def rank(scored: pd.DataFrame, objective: str, risk: str = "expected") -> pd.DataFrame:
+    """Rows best first. Rows within `TIE_TOLERANCE` of the best score come first, the most
+    conventional of them first; the rest follow by score; exact ties go to more memory
+    headroom."""
+    values = score(scored, objective, risk)
+    near = values >= (1.0 - TIE_TOLERANCE) * np.nanmax(values) if len(values) else values > 0
+    out = scored.assign(score=values, near_best=near,
+                        _order=np.where(near, conventional_order(scored), 0))
+    out = out.sort_values(["near_best", "_order", "score", "pred_memory_gb"],
+                          ascending=[False, True, False, True], kind="stable")
+    return out.drop(columns="_order").reset_index(drop=True)
+
+
+def pareto_front(scored: pd.DataFrame, cost: str) -> pd.DataFrame:
+    """Rows no other row beats on both throughput (higher) and `cost` (lower), by throughput.
+
+    `cost` is a column such as `pred_peak_power_w` or `pred_energy_j_per_token`.
+    """
+    if scored.empty:
+        return scored
+    order = scored.sort_values(["pred_tokens_per_sec_per_gpu", cost],
+                               ascending=[False, True], kind="stable")
+    costs = order[cost].to_numpy(float)
+    best_so_far = np.minimum.accumulate(np.concatenate([[np.inf], costs[:-1]]))
+    keep = costs < best_so_far
+    return order[keep].reset_index(drop=True)

@@ -1,0 +1,329 @@
+"""`recommend`: the best configurations for a job under an objective and constraints, each with
+its prediction, explanation and warnings, plus the Pareto fronts and the trade-offs.
+
+    from advisor.search.recommend import recommend
+    rec = recommend(job, objective="throughput", constraints=Constraints(max_power_w=650))
+    rec.choices[0].config      # ParallelConfig to launch
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.knobs import LAYOUT, NAMES, overlap
+from advisor.core.parallel import Job, ParallelConfig, make_job
+from advisor.core.space import config_from_row, enumerate_space
+from advisor.explain.rationale import (
+    contributions_in_words,
+    describe,
+    layout_reasons,
+    neighbours,
+    tradeoff,
+    warnings,
+)
+from advisor.perf.analytical import Prediction, predict_configs
+from advisor.predict.predictor import Predicted
+from advisor.search.engine import SearchEngine, feasible, search, violation_columns
+from advisor.search.objective import (
+    TIE_TOLERANCE,
+    Constraints,
+    check_objective,
+    check_risk,
+    pareto_front,
+    rank,
+    throughput_basis,
+)
+from advisor.search.placement import Placement, propose_placement
+
+
+class Infeasible(AdvisorError):
+    """No configuration meets the job's memory or the user's constraints."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One recommended configuration."""
+
+    rank: int
+    config: ParallelConfig
+    """The configuration to launch."""
+    summary: str
+    predicted: Predicted
+    """Throughput with p10/p90, memory, power, energy, throttle risk, and their source."""
+    analytical: Prediction
+    """The analytical breakdown behind the explanation."""
+    reasons: list[str]
+    warnings: list[str]
+    contributions: str = ""
+    placement: Placement | None = None
+    """An uneven pipeline split the model predicts better for the objective (None: the even
+    split is best, or pp is 1)."""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    job: Job
+    objective: str
+    constraints: Constraints
+    pins: dict
+    engine: str
+    num_valid: int
+    num_fit: int
+    num_feasible: int
+    choices: list[Choice]
+    tradeoffs: list[str]
+    pareto_power: pd.DataFrame
+    pareto_energy: pd.DataFrame
+    ranked: pd.DataFrame = field(repr=False)
+    """Every feasible scored configuration, best first."""
+    num_trials: int = 0
+    study_name: str = ""
+    risk: str = "expected"
+    ranking: list[str] = field(default_factory=list)
+    """How the order was decided, in words: the basis (median or p10), and where a tie rule or
+    the risk-averse basis put a layout ahead of a faster one."""
+
+
+def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected",
+              constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
+              predictor=None, engine: SearchEngine | None = None,
+              progress=None) -> Recommendation:
+    """Search `job`'s space and return the `top` distinct layouts (see module docstring),
+    ranked on the expected (median) prediction, or on the pessimistic p10 with
+    `risk="averse"`."""
+    from advisor.predict.predictor import Predictor
+
+    check_objective(objective)
+    check_risk(risk)
+    if top < 1:
+        raise ConfigError(f"`top` must be at least 1, got {top}.")
+    constraints = constraints or Constraints()
+    pins = dict(pins or {})
+    predictor = predictor or Predictor.load()
+    space = pinned_space(job, pins)
+    result = search(job, predictor=predictor, constraints=constraints, objective=objective,
+                    space=space, pins=pins, engine=engine, progress=progress, risk=risk)
+    scored = result.scored
+    tried = (f"Optuna's {result.num_trials} trials ({result.num_valid} valid layouts of "
+             f"{result.num_space:,}) found none that " if result.engine == "optuna" else "")
+    if result.num_fit == 0 or scored.empty:
+        raise Infeasible(tried + "fits; raise `trials` or use `search` exhaustive." if tried
+                         else no_fit_message(job, pins))
+    scored = scored[scored["pred_tokens_per_sec_per_gpu"].notna()]
+    ok = feasible(scored)
+    if not ok.any():
+        message = constraint_message(scored, constraints)
+        raise Infeasible(tried + "meets the constraints; raise `trials` or use `search` "
+                         "exhaustive. Among them: " + message if tried else message)
+    ranked = rank(scored[ok], objective, risk)
+    # One row per layout: variants that differ only in VP, micro-batch, recompute, sharding
+    # or overlap show up in the trade-offs instead of crowding the list.
+    head = ranked.drop_duplicates(list(LAYOUT)).head(top)
+    shap = _contributions(head, job, predictor)
+    configs = [config_from_row(row) for _, row in head.iterrows()]
+    analytical = predict_configs(job.model, job.platform, configs,
+                                 calibration=predictor.calibration)
+    choices = [_choice(i + 1, row, job, predictor, shap[i], analytical[i],
+                       objective=objective, constraints=constraints)
+               for i, (_, row) in enumerate(head.iterrows())]
+    best = ranked.iloc[0]
+    lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
+    return Recommendation(
+        job=job, objective=objective, constraints=constraints, pins=pins, engine=result.engine,
+        num_valid=result.num_valid, num_fit=result.num_fit, num_feasible=int(ok.sum()),
+        choices=choices, tradeoffs=lines,
+        pareto_power=pareto_front(ranked, "pred_peak_power_w"),
+        pareto_energy=pareto_front(ranked, "pred_energy_j_per_token"),
+        ranked=ranked, num_trials=result.num_trials, study_name=result.study_name,
+        risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk))
+
+
+def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) -> list[str]:
+    """How `ranked`'s order was decided: the basis, and any layout the tie rule or the
+    risk-averse basis put behind #1 although it is predicted faster."""
+    what = {"throughput": "throughput", "energy": "tokens per joule",
+            "balanced": "throughput × tokens per joule",
+            "cost": "throughput (one platform: dollars per token fall as it rises)"}[objective]
+    basis = ("expected (median)" if risk == "expected" else
+             "pessimistic (p10, risk averse)")
+    notes = [f"Ranked on the {basis} {what}; the p10–p90 band is the throughput's "
+             f"uncertainty. Layouts within {TIE_TOLERANCE:.0%} of the best count as a tie, "
+             f"which the more conventional one wins (no CP, no FSDP, smaller micro-batch, "
+             f"less recompute)."]
+    if ranked.empty:
+        return notes
+    best = ranked.iloc[0]
+    median = ranked["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    fastest = ranked.iloc[int(np.nanargmax(median))]
+    gain = float(fastest["pred_tokens_per_sec_per_gpu"]) / float(
+        best["pred_tokens_per_sec_per_gpu"]) - 1
+    if gain < 0.005 or objective not in ("throughput", "cost"):
+        return notes
+    from advisor.explain.rationale import short
+
+    if risk == "averse":
+        low_best, low_fast = (float(x) for x in throughput_basis(
+            pd.DataFrame([best, fastest]), "averse"))
+        notes.append(f"Traded for certainty: {short(fastest, job.model)} is predicted "
+                     f"{gain:.1%} faster on the median, but its p10 is {low_fast:,.0f} against "
+                     f"#1's {low_best:,.0f} tokens/s per GPU (a wider band: the measured data "
+                     f"supports it less).")
+    else:
+        notes.append(f"{short(fastest, job.model)} ({describe(fastest, job.model)}) is "
+                     f"predicted {gain:.1%} faster than #1, within the tie tolerance; #1 is "
+                     f"the more conventional layout.")
+    return notes
+
+
+def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str,
+            analytical: Prediction, *, objective: str, constraints: Constraints) -> Choice:
+    config = analytical.config
+    placement = propose_placement(job.model, job.platform, config, objective=objective,
+                                  constraints=constraints, calibration=predictor.calibration)
+    predicted = Predicted.from_row(row)
+    return Choice(rank=position, config=config, summary=describe(row, job.model),
+                  predicted=predicted, analytical=analytical,
+                  reasons=layout_reasons(analytical, job.model, job.platform),
+                  warnings=warnings(row, job.platform, job.model,
+                                    surrogate=predictor.surrogate is not None),
+                  contributions=contributions, placement=placement)
+
+
+def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
+    """The surrogate's SHAP contributions in words, for rows it predicted ('' otherwise)."""
+    supported = (rows["pred_source"] == "surrogate").to_numpy()
+    shap = (predictor.contributions(job.model, job.platform, rows) if supported.any()
+            else None)
+    if shap is None:
+        return [""] * len(rows)
+    return [contributions_in_words(shap.iloc[i], moe=job.model.is_moe) if supported[i] else ""
+            for i in range(len(rows))]
+
+
+# --- pins and infeasibility -------------------------------------------------------------------
+
+PINNABLE = NAMES
+"""Every knob can be pinned (`overlap`: any of the three overlap switches on)."""
+
+
+def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
+    """The job's valid configurations with `pins` applied; a pin that leaves nothing is a
+    `ConfigError` naming the pin and the values the others allow."""
+    unknown = sorted(set(pins) - set(PINNABLE))
+    if unknown:
+        raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
+                          f"{', '.join(PINNABLE)}.")
+    space = enumerate_space(job)
+    if space.empty:
+        raise Infeasible(empty_space_message(job))
+    applied: list[str] = []
+    for name, value in pins.items():
+        column = overlap(space) if name == "overlap" else space[name]
+        allowed = sorted(set(column.tolist()), key=str)
+        if value not in allowed:
+            given = " with " + ", ".join(applied) if applied else ""
+            raise ConfigError(
+                f"`{name}` {_show(value)} is not valid for {job.model.name} on "
+                f"{job.num_gpus} GPUs (seq {job.seq_len}, gbs {job.gbs}){given}; valid: "
+                f"{', '.join(_show(v) for v in allowed)}.")
+        space = space[(column == value).to_numpy()]
+        applied.append(f"`{name}` {_show(value)}")
+    return space.reset_index(drop=True)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "on" if value else "off"
+    return str(value)
+
+
+def empty_space_message(job: Job) -> str:
+    """Why no layout is valid at all (before memory): divisibility, not capacity."""
+    from advisor.core.space import tp_choices
+
+    n = job.num_gpus
+    gbs = -(-job.gbs // n) * n
+    return (f"no valid layout of {job.model.name} on {n} GPUs with gbs {job.gbs}: tp × pp × cp "
+            f"must divide the {n} GPUs, the global batch must be a multiple of dp = "
+            f"{n} / (tp × pp × cp), and tp must divide the attention heads (tp in "
+            f"{{{', '.join(map(str, tp_choices(job.model)[:8]))}}}); try `gbs` {gbs} or a GPU "
+            f"count that divides {job.gbs}.")
+
+
+def no_fit_message(job: Job, pins: dict) -> str:
+    what = f"{job.model.name} (seq {job.seq_len}) on {job.num_gpus} × {job.platform.name}"
+    if pins:
+        pinned = ", ".join(f"{k}={_show(v)}" for k, v in pins.items())
+        return (f"no configuration of {what} with {pinned} "
+                f"fits in {job.platform.memory_capacity_bytes / 1e9:.0f} GB per GPU; drop or "
+                f"change the pins (recompute and sharding are the memory knobs).")
+    smallest = smallest_fitting_gpus(job)
+    hint = (f"the smallest GPU count that fits is {smallest}" if smallest else
+            f"it does not fit on up to {MAX_GPUS:,} GPUs either")
+    return (f"no configuration of {what} fits in "
+            f"{job.platform.memory_capacity_bytes / 1e9:.0f} GB per GPU, even with full "
+            f"recompute and FSDP; {hint}.")
+
+
+MAX_GPUS = 65_536
+
+
+def smallest_fitting_gpus(job: Job) -> int | None:
+    """The fewest GPUs (a power of two, or whole nodes) on which some configuration fits, with
+    the job's sequence length and global batch when those allow, else the default batch."""
+    from advisor.perf.memory import memory_table
+
+    node = job.platform.num_gpus_per_node
+
+    def fits(n: int) -> bool:
+        try:
+            trial = make_job(job.model, job.platform, num_gpus=n, seq_len=job.seq_len,
+                             gbs=max(job.gbs, n // 2), precision=job.precision)
+            space = enumerate_space(trial)
+        except AdvisorError:
+            return False
+        if space.empty:
+            return False
+        light = space[(space["recompute"] == "full") & (space["mbs"] == 1)]
+        return bool(memory_table(job.model, platform=job.platform,
+                                 configs=light)["fits"].any())
+
+    n, previous = job.num_gpus * 2, job.num_gpus
+    while n <= MAX_GPUS and not fits(n):
+        previous, n = n, n * 2
+    if n > MAX_GPUS:
+        return None
+    # Whole nodes between the last power of two that failed and the one that fits.
+    for count in range((previous // node + 1) * node, n, node):
+        if fits(count):
+            return count
+    return n
+
+
+def constraint_message(scored: pd.DataFrame, constraints: Constraints) -> str:
+    """Which constraint rules everything out, and how close the best candidate comes."""
+    cols = violation_columns(scored)
+    parts = []
+    for col in cols:
+        values = scored[col].to_numpy()
+        if (values > 0).all():
+            name = col.removeprefix("violates_")
+            best = values.min()
+            if name == "peak_power_w":
+                parts.append(f"`max_power_w` {constraints.max_power_w:.0f}: the lowest "
+                             f"predicted peak power is {constraints.max_power_w + best:.0f} W")
+            elif name == "throttle_risk":
+                parts.append(f"`max_throttle_risk` {constraints.max_throttle_risk:g}: the "
+                             f"lowest predicted risk is "
+                             f"{constraints.max_throttle_risk + best:.1%}")
+            else:
+                parts.append(f"`memory_margin` {constraints.memory_margin:.2f}: the best "
+                             f"configuration needs {best:.1f} GB more than that leaves")
+    if not parts:
+        parts.append("no configuration meets all constraints at once")
+    return (f"{len(scored):,} configurations fit in memory but none meets the constraints ("
+            + "; ".join(parts) + "); relax a limit.")
