@@ -116,6 +116,19 @@ def test_library_messages_name_parameters_and_the_cli_its_flags():
                                          "catalog stays; nope")
 
 
+def test_every_knob_can_be_pinned_with_its_declared_flag():
+    from advisor.cli.common import command_flags
+    from advisor.cli.recommend_cmd import recommend
+    from advisor.core.knobs import KNOBS
+
+    flags = command_flags(recommend)
+    # (a boolean's pair, --overlap/--no-overlap, is named by its first flag)
+    assert {k.name: k.flag.split("/")[0] for k in KNOBS} == {k.name: flags[k.name]
+                                                            for k in KNOBS}
+    helped = run("recommend", "--help")
+    assert "Pin the tensor-parallel size" in helped.stdout
+
+
 def test_compare_json_and_table():
     r = run("compare", "-m", "70b", "--platforms", "h200:32,h100:64", "--json")
     assert r.exit_code == 0, r.output

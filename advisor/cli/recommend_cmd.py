@@ -28,6 +28,7 @@ from advisor.cli.common import (
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
 from advisor.core.errors import ConfigError
+from advisor.core.knobs import BY_NAME
 
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule), "
@@ -51,8 +52,16 @@ MarginOpt = Annotated[float, typer.Option(
     "beyond the memory model's allowance for the CUDA context and allocator.")]
 
 
-def _pin(flag: str, what: str):
-    return Annotated[int | None, typer.Option(flag, min=1, help=f"Pin {what}.")]
+def _pin(name: str):
+    """The option that pins knob `name` (its flag and meaning from `advisor.core.knobs`)."""
+    knob = BY_NAME[name]
+    what = f"{knob.meaning}: {knob.values}" if knob.values else knob.meaning
+    if name == "overlap":
+        return Annotated[bool | None, typer.Option(knob.flag, help=f"Pin {what}.",
+                                                   show_default=False)]
+    if knob.values:
+        return Annotated[str | None, typer.Option(knob.flag, help=f"Pin {what}.")]
+    return Annotated[int | None, typer.Option(knob.flag, min=1, help=f"Pin the {what}.")]
 
 
 @guard
@@ -63,22 +72,10 @@ def recommend(
         objective: ObjectiveOpt = "throughput", risk: RiskOpt = "expected",
         max_power_w: MaxPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = 0.0,
-        tp: _pin("--tp", "the tensor-parallel size") = None,
-        pp: _pin("--pp", "the pipeline stages") = None,
-        cp: _pin("--cp", "the context-parallel size") = None,
-        dp: _pin("--dp", "the data-parallel replicas") = None,
-        ep: _pin("--ep", "the expert-parallel size (MoE)") = None,
-        etp: _pin("--etp", "the expert tensor-parallel size (MoE)") = None,
-        vp: _pin("--vp", "the virtual pipeline stages per GPU") = None,
-        mbs: _pin("--mbs", "the micro-batch size") = None,
-        recompute: Annotated[str | None, typer.Option(
-            "--recompute", help="Pin activation recompute: none, selective or full.")] = None,
-        dp_sharding: Annotated[str | None, typer.Option(
-            "--dp-sharding", help="Pin sharding: none (DDP), optimizer (distributed optimizer) "
-            "or full (FSDP).")] = None,
-        overlap: Annotated[bool | None, typer.Option(
-            "--overlap/--no-overlap", help="Pin communication overlap on or off.",
-            show_default=False)] = None,
+        tp: _pin("tp") = None, pp: _pin("pp") = None, cp: _pin("cp") = None,
+        dp: _pin("dp") = None, ep: _pin("ep") = None, etp: _pin("etp") = None,
+        vp: _pin("vp") = None, mbs: _pin("mbs") = None, recompute: _pin("recompute") = None,
+        dp_sharding: _pin("dp_sharding") = None, overlap: _pin("overlap") = None,
         top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
         layout: Annotated[str | None, typer.Option(
             "--layout", help="Why not this layout? Also print where it ranks, its predicted "

@@ -20,24 +20,39 @@ class Knob:
     others (virtual pipeline, micro-batch, recompute, sharding, overlap) tune one layout."""
     searched: bool = True
     """Search chooses it; `dp` follows from the others and the GPU count."""
+    meaning: str = ""
+    """What it sets, for help texts (`tensor-parallel size`)."""
+    values: str = ""
+    """Its values in words, where they are names (recompute: `none, selective or full`)."""
+
+    @property
+    def flag(self) -> str:
+        """The command-line option (`--tp`, `--dp-sharding`, `--overlap/--no-overlap`)."""
+        dashed = "--" + self.name.replace("_", "-")
+        return f"{dashed}/--no-{self.name}" if self.name == "overlap" else dashed
 
 
 KNOBS = (
-    Knob("tp", "TP", layout=True),
-    Knob("pp", "PP", layout=True),
-    Knob("vp", "VP"),
-    Knob("cp", "CP", layout=True),
-    Knob("dp", "DP", layout=True, searched=False),
-    Knob("ep", "EP", layout=True),
-    Knob("etp", "ETP", layout=True),
-    Knob("mbs", "MBS"),
-    Knob("recompute", "recompute"),
-    Knob("dp_sharding", "sharding"),
-    Knob("overlap", "overlap"),
+    Knob("tp", "TP", layout=True, meaning="tensor-parallel size"),
+    Knob("pp", "PP", layout=True, meaning="pipeline-parallel stages"),
+    Knob("vp", "VP", meaning="virtual pipeline stages per GPU (interleaved 1F1B)"),
+    Knob("cp", "CP", layout=True, meaning="context-parallel size"),
+    Knob("dp", "DP", layout=True, searched=False, meaning="data-parallel replicas"),
+    Knob("ep", "EP", layout=True, meaning="expert-parallel size (MoE)"),
+    Knob("etp", "ETP", layout=True, meaning="expert tensor-parallel size (MoE)"),
+    Knob("mbs", "MBS", meaning="micro-batch size in sequences"),
+    Knob("recompute", "recompute", meaning="activation recompute",
+         values="none, selective or full"),
+    Knob("dp_sharding", "sharding", meaning="data-parallel sharding",
+         values="none (DDP), optimizer (distributed optimizer / ZeRO-1) or full (FSDP / "
+                "ZeRO-3)"),
+    Knob("overlap", "overlap", meaning="communication overlap (gradient reduce, parameter "
+         "gather, TP communication)", values="on or off"),
 )
 """In the order a layout is written (`TP 8 · PP 2 (VP 5) · DP 4 ...`)."""
 
 NAMES = tuple(k.name for k in KNOBS)
+BY_NAME = {k.name: k for k in KNOBS}
 LABEL = {k.name: k.label for k in KNOBS}
 LAYOUT = tuple(k.name for k in KNOBS if k.layout)
 """What makes two recommendations different layouts: how the GPUs are split."""
