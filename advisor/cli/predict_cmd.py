@@ -24,6 +24,7 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.core.errors import AdvisorError
+from advisor.core.knobs import BY_NAME
 
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
@@ -31,21 +32,22 @@ ModelOptional = Annotated[str | None, typer.Option(
 PlatformOptional = Annotated[str | None, typer.Option("--platform", "-p", help=PLATFORM_HELP)]
 GpusOptional = Annotated[int | None, typer.Option("--gpus", "-g", min=1,
                                                   help="Number of GPUs (MI250: GCDs).")]
-TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor parallel size.")]
-PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline parallel stages.")]
-CpOpt = Annotated[int, typer.Option("--cp", min=1, help="Context parallel size.")]
-EpOpt = Annotated[int, typer.Option("--ep", min=1, help="Expert parallel size (MoE).")]
-EtpOpt = Annotated[int | None, typer.Option(
-    "--etp", min=1, help="Expert tensor parallel size (MoE). Default: the TP size, as "
-    "Megatron-Core and NeMo 2 do when it is unset (1 where ep × tp does not divide the GPUs "
-    "of a pipeline stage).", show_default=False)]
-VpOpt = Annotated[int, typer.Option("--vp", min=1, help="Virtual pipeline stages per GPU "
-                                    "(interleaved 1F1B).")]
-MbsOpt = Annotated[int, typer.Option("--mbs", min=1, help="Micro-batch size in sequences.")]
-RecomputeOpt = Annotated[str, typer.Option("--recompute", help="none, selective or full.")]
-ShardingOpt = Annotated[str, typer.Option(
-    "--dp-sharding", help="none (DDP), optimizer (distributed optimizer / ZeRO-1) or full "
-    "(FSDP / ZeRO-3).")]
+def _knob(name: str, more: str = "", **option):
+    """The option that sets knob `name`: its flag and meaning from `advisor.core.knobs`."""
+    knob = BY_NAME[name]
+    meaning = knob.meaning[0].upper() + knob.meaning[1:]
+    if knob.values:
+        return Annotated[str, typer.Option(knob.flag, help=f"{meaning}: {knob.values}.")]
+    kind = int | None if "show_default" in option else int
+    return Annotated[kind, typer.Option(knob.flag, min=1, help=f"{meaning}.{more}", **option)]
+
+
+TpOpt, PpOpt, CpOpt, EpOpt = _knob("tp"), _knob("pp"), _knob("cp"), _knob("ep")
+EtpOpt = _knob("etp", " Default: the TP size, as Megatron-Core and NeMo 2 do when it is unset "
+               "(1 where ep × tp does not divide the GPUs of a pipeline stage).",
+               show_default=False)
+VpOpt, MbsOpt = _knob("vp"), _knob("mbs")
+RecomputeOpt, ShardingOpt = _knob("recompute"), _knob("dp_sharding")
 ModelsOpt = Annotated[Path | None, typer.Option(
     "--models", help="Directory of surrogate artifacts written by `advisor train` (default: the "
     "bundled ones).")]
