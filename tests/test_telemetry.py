@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -111,21 +110,22 @@ def _rapl_tree(root: Path, zones: dict[str, str], *, max_uj: int = 262_143_328_8
 
 
 @pytest.fixture
-def live_rapl(tmp_path: Path) -> Iterator[Path]:
-    """A fake powercap tree whose package counter advances at 50 W, as RAPL's would."""
+def live_rapl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fake powercap tree whose package counter advances at 50 W, as RAPL's would: like the
+    hardware counter, it is current whenever it is read (a thread rewriting the file falls
+    behind when the machine is loaded, and the sampler then sees a stale counter)."""
+    from collectors.telemetry import cpu
+
     root = _rapl_tree(tmp_path / "powercap", {"intel-rapl:0": "package-0"})
-    stop, start_s = threading.Event(), time.monotonic()
+    start_s, real_read = time.monotonic(), cpu.RaplZone.read_energy_uj
 
-    def advance() -> None:
-        while not stop.wait(0.002):
-            energy_uj = 1_000_000 + int(50e6 * (time.monotonic() - start_s))
-            _write_atomic(root / "intel-rapl:0" / "energy_uj", f"{energy_uj}\n")
+    def read_energy_uj(zone) -> int:
+        if Path(zone.path).is_relative_to(root):
+            return 1_000_000 + int(50e6 * (time.monotonic() - start_s))
+        return real_read(zone)
 
-    thread = threading.Thread(target=advance, daemon=True)
-    thread.start()
+    monkeypatch.setattr(cpu.RaplZone, "read_energy_uj", read_energy_uj)
     yield root
-    stop.set()
-    thread.join()
 
 
 def _trace_samples(duration_s: float = 1.0, step_s: float = 0.01) -> list[Sample]:
