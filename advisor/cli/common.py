@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from advisor.core.errors import AdvisorError
+from advisor.core.knobs import BY_NAME
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,6 +53,23 @@ def finetune_job(finetune: str, lora_rank: int, lora_targets: str) -> dict[str, 
     """`make_job` keyword arguments for the fine-tuning options."""
     return {"finetune": finetune.strip().lower(), "lora_rank": lora_rank,
             "lora_targets": lora_targets.strip().lower()}
+
+
+def knob_option(name: str, *, pin: bool = False, optional: bool = False, more: str = ""):
+    """The option that sets knob `name`, or with `pin` fixes it for the search (then it is
+    optional): its flag, meaning and values from `advisor.core.knobs`, `more` added to the
+    help."""
+    knob = BY_NAME[name]
+    what = f"{knob.meaning}: {knob.values}" if knob.values else knob.meaning
+    kind = bool if name == "overlap" else str if knob.values else int
+    text = (f"Pin {'the ' if kind is int else ''}{what}." if pin
+            else f"{what[0].upper()}{what[1:]}.")
+    option: dict[str, Any] = {"help": text + more}
+    if kind is int:
+        option["min"] = 1
+    if kind is bool or optional:
+        option["show_default"] = False
+    return Annotated[kind | None if pin or optional else kind, typer.Option(knob.flag, **option)]
 
 
 def guard(fn: F) -> F:

@@ -21,10 +21,10 @@ from advisor.cli.common import (
     emit_json,
     finetune_job,
     guard,
+    knob_option,
     make_console,
 )
 from advisor.core.errors import AdvisorError
-from advisor.core.knobs import BY_NAME
 
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
@@ -32,22 +32,13 @@ ModelOptional = Annotated[str | None, typer.Option(
 PlatformOptional = Annotated[str | None, typer.Option("--platform", "-p", help=PLATFORM_HELP)]
 GpusOptional = Annotated[int | None, typer.Option("--gpus", "-g", min=1,
                                                   help="Number of GPUs (MI250: GCDs).")]
-def _knob(name: str, more: str = "", **option):
-    """The option that sets knob `name`: its flag and meaning from `advisor.core.knobs`."""
-    knob = BY_NAME[name]
-    meaning = knob.meaning[0].upper() + knob.meaning[1:]
-    if knob.values:
-        return Annotated[str, typer.Option(knob.flag, help=f"{meaning}: {knob.values}.")]
-    kind = int | None if "show_default" in option else int
-    return Annotated[kind, typer.Option(knob.flag, min=1, help=f"{meaning}.{more}", **option)]
-
-
-TpOpt, PpOpt, CpOpt, EpOpt = _knob("tp"), _knob("pp"), _knob("cp"), _knob("ep")
-EtpOpt = _knob("etp", " Default: the TP size, as Megatron-Core and NeMo 2 do when it is unset "
-               "(1 where ep × tp does not divide the GPUs of a pipeline stage).",
-               show_default=False)
-VpOpt, MbsOpt = _knob("vp"), _knob("mbs")
-RecomputeOpt, ShardingOpt = _knob("recompute"), _knob("dp_sharding")
+TpOpt, PpOpt = knob_option("tp"), knob_option("pp")
+CpOpt, EpOpt = knob_option("cp"), knob_option("ep")
+EtpOpt = knob_option("etp", optional=True, more=" Default: the TP size, as Megatron-Core and NeMo "
+                     "2 do when it is unset (1 where ep × tp does not divide the GPUs of a "
+                     "pipeline stage).")
+VpOpt, MbsOpt = knob_option("vp"), knob_option("mbs")
+RecomputeOpt, ShardingOpt = knob_option("recompute"), knob_option("dp_sharding")
 ModelsOpt = Annotated[Path | None, typer.Option(
     "--models", help="Directory of surrogate artifacts written by `advisor train` (default: the "
     "bundled ones).")]

@@ -24,11 +24,11 @@ from advisor.cli.common import (
     emit_json,
     finetune_job,
     guard,
+    knob_option,
     make_console,
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
 from advisor.core.errors import ConfigError
-from advisor.core.knobs import BY_NAME
 
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule), "
@@ -53,15 +53,7 @@ MarginOpt = Annotated[float, typer.Option(
 
 
 def _pin(name: str):
-    """The option that pins knob `name` (its flag and meaning from `advisor.core.knobs`)."""
-    knob = BY_NAME[name]
-    what = f"{knob.meaning}: {knob.values}" if knob.values else knob.meaning
-    if name == "overlap":
-        return Annotated[bool | None, typer.Option(knob.flag, help=f"Pin {what}.",
-                                                   show_default=False)]
-    if knob.values:
-        return Annotated[str | None, typer.Option(knob.flag, help=f"Pin {what}.")]
-    return Annotated[int | None, typer.Option(knob.flag, min=1, help=f"Pin the {what}.")]
+    return knob_option(name, pin=True)
 
 
 @guard

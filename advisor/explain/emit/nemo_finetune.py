@@ -59,7 +59,7 @@ def nemo_finetune_script(config: ParallelConfig, job: Job) -> str:
     lines += [f"recipe.{key} = {_python(value)}" for key, value in values.items()]
     what = (f"LoRA (rank {config.lora_rank} on {', '.join(TARGET_MODULES[config.lora_targets])})"
             if config.finetune == "lora" else "Full")
-    kind = "LoRA" if config.finetune == "lora" else "full"
+    kind = _kind(config)
     uses_torch = any(isinstance(v, str) and v.startswith("torch.") for v in values.values())
     body = "\n".join(f"    {line}" for line in lines)
     return (f'"""{kind} fine-tuning of {job.model.name} on {job.num_gpus} x '
@@ -87,8 +87,7 @@ def nemo_finetune_command(config: ParallelConfig, job: Job) -> str:
     name = script_name(job)
     factory = nemo_factory(job.model)
     comments = [
-        f"NeMo 2 {'LoRA' if config.finetune == 'lora' else 'full'} fine-tuning for "
-        f"{gpus_label(job)}: a NeMo-Run script (its "
+        f"NeMo 2 {_kind(config)} fine-tuning for {gpus_label(job)}: a NeMo-Run script (its "
         f"CLI cannot set LoRA's rank or targets), written here and run on every node.",
         f"'{factory}' is derived from the model name: NeMo must ship "
         f"nemo.collections.llm.recipes.{factory} with a finetune_recipe.",
@@ -101,6 +100,10 @@ def nemo_finetune_command(config: ParallelConfig, job: Job) -> str:
                         "to recipe.trainer.callbacks in the script.")
     return (shell_command(comments, [["cat", ">", name, "<<'EOF'"]]) + f"{script}EOF\n"
             + shell_command([], [torchrun_words(job), [name]]))
+
+
+def _kind(config: ParallelConfig) -> str:
+    return "LoRA" if config.finetune == "lora" else "full"
 
 
 def _refuse(config: ParallelConfig, job: Job) -> None:
