@@ -68,9 +68,9 @@ def test_artifacts_round_trip_and_refuse_damage(ref, feats, tmp_path):
     # altered model bytes
     damaged = tmp_path / "damaged"
     shutil.copytree(tmp_path, damaged, ignore=shutil.ignore_patterns("damaged"))
-    blob = bytearray((damaged / "throughput.ubj").read_bytes())
+    blob = bytearray((damaged / "throughput.model.json").read_bytes())
     blob[100] ^= 0xFF
-    (damaged / "throughput.ubj").write_bytes(bytes(blob))
+    (damaged / "throughput.model.json").write_bytes(bytes(blob))
     with pytest.raises(ArtifactError, match="does not match its metadata"):
         load_throughput(damaged)
     # metadata from another version

@@ -196,7 +196,7 @@ def test_training_twice_through_the_cli_is_byte_identical(trained):
     out = json.loads(result.output)
     assert out["targets"] == report.targets and out["artifacts"] == report.artifacts
     for stem in report.artifacts:
-        for suffix in (".ubj", ".json"):
+        for suffix in (".model.json", ".json"):
             assert (again / f"{stem}{suffix}").read_bytes() == (
                 report.output / f"{stem}{suffix}").read_bytes(), stem + suffix
 
@@ -216,7 +216,7 @@ def test_too_few_measured_runs_trains_nothing_and_removes_stale_artifacts(traine
         assert fewer.targets[column].endswith("removed the stale artifact")
     assert fewer.artifacts == ["throughput"]
     assert load_power_surrogates(models) == {}
-    assert sorted(p.name for p in models.iterdir()) == ["throughput.json", "throughput.ubj"]
+    assert sorted(p.name for p in models.iterdir()) == ["throughput.json", "throughput.model.json"]
     load_throughput(models)  # the throughput surrogate is untouched
 
 
@@ -224,10 +224,10 @@ def test_artifacts_refuse_damage(trained, tmp_path):
     _, report = trained
     d = tmp_path / "models"
     shutil.copytree(report.output, d)
-    blob = bytearray((d / "avg_power.ubj").read_bytes())
+    blob = bytearray((d / "avg_power.model.json").read_bytes())
     blob[100] ^= 0xFF
-    (d / "avg_power.ubj").write_bytes(bytes(blob))
-    with pytest.raises(ArtifactError, match="avg_power.ubj: does not match its metadata"):
+    (d / "avg_power.model.json").write_bytes(bytes(blob))
+    with pytest.raises(ArtifactError, match="avg_power.model.json: does not match its metadata"):
         load_power_surrogates(d)
     meta = json.loads((d / "peak_power.json").read_text())
     (d / "peak_power.json").write_text(json.dumps(meta | {"features": meta["features"][:-1]}))
@@ -239,13 +239,13 @@ def test_artifacts_refuse_damage(trained, tmp_path):
     (d / "peak_power.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="not valid JSON"):
         load_power_surrogate(d, "peak_power_w")
-    for suffix in (".ubj", ".json"):  # one target's files under another's name
+    for suffix in (".model.json", ".json"):  # one target's files under another's name
         shutil.copy(report.output / f"throttle_power{suffix}", d / f"throttle_thermal{suffix}")
     with pytest.raises(ArtifactError, match="for 'throttle_frac_power', not "
                                             "'throttle_frac_thermal'"):
         load_power_surrogate(d, "throttle_frac_thermal")
-    (d / "throttle_power.ubj").unlink()  # half an artifact is damage, not absence
-    with pytest.raises(ArtifactError, match="throttle_power.ubj: missing"):
+    (d / "throttle_power.model.json").unlink()  # half an artifact is damage, not absence
+    with pytest.raises(ArtifactError, match="throttle_power.model.json: missing"):
         load_power_surrogate(d, "throttle_frac_power")
     with pytest.raises(ArtifactError, match="missing"):
         load_power_surrogate(tmp_path / "nowhere", "avg_power_w")

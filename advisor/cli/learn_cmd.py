@@ -26,7 +26,7 @@ def _data(paths: list[Path] | None) -> list[Path]:
 @guard
 def train(data: DataOpt = None,
           output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the "
-                                               "artifacts (XGBoost UBJSON + JSON metadata).")]
+                                               "artifacts (XGBoost JSON trees + JSON metadata).")]
           = Path("models"),
           seed: Annotated[int, typer.Option(help="Random seed (training is reproducible).")] = 0,
           json_out: JsonOpt = False) -> None:
@@ -52,7 +52,7 @@ def train(data: DataOpt = None,
                   f"({report.skipped_reasons}); data sha256 {report.data_sha256[:16]}")
     for target, what in report.targets.items():
         console.print(f"  {target}: {what}")
-    console.print(f"wrote {', '.join(report.artifacts)} (.ubj + .json) to {report.output}")
+    console.print(f"wrote {', '.join(report.artifacts)} (.model.json + .json) to {report.output}")
 
 
 @guard

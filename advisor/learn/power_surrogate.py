@@ -15,7 +15,7 @@ wrong.
 
 Features: the throughput surrogate's `FEATURES` plus the analytical power and thermal view
 (`POWER_EXTRA`), built by `power_features` from an `analytical_table`. Support, range flags,
-artifacts (XGBoost UBJSON + JSON metadata, never pickle) and their strict loading follow
+artifacts (XGBoost JSON trees + JSON metadata, never pickle) and their strict loading follow
 `advisor/learn/surrogate.py`, and so does the band: its half-widths are scaled by the
 factor that puts 80 % of a held-out source's runs inside (`power_band_scale`, by
 `advisor.learn.bands`), once the runs come from enough sources to hold one out.
@@ -35,6 +35,7 @@ from advisor.learn.features import FEATURES, reference_groups
 from advisor.learn.fit import Reference
 from advisor.learn.surrogate import (
     EXTRAPOLATION_WIDENING,
+    MODEL_SUFFIX,
     PARAMS,
     QUANTILES,
     RANGE_FEATURES,
@@ -46,6 +47,7 @@ from advisor.learn.surrogate import (
     read_band_scale,
     sha256_file,
 )
+from advisor.learn.trees import TreeEnsemble
 from advisor.perf.calibration import Calibration
 
 POWER_EXTRA = (
@@ -58,9 +60,9 @@ POWER_EXTRA = (
     "liquid_cooled",               # 1 for cold plates: no chassis position effect
 )
 POWER_FEATURES = (*FEATURES, *POWER_EXTRA)
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Raised whenever the artifact layout or target definitions change; older files are refused.
-2: the band scale is part of the artifact."""
+2: the band scale is part of the artifact; 3: the trees are XGBoost JSON."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Target:
     column: str
     """The dataset column telemetry fills (the measurement learned)."""
     name: str
-    """Artifact stem: models/<name>.ubj and <name>.json."""
+    """Artifact stem: models/<name>.model.json (the trees) and <name>.json (metadata)."""
     prior: str | None
     """Column of the `power_features` frame holding the analytical value the log-ratio is
     taken against; None: the measured fraction itself is learned."""
@@ -128,7 +130,7 @@ def usable(target: Target, measured: np.ndarray) -> np.ndarray:
 @dataclass
 class PowerSurrogate:
     target: Target
-    booster: object
+    trees: TreeEnsemble
     support: Support
     metadata: dict = field(default_factory=dict)
     band_scale: float = 1.0
@@ -172,7 +174,7 @@ class PowerSurrogate:
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         model_path, meta_path = _paths(directory, self.target)
-        self.booster.save_model(str(model_path))  # type: ignore[attr-defined]
+        model_path.write_bytes(self.trees.raw)
         meta = dict(self.metadata)
         meta.update(format_version=FORMAT_VERSION, features=list(POWER_FEATURES),
                     quantiles=list(QUANTILES), target=self.target.column,
@@ -185,7 +187,7 @@ class PowerSurrogate:
 
 
 def _paths(directory: Path, target: Target) -> tuple[Path, Path]:
-    return directory / f"{target.name}.ubj", directory / f"{target.name}.json"
+    return directory / f"{target.name}{MODEL_SUFFIX}", directory / f"{target.name}.json"
 
 
 def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, families: np.ndarray,
@@ -213,7 +215,8 @@ def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, famil
                                   else f"measured {column}, clipped to [0, 1]"),
             "versions": {"xgboost": xgb.__version__, "numpy": np.__version__,
                          "pandas": pd.__version__}, **(metadata or {})}
-    return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta)
+    return PowerSurrogate(target=target, trees=TreeEnsemble(booster.save_raw("json")),
+                          support=support, metadata=meta)
 
 
 def power_band_scale(column: str, features: pd.DataFrame, measured: np.ndarray,
@@ -241,12 +244,12 @@ def load_power_surrogate(directory: Path, column: str) -> PowerSurrogate:
     """Load the artifact for `column`; refuses anything missing, altered or mismatched."""
     target = TARGETS[column]
     model_path, meta_path = _paths(Path(directory), target)
-    meta, booster, support = read_artifact(meta_path, model_path, POWER_FEATURES,
+    meta, trees, support = read_artifact(meta_path, model_path, POWER_FEATURES,
                                            FORMAT_VERSION)
     if meta.get("target") != column:
         raise ArtifactError(f"{meta_path}: holds the surrogate for {meta.get('target')!r}, "
                             f"not {column!r}; rebuild with `advisor train`.")
-    return PowerSurrogate(target=target, booster=booster, support=support, metadata=meta,
+    return PowerSurrogate(target=target, trees=trees, support=support, metadata=meta,
                           band_scale=read_band_scale(meta, meta_path))
 
 

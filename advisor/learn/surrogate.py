@@ -3,8 +3,9 @@ tokens/s/GPU from `FEATURES`, with the support they were trained on.
 
 Outside that support — a platform family or model family never measured — the prediction stays
 analytical and says so; inside it but beyond the range of a key feature the band widens and the
-row is flagged as extrapolation. Artifacts are XGBoost UBJSON plus a JSON metadata file (never a
-pickle).
+row is flagged as extrapolation. Artifacts are the model in XGBoost's JSON format
+(`<name>.model.json`, answered from by `trees.TreeEnsemble` without importing xgboost) plus a
+JSON metadata file (never a pickle).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 
 from advisor.core.errors import AdvisorError
 from advisor.learn.features import FEATURES
+from advisor.learn.trees import TreeEnsemble, TreeModelError
 
 QUANTILES = (0.1, 0.5, 0.9)
 PARAMS = {"objective": "reg:quantileerror", "quantile_alpha": list(QUANTILES),
@@ -29,8 +31,10 @@ RANGE_FEATURES = ("log2_gpus", "log10_params", "log2_seq_len", "log2_tp", "log2_
                   "log2_cp")
 """Beyond the trained range of these the band widens and the row is flagged."""
 EXTRAPOLATION_WIDENING = 2.0
-FORMAT_VERSION = 2
-"""2: the band scale (`bands`) is part of the artifact."""
+FORMAT_VERSION = 3
+"""2: the band scale (`bands`) is part of the artifact; 3: the trees are XGBoost JSON
+(`<name>.model.json`, was UBJSON `<name>.ubj`)."""
+MODEL_SUFFIX = ".model.json"
 
 
 class ArtifactError(AdvisorError):
@@ -57,7 +61,7 @@ class Support:
 
 @dataclass
 class ThroughputSurrogate:
-    booster: object
+    trees: TreeEnsemble
     support: Support
     metadata: dict = field(default_factory=dict)
     band_scale: float = 1.0
@@ -97,18 +101,14 @@ class ThroughputSurrogate:
     def contributions(self, features: pd.DataFrame) -> pd.DataFrame:
         """SHAP values of the median model: how much each feature moves log(measured /
         analytical) for each row (columns = FEATURES; the rest is the bias)."""
-        import xgboost as xgb
-
-        x = xgb.DMatrix(features[list(FEATURES)].to_numpy(dtype=float),
-                        feature_names=list(FEATURES))
-        raw = np.asarray(self.booster.predict(x, pred_contribs=True))  # type: ignore
-        median = raw[:, QUANTILES.index(0.5), :-1] if raw.ndim == 3 else raw[:, :-1]
+        x = features[list(FEATURES)].to_numpy(dtype=float)
+        median = self.trees.contributions(x, QUANTILES.index(0.5))[:, :-1]
         return pd.DataFrame(median, columns=list(FEATURES), index=features.index)
 
     def save(self, directory: Path, name: str = "throughput") -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        model_path = directory / f"{name}.ubj"
-        self.booster.save_model(str(model_path))  # type: ignore[attr-defined]
+        model_path = directory / f"{name}{MODEL_SUFFIX}"
+        model_path.write_bytes(self.trees.raw)
         meta = dict(self.metadata)
         meta.update(format_version=FORMAT_VERSION, features=list(FEATURES),
                     band_scale=self.band_scale,
@@ -132,6 +132,7 @@ def train_throughput(features: pd.DataFrame, families: np.ndarray, model_familie
     x = features[list(FEATURES)].to_numpy(dtype=float)
     data = xgb.DMatrix(x, label=y, feature_names=list(FEATURES))
     booster = xgb.train({**PARAMS, "seed": seed}, data, num_boost_round=ROUNDS)
+    trees = TreeEnsemble(booster.save_raw("json"))
     ranges = {k: (float(features[k].min()), float(features[k].max())) for k in RANGE_FEATURES}
     support = Support(families=sorted(set(families)), model_families=sorted(set(model_families)),
                       ranges=ranges)
@@ -141,14 +142,14 @@ def train_throughput(features: pd.DataFrame, families: np.ndarray, model_familie
     meta = {"rows": int(len(features)), "seed": seed, "params": PARAMS, "rounds": ROUNDS,
             "versions": {"xgboost": xgb.__version__, "numpy": numpy.__version__,
                          "pandas": pandas.__version__}, **(metadata or {})}
-    return ThroughputSurrogate(booster=booster, support=support, metadata=meta)
+    return ThroughputSurrogate(trees=trees, support=support, metadata=meta)
 
 
 def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurrogate:
     """Load an artifact written by `save`; refuses anything missing, altered or mismatched."""
-    meta_path, model_path = directory / f"{name}.json", directory / f"{name}.ubj"
-    meta, booster, support = read_artifact(meta_path, model_path, FEATURES, FORMAT_VERSION)
-    return ThroughputSurrogate(booster=booster, support=support, metadata=meta,
+    meta_path, model_path = directory / f"{name}.json", directory / f"{name}{MODEL_SUFFIX}"
+    meta, trees, support = read_artifact(meta_path, model_path, FEATURES, FORMAT_VERSION)
+    return ThroughputSurrogate(trees=trees, support=support, metadata=meta,
                                band_scale=read_band_scale(meta, meta_path))
 
 
@@ -162,33 +163,21 @@ def read_band_scale(meta: dict, meta_path: Path) -> float:
 
 
 def predict_quantiles(owner, x: np.ndarray) -> np.ndarray:
-    """The (rows × QUANTILES) predictions of `owner.booster`, sorted per row (quantile trees
+    """The (rows × QUANTILES) predictions of `owner.trees`, sorted per row (quantile trees
     may cross)."""
-    # One thread for a handful of rows (thread start-up dominates), every core for a batch.
-    # Set only on a change: the booster reconfigures itself after set_param (~0.1 ms).
-    threads = (id(owner.booster), 1 if len(x) < 2048 else 0)
-    if getattr(owner, "_threads", None) != threads:
-        owner.booster.set_param({"nthread": threads[1]})
-        owner._threads = threads
-    raw = np.asarray(owner.booster.inplace_predict(x))
-    return np.sort(raw.reshape(len(x), len(QUANTILES)), axis=1)
+    return np.sort(owner.trees.predict(x), axis=1)
 
 
 def read_artifact(meta_path: Path, model_path: Path, features, format_version: int
-                  ) -> tuple[dict, object, Support]:
-    """Metadata, booster and support of an artifact pair a surrogate's `save` wrote; an
+                  ) -> tuple[dict, TreeEnsemble, Support]:
+    """Metadata, trees and support of an artifact pair a surrogate's `save` wrote; an
     `ArtifactError` naming the file for anything missing, altered, damaged or written for
     another format, feature list or set of quantiles."""
-    import xgboost as xgb
-
     from advisor.core.files import JSON_LIMIT_BYTES, TABLE_LIMIT_BYTES, check_regular, read_bounded
 
     for p in (meta_path, model_path):
         if not p.is_file():
             raise ArtifactError(f"{p}: missing; rebuild the surrogates with `advisor train`.")
-    # Bounded before the hash reads the model whole (a real one is a few MiB).
-    check_regular(model_path, limit_bytes=TABLE_LIMIT_BYTES // 8, what="surrogate model",
-                  error=ArtifactError)
     try:
         meta = json.loads(read_bounded(meta_path, limit_bytes=JSON_LIMIT_BYTES,
                                        what="surrogate metadata", error=ArtifactError))
@@ -203,16 +192,23 @@ def read_artifact(meta_path: Path, model_path: Path, features, format_version: i
         raise ArtifactError(f"{meta_path}: written for another advisor version (format "
                             f"{meta.get('format_version')}, {len(meta.get('features', []))} "
                             f"features); rebuild with `advisor train`.")
-    if meta.get("model_sha256") != sha256_file(model_path):
+    # Bounded before it is read whole for its hash (a real one is about 1 MiB).
+    check_regular(model_path, limit_bytes=TABLE_LIMIT_BYTES // 8, what="surrogate model",
+                  error=ArtifactError)
+    raw = model_path.read_bytes()
+    if meta.get("model_sha256") != hashlib.sha256(raw).hexdigest():
         raise ArtifactError(f"{model_path}: does not match its metadata (altered or "
                             f"corrupted); rebuild with `advisor train`.")
-    booster = xgb.Booster()
     try:
-        booster.load_model(str(model_path))
-    except xgb.core.XGBoostError as e:
-        raise ArtifactError(f"{model_path}: not a readable XGBoost model ({str(e)[:80]}).") \
-            from None
+        trees = TreeEnsemble(raw)
+    except TreeModelError as e:
+        raise ArtifactError(f"{model_path}: not a readable XGBoost JSON model ({str(e)[:80]}); "
+                            f"rebuild with `advisor train`.") from None
+    if trees.feature_names != list(features) or trees.num_targets != len(QUANTILES):
+        raise ArtifactError(f"{model_path}: trees for {len(trees.feature_names)} features and "
+                            f"{trees.num_targets} outputs, not the metadata's; rebuild with "
+                            f"`advisor train`.")
     support = Support(families=meta["support"]["families"],
                       model_families=meta["support"]["model_families"],
                       ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
-    return meta, booster, support
+    return meta, trees, support

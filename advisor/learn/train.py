@@ -35,7 +35,7 @@ class TrainReport:
     data_sha256: str
     output: Path
     artifacts: list[str] = field(default_factory=list)
-    """Stems of the artifacts written to `output` (<stem>.ubj and <stem>.json)."""
+    """Stems of the artifacts written to `output` (<stem>.model.json and <stem>.json)."""
 
 
 LATER_COLUMNS = ("finetune", "lora_rank", "lora_targets")

@@ -1,0 +1,311 @@
+"""Predictions and SHAP values of a trained XGBoost model, computed with NumPy from the model's
+JSON form.
+
+XGBoost trains the surrogates (`surrogate.train_throughput`, `power_surrogate.train_power`);
+answering with them needs only the trees. Importing xgboost costs 0.15 s, and 1.4 s where
+scikit-learn is installed (as NeMo installs it: xgboost imports it, and it imports SciPy's
+statistics), which is most of a `recommend` — so prediction reads the trees from XGBoost's own
+JSON model format (`Booster.save_model("*.json")`, documented in XGBoost's "Introduction to
+Model IO") and walks them here. Tests check both against XGBoost's `inplace_predict` and
+`predict(pred_contribs=True)` on the bundled model.
+
+Prediction follows XGBoost's rules: features as float32, a row goes left when its value is
+below the split condition, a missing value (NaN) goes the node's default way, and each
+target's leaf values are added to its base score in tree order in float32. SHAP values are
+the exact Shapley values of the path-dependent expectation TreeSHAP uses (Lundberg et al.
+2020, Algorithm 1: a feature outside the coalition follows both children weighted by their
+training cover), enumerated over each tree's few features instead of TreeSHAP's path
+recursion: with depth-3 trees a tree splits on at most 7 features, 128 coalitions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from advisor.core.errors import AdvisorError
+
+NUMPY_ROWS = 512
+"""Up to this many rows the trees are walked here (a configuration in 0.1 ms, 512 in ~20 ms);
+more go to XGBoost's C++ predictor (~290,000 rows/s on two cores, imported once), which gives
+the same numbers to the bit."""
+MOST_DEPTH = 8
+"""Trees are walked as complete binary trees of the deepest tree's depth (2**depth leaves
+each); the surrogates grow depth 3."""
+MOST_TREE_FEATURES = 10
+"""SHAP enumerates 2**k coalitions for a tree splitting on k features; deeper trees than the
+surrogates grow (depth 3: k <= 7) are refused rather than enumerated."""
+
+
+class TreeModelError(AdvisorError):
+    """A JSON model this module cannot read (not XGBoost's format, or a kind of tree it does
+    not walk)."""
+
+
+class TreeEnsemble:
+    """The trees of one XGBoost model (`gbtree`, numerical splits, one output per tree), read
+    from `raw`, the model in XGBoost's JSON format (kept: it is what `save` writes)."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = bytes(raw)
+        try:
+            learner = json.loads(self.raw)["learner"]
+            booster = learner["gradient_booster"]
+            trees = booster["model"]["trees"]
+            group = np.asarray(booster["model"]["tree_info"], dtype=np.intp)
+            params = learner["learner_model_param"]
+            self.feature_names: list[str] = list(learner.get("feature_names", []))
+            self.num_features = int(params["num_feature"])
+            self.num_targets = max(int(params.get("num_target", 1)),
+                                   int(params.get("num_class", 0)), 1)
+            base = params["base_score"]
+            values = json.loads(base) if base.startswith("[") else [float(base)]
+            self.base_score = np.asarray(values, dtype=np.float32).reshape(-1)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise TreeModelError(f"not an XGBoost JSON model ({type(e).__name__}: {e})") \
+                from None
+        if booster.get("name") != "gbtree" or not trees:
+            raise TreeModelError(f"booster {booster.get('name')!r} with {len(trees)} trees: "
+                                 f"only gbtree models with trees are read")
+        if len(self.base_score) == 1:
+            self.base_score = np.repeat(self.base_score, self.num_targets)
+        if (len(trees) != len(group) or len(self.base_score) != self.num_targets
+                or group.min() < 0 or group.max() >= self.num_targets):
+            raise TreeModelError("tree_info or base_score does not match the trees")
+        self.group = group
+        self._read(trees)
+        self._heap()
+        self._booster = None
+
+    def _read(self, trees: list[dict]) -> None:
+        """Every tree as XGBoost stores it, padded to the largest: (trees × nodes) arrays."""
+        nodes = max(len(t["left_children"]) for t in trees)
+        shape = (len(trees), nodes)
+        self.left = np.full(shape, -1, dtype=np.intp)
+        self.right = np.full(shape, -1, dtype=np.intp)
+        self.feature = np.zeros(shape, dtype=np.intp)
+        # A leaf's value is its split condition (XGBoost stores it there).
+        self.condition = np.zeros(shape, dtype=np.float32)
+        self.default_left = np.zeros(shape, dtype=bool)
+        self.cover = np.zeros(shape, dtype=np.float64)
+        try:
+            for i, tree in enumerate(trees):
+                if any(tree.get("split_type", [])) or int(
+                        tree.get("tree_param", {}).get("size_leaf_vector", "1")) > 1:
+                    raise TreeModelError("categorical splits or vector leaves are not read")
+                n = len(tree["left_children"])
+                self.left[i, :n] = tree["left_children"]
+                self.right[i, :n] = tree["right_children"]
+                self.feature[i, :n] = tree["split_indices"]
+                self.condition[i, :n] = tree["split_conditions"]
+                self.default_left[i, :n] = tree["default_left"]
+                self.cover[i, :n] = tree["sum_hessian"]
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
+            raise TreeModelError(f"a tree is damaged ({type(e).__name__}: {e})") from None
+        self.leaf = self.left < 0
+        inner = ~self.leaf
+        if ((self.feature[inner] < 0) | (self.feature[inner] >= self.num_features)).any() or (
+                (self.left[inner] >= nodes) | (self.right[inner] >= nodes)
+                | (self.right[inner] < 0)).any():
+            raise TreeModelError("a split names a feature or child the model does not have")
+        self.depth = _depth(self.left, self.right)
+
+    def _heap(self) -> None:
+        """Every tree as a complete binary tree of `depth` levels in heap order (node h has
+        children 2h+1 and 2h+2): a leaf above the bottom becomes splits that every row passes
+        to the left, down to copies of its value."""
+        if self.depth > MOST_DEPTH:
+            raise TreeModelError(f"trees {self.depth} deep; at most {MOST_DEPTH} are walked")
+        inner, leaves = 2 ** self.depth - 1, 2 ** self.depth
+        count = len(self.group)
+        self.heap_feature = np.zeros((count, max(inner, 1)), dtype=np.intp)
+        self.heap_condition = np.full((count, max(inner, 1)), np.inf, dtype=np.float32)
+        self.heap_default_left = np.ones((count, max(inner, 1)), dtype=bool)
+        self.heap_value = np.zeros((count, leaves), dtype=np.float32)
+        for t in range(count):
+            stack = [(0, 0, 0)]                  # (XGBoost node, heap node, level)
+            while stack:
+                node, h, level = stack.pop()
+                if level == self.depth:
+                    self.heap_value[t, h - inner] = self.condition[t, node]
+                elif self.leaf[t, node]:
+                    stack += [(node, 2 * h + 1, level + 1), (node, 2 * h + 2, level + 1)]
+                else:
+                    self.heap_feature[t, h] = self.feature[t, node]
+                    self.heap_condition[t, h] = self.condition[t, node]
+                    self.heap_default_left[t, h] = self.default_left[t, node]
+                    stack += [(int(self.left[t, node]), 2 * h + 1, level + 1),
+                              (int(self.right[t, node]), 2 * h + 2, level + 1)]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """(rows × targets) predictions, as XGBoost's `inplace_predict` gives them."""
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.num_features:
+            raise TreeModelError(f"expected rows of {self.num_features} features, got shape "
+                                 f"{x.shape}")
+        if len(x) > NUMPY_ROWS:
+            return self._xgboost_predict(x)
+        leaves = self._leaf_values(x)
+        out = np.empty((len(x), self.num_targets), dtype=np.float32)
+        for target in range(self.num_targets):
+            start = np.full((len(x), 1), self.base_score[target])
+            # Sequential float32 sums in tree order, as XGBoost accumulates.
+            out[:, target] = np.cumsum(np.hstack([start, leaves[:, self.group == target]]),
+                                       axis=1, dtype=np.float32)[:, -1]
+        return out
+
+    def _leaf_values(self, x: np.ndarray) -> np.ndarray:
+        """(rows × trees) the value of the leaf each row reaches in each tree."""
+        count = len(self.group)
+        trees = np.arange(count)
+        if not self.depth:
+            return np.broadcast_to(self.heap_value[:, 0], (len(x), count))
+        value = x[:, self.heap_feature.reshape(-1)].reshape(len(x), count, -1)
+        left = value < self.heap_condition
+        missing = np.isnan(value)
+        if missing.any():
+            left = np.where(missing, self.heap_default_left, left)
+        position = np.zeros((len(x), count), dtype=np.intp)
+        for level in range(self.depth):
+            node = (2 ** level - 1) + position
+            went_left = np.take_along_axis(left, node[..., None], axis=2)[..., 0]
+            position = 2 * position + ~went_left
+        return self.heap_value[trees, position]
+
+    def _xgboost_predict(self, x: np.ndarray) -> np.ndarray:
+        if self._booster is None:
+            import xgboost as xgb
+
+            self._booster = xgb.Booster()
+            self._booster.load_model(bytearray(self.raw))
+            self._booster.set_param({"nthread": 0})       # every core for a batch
+        return np.asarray(self._booster.inplace_predict(x)).reshape(len(x), self.num_targets)
+
+    def contributions(self, x: np.ndarray, target: int = 0) -> np.ndarray:
+        """(rows × (features + 1)) SHAP values of one target's trees, bias last: what
+        XGBoost's `predict(pred_contribs=True)` gives for that target."""
+        x = np.asarray(x, dtype=np.float32)
+        paths = self._paths(target)
+        out = np.zeros((len(x), self.num_features + 1))
+        for row, values in enumerate(x):
+            out[row] = paths.shap(values, self.num_features)
+        out[:, -1] += self.base_score[target]
+        return out
+
+    def _paths(self, target: int) -> _Paths:
+        cached = getattr(self, "_path_cache", {})
+        if target not in cached:
+            cached[target] = _Paths(self, np.flatnonzero(self.group == target))
+            self._path_cache = cached
+        return cached[target]
+
+
+class _Paths:
+    """Each tree's root-to-leaf paths and its coalitions, for SHAP values."""
+
+    def __init__(self, trees: TreeEnsemble, which: np.ndarray) -> None:
+        depth = max(trees.depth, 1)
+        width = 2 ** depth
+        count = len(which)
+        self.node = np.zeros((count, width, depth), dtype=np.intp)   # split node on the path
+        self.went_left = np.ones((count, width, depth), dtype=bool)
+        self.fraction = np.ones((count, width, depth))   # cover(child) / cover(node)
+        self.slot = np.full((count, width, depth), -1, dtype=np.intp)   # tree-local feature
+        self.value = np.zeros((count, width))
+        self.tree = which
+        features = []
+        for i, t in enumerate(which):
+            local: dict[int, int] = {}
+            for leaf, path in enumerate(_leaf_paths(trees.left[t], trees.right[t])):
+                self.value[i, leaf] = trees.condition[t, path[-1][0]] if path else \
+                    trees.condition[t, 0]
+                for d, (node, left) in enumerate(path[:-1]):
+                    child = path[d + 1][0]
+                    self.node[i, leaf, d] = node
+                    self.went_left[i, leaf, d] = left
+                    self.fraction[i, leaf, d] = trees.cover[t, child] / trees.cover[t, node]
+                    f = int(trees.feature[t, node])
+                    self.slot[i, leaf, d] = local.setdefault(f, len(local))
+            features.append(list(local))
+        if not len(which):
+            self.size = np.zeros(0, dtype=np.intp)
+        else:
+            self.size = np.array([len(f) for f in features])
+        most = int(self.size.max(initial=0))
+        if most > MOST_TREE_FEATURES:
+            raise TreeModelError(f"a tree splits on {most} features; SHAP values are "
+                                 f"enumerated for at most {MOST_TREE_FEATURES}")
+        self.slots = most
+        self.global_feature = np.zeros((count, max(most, 1)), dtype=np.intp)
+        for i, f in enumerate(features):
+            self.global_feature[i, :len(f)] = f
+        masks = np.arange(2 ** most)
+        # member[m, i, leaf, d]: the path's feature at d is in coalition m.
+        bits = (masks[:, None, None, None] >> np.maximum(self.slot, 0)[None]) & 1
+        self.member = (bits == 1) & (self.slot >= 0)[None]
+        self.masks = masks
+        popcount = np.array([bin(m).count("1") for m in masks])
+        # Shapley weight |S|! (k - |S| - 1)! / k! of a coalition S (without the feature) in a
+        # tree of k features; zero for coalitions using slots the tree does not have.
+        k = self.size[:, None]
+        s = popcount[None, :]
+        valid = (masks[None, :] < (1 << k)) & (s < k)
+        self.weight = np.where(valid, _factorial(s) * _factorial(np.maximum(k - s - 1, 0))
+                               / _factorial(k), 0.0)
+        self.trees = trees
+
+    def shap(self, x: np.ndarray, num_features: int) -> np.ndarray:
+        trees = self.trees
+        t = self.tree[:, None, None]
+        value = x[trees.feature[t, self.node]]
+        left = np.where(np.isnan(value), trees.default_left[t, self.node],
+                        value < trees.condition[t, self.node])
+        follows = (left == self.went_left) | (self.slot < 0)
+        # v(S) per coalition and tree: leaf values weighted by the path's factors (the row's
+        # way for features in S, the cover fraction for the others).
+        factor = np.where(self.member, follows[None], self.fraction[None])
+        v = (self.value[None] * factor.prod(axis=3)).sum(axis=2)          # (coalitions, trees)
+        out = np.zeros(num_features + 1)
+        for i in range(self.slots):
+            bit = 1 << i
+            without = self.masks[(self.masks & bit) == 0]
+            gain = v[without | bit] - v[without]                           # (coalitions, trees)
+            has = i < self.size
+            phi = np.where(has, (self.weight[:, without].T * gain).sum(axis=0), 0.0)
+            np.add.at(out, self.global_feature[:, i], phi)
+        out[-1] = v[0].sum()
+        return out
+
+
+def _leaf_paths(left: np.ndarray, right: np.ndarray) -> list[list[tuple[int, bool]]]:
+    """Each leaf's path from the root: [(node, went left to the next), ..., (leaf, False)]."""
+    out = []
+    stack = [(0, [])]
+    while stack:
+        node, path = stack.pop()
+        if left[node] < 0:
+            out.append([*path, (node, False)])
+            continue
+        stack.append((int(right[node]), [*path, (node, False)]))
+        stack.append((int(left[node]), [*path, (node, True)]))
+    return out
+
+
+def _depth(left: np.ndarray, right: np.ndarray) -> int:
+    """The most splits from a root to a leaf in any tree."""
+    depth = 0
+    for tl, tr in zip(left, right, strict=True):
+        stack = [(0, 0)]
+        while stack:
+            node, d = stack.pop()
+            if tl[node] < 0:
+                depth = max(depth, d)
+            else:
+                stack += [(int(tl[node]), d + 1), (int(tr[node]), d + 1)]
+    return depth
+
+
+def _factorial(n: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.factorial, otypes=[float])(n)

@@ -1,0 +1,91 @@
+"""The NumPy tree walker against XGBoost itself: same predictions to the bit, same SHAP values,
+on the bundled surrogate and on models trained here with missing values and uneven depths."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xgboost as xgb
+
+from advisor.learn.trees import NUMPY_ROWS, TreeEnsemble, TreeModelError
+from advisor.predict.predictor import bundled_models_dir
+
+
+def _bundled() -> tuple[xgb.Booster, TreeEnsemble]:
+    raw = (bundled_models_dir() / "throughput.model.json").read_bytes()
+    booster = xgb.Booster()
+    booster.load_model(bytearray(raw))
+    return booster, TreeEnsemble(raw)
+
+
+def _rows(n: int, features: int, seed: int = 0, missing: float = 0.05) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)) * 3 + 2
+    x[rng.random(x.shape) < missing] = np.nan
+    return x
+
+
+def test_bundled_model_predictions_equal_xgboost_to_the_bit():
+    booster, trees = _bundled()
+    x = _rows(NUMPY_ROWS + 300, trees.num_features)
+    expected = booster.inplace_predict(x).reshape(len(x), -1)
+    # Below the threshold the walk is ours; above it XGBoost's: both must agree exactly.
+    assert np.array_equal(trees.predict(x[:NUMPY_ROWS]), expected[:NUMPY_ROWS])
+    assert np.array_equal(trees.predict(x[:1]), expected[:1])
+    assert np.array_equal(trees.predict(x), expected)
+
+
+def test_bundled_model_shap_values_equal_xgboost():
+    booster, trees = _bundled()
+    x = _rows(12, trees.num_features, seed=1)
+    expected = booster.predict(xgb.DMatrix(x, feature_names=booster.feature_names),
+                               pred_contribs=True)
+    for target in range(trees.num_targets):
+        got = trees.contributions(x, target)
+        assert np.allclose(got, expected[:, target, :], atol=2e-6), target
+        # Efficiency: the values add up to the prediction.
+        assert np.allclose(got.sum(axis=1), trees.predict(x)[:, target], atol=1e-4)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5])
+def test_models_with_missing_values_and_uneven_trees(depth):
+    rng = np.random.default_rng(depth)
+    x = _rows(400, 6, seed=depth, missing=0.2)
+    y = np.nan_to_num(x[:, 0]) * 2 - np.nan_to_num(x[:, 3]) + rng.normal(size=len(x))
+    booster = xgb.train({"max_depth": depth, "eta": 0.3, "min_child_weight": 8,
+                         "tree_method": "hist", "seed": 0}, xgb.DMatrix(x, label=y),
+                        num_boost_round=25)
+    trees = TreeEnsemble(booster.save_raw("json"))
+    test = _rows(200, 6, seed=99, missing=0.3)
+    assert np.array_equal(trees.predict(test), booster.inplace_predict(test)[:, None])
+    shap = booster.predict(xgb.DMatrix(test), pred_contribs=True)
+    assert np.allclose(trees.contributions(test), shap, atol=2e-5)
+
+
+def test_predicting_a_few_rows_never_imports_xgboost():
+    code = ("import sys\n"
+            "from advisor.learn.trees import TreeEnsemble\n"
+            "from advisor.predict.predictor import bundled_models_dir\n"
+            "t = TreeEnsemble((bundled_models_dir() / 'throughput.model.json').read_bytes())\n"
+            "import numpy as np\n"
+            "t.predict(np.zeros((3, t.num_features))); t.contributions(np.zeros((2, "
+            "t.num_features)))\n"
+            "assert 'xgboost' not in sys.modules, 'xgboost imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("raw", [b"", b"{}", b"[1]", b'{"learner": {"gradient_booster": 3}}',
+                                 b"\xff\xfe", b"[" * 100_000])
+def test_anything_but_a_tree_model_is_refused(raw):
+    with pytest.raises(TreeModelError):
+        TreeEnsemble(raw)
+
+
+def test_a_split_on_a_feature_the_model_lacks_is_refused():
+    _, trees = _bundled()
+    model = json.loads(trees.raw)
+    model["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10_000
+    with pytest.raises(TreeModelError, match="feature or child"):
+        TreeEnsemble(json.dumps(model).encode())
