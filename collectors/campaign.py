@@ -24,6 +24,7 @@ collectors/templates/*.toml (`load_campaign("paper-h200-parallelism")`).
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ def campaign_from_dict(data: dict, *, where: str = "campaign") -> Campaign:
     telemetry, strategy = tables["telemetry"], tables["strategy"]
     try:
         return _build(data, models, sweep, budget, steps, timing, telemetry, strategy, where)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise ConfigError(f"{where}: a value has the wrong type ({e}); numbers are TOML "
                           f"numbers, names are strings.") from None
 
@@ -164,6 +165,11 @@ def _build(data, models, sweep, budget, steps, timing, telemetry, strategy, wher
     return campaign
 
 
+MOST_STEPS = 100_000
+"""Warm-up or measured steps of one run: a measurement needs tens."""
+MOST_RUNS = 1_000_000
+MOST_SECONDS = 7 * 24 * 3600
+"""A run's timeout or cool-down: a week."""
 TABLE_KEYS = {"budget": {"runs", "gpu_hours"}, "steps": {"warmup", "measure"},
               "timing": {"cooldown_s", "timeout_s"}, "telemetry": {"kind", "hz"},
               "strategy": {"kind", "seed"}}
@@ -182,6 +188,9 @@ def _keys(table: dict, allowed: set[str], where: str) -> None:
 
 
 def _ints(table: dict, where: str) -> dict[str, int]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table of name = whole number, got "
+                          f"{type(table).__name__} {table!r:.60}.")
     out = {}
     for key, value in table.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -191,6 +200,9 @@ def _ints(table: dict, where: str) -> dict[str, int]:
 
 
 def _sweep(table: dict, where: str) -> dict[str, tuple]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table of knob = [values], got "
+                          f"{type(table).__name__} {table!r:.60}.")
     out = {}
     for knob, values in table.items():
         if knob not in SWEEP_KNOBS:
@@ -226,16 +238,20 @@ def _check(c: Campaign, where: str) -> None:
     if c.strategy not in STRATEGIES:
         raise ConfigError(f"{where}: [strategy] kind {c.strategy!r}; use "
                           f"{' or '.join(STRATEGIES)}.")
-    if c.measure_steps < 1 or c.warmup_steps < 0:
-        raise ConfigError(f"{where}: [steps] needs measure >= 1 and warmup >= 0.")
-    if c.max_runs is not None and c.max_runs < 1:
-        raise ConfigError(f"{where}: [budget] runs must be at least 1.")
-    if c.max_gpu_hours is not None and c.max_gpu_hours <= 0:
-        raise ConfigError(f"{where}: [budget] gpu_hours must be positive.")
+    if not (1 <= c.measure_steps <= MOST_STEPS and 0 <= c.warmup_steps <= MOST_STEPS):
+        raise ConfigError(f"{where}: [steps] needs measure in 1..{MOST_STEPS:,} and warmup in "
+                          f"0..{MOST_STEPS:,}.")
+    if c.max_runs is not None and not 1 <= c.max_runs <= MOST_RUNS:
+        raise ConfigError(f"{where}: [budget] runs must be in 1..{MOST_RUNS:,}.")
+    if c.max_gpu_hours is not None and not 0 < c.max_gpu_hours < math.inf:
+        raise ConfigError(f"{where}: [budget] gpu_hours must be a positive finite number.")
+    if not 0 <= c.seed < 2**63:
+        raise ConfigError(f"{where}: [strategy] seed must be a whole number in 0..2**63-1.")
+    if not (0 < c.timeout_s <= MOST_SECONDS and 0 <= c.cooldown_s <= MOST_SECONDS):
+        raise ConfigError(f"{where}: [timing] timeout_s must be in (0, {MOST_SECONDS:,}] s "
+                          f"and cooldown_s in [0, {MOST_SECONDS:,}] s (a week).")
     if c.telemetry not in TELEMETRY_KINDS and not c.telemetry.startswith("replay:"):
         raise ConfigError(f"{where}: [telemetry] kind {c.telemetry!r}; use "
                           f"{', '.join(TELEMETRY_KINDS)} or replay:PATH.")
     if not 1 <= c.telemetry_hz <= 100:
         raise ConfigError(f"{where}: [telemetry] hz must be within 1..100 (default 20).")
-    if c.timeout_s <= 0 or c.cooldown_s < 0:
-        raise ConfigError(f"{where}: [timing] timeout_s must be positive, cooldown_s >= 0.")

@@ -102,7 +102,7 @@ def test_malformed_toml_names_the_file(tmp_path):
 def test_negative_platform_number_is_refused(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('base = "h100"\ntdp_w = -1\n[sources]\ntdp_w = "x"\n')
-    with pytest.raises(CatalogError, match="tdp_w must be positive"):
+    with pytest.raises(CatalogError, match="tdp_w must be a positive finite number"):
         catalog.load_platform(str(f))
 
 

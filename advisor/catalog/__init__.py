@@ -10,9 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from advisor.core.errors import AdvisorError, CatalogError, UnknownNameError, suggest
+from advisor.core.errors import AdvisorError, CatalogError, UnknownNameError, shown, suggest
+from advisor.core.limits import check_name
 from advisor.core.model import MODEL_FIELDS, ModelSpec
-from advisor.core.platform import Platform, platform_from_dict
+from advisor.core.platform import Platform, check_sources, platform_from_dict, shown_value
 
 _ROOT = resources.files("advisor.catalog")
 
@@ -56,12 +57,13 @@ def _platform_index() -> dict[str, str]:
 
 def load_platform(name_or_path: str) -> Platform:
     """A catalog platform by name or alias, or a cluster override TOML file (`base = "h200"`)."""
+    check_name(name_or_path, "platform", error=UnknownNameError)
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         return load_platform_override(Path(name_or_path))
     index = _platform_index()
     key = name_or_path.strip().lower()
     if key not in index:
-        raise UnknownNameError(f"unknown platform {name_or_path!r}.{suggest(key, index)} "
+        raise UnknownNameError(f"unknown platform {shown(name_or_path)}.{suggest(key, index)} "
                                f"Known: {', '.join(sorted(platforms()))}; or pass a cluster "
                                f"file (.toml) with base = \"<platform>\".")
     return platforms()[index[key]]
@@ -71,10 +73,17 @@ def load_platform_override(path: Path) -> Platform:
     """A cluster file: `base = "<platform>"` plus keys to replace, each with its source."""
     data = read_toml(path)
     base_name = data.get("base")
-    if not isinstance(base_name, str):
-        raise CatalogError(f"{path}: a cluster file needs base = \"<platform>\" "
-                           f"(one of {', '.join(sorted(platforms()))}).")
+    if not isinstance(base_name, str) or base_name.strip().lower() not in _platform_index():
+        raise CatalogError(f"{path}: a cluster file needs base = \"<platform>\", a catalog "
+                           f"platform (one of {', '.join(sorted(platforms()))}); got "
+                           f"{shown_value(base_name)}.")
     base = load_platform(base_name)
+    check_sources(data, str(path))
+    for key, kind in (("peak_flops_per_s", dict), ("name", str), ("display_name", str)):
+        if key in data and not isinstance(data[key], kind):
+            raise CatalogError(f"{path}: {key} must be a "
+                               f"{'table' if kind is dict else 'string'}, got "
+                               f"{shown_value(data[key])}.")
     merged = {k: v for k, v in base.to_dict().items() if v is not None}
     merged["sources"] = dict(base.sources)
     for key, value in data.items():
@@ -207,35 +216,44 @@ def scaled_model(base: ModelSpec, overrides: dict[str, int]) -> ModelSpec:
     return dataclasses.replace(
         base, name=scaled_model_name(base.name, values), display_name=
         f"{base.display_name or base.name} (scaled: {scaled_model_name('', values)[1:]})",
-        published_total_params=0.0, published_active_params=0.0, **derived)
+        published_total_params=0.0, published_active_params=0.0, path="", **derived)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A catalog model by name, alias or reference-data spelling (case-insensitive), a scaled
     catalog model (`llama3-8b@num_layers=2,hidden_size=64`), or a Hugging Face `config.json`
     path."""
+    check_name(name_or_path, "model", error=UnknownNameError)
     if "@" in name_or_path:
         base, _, spec = name_or_path.partition("@")
         overrides = {}
         for item in filter(None, spec.split(",")):
             key, sep, value = item.partition("=")
-            if not sep or not value.strip().isdigit():
-                raise CatalogError(f"{name_or_path!r}: scaled models are written "
+            if not sep or not (value.strip().isascii() and value.strip().isdigit()):
+                raise CatalogError(f"{shown(name_or_path)}: scaled models are written "
                                    f"NAME@field=int,field=int (e.g. "
                                    f"llama3-8b@num_layers=2,hidden_size=64).")
             overrides[key.strip()] = int(value)
         return scaled_model(load_model(base), overrides)
-    if name_or_path.endswith(".json") or Path(name_or_path).is_dir():
+    if name_or_path.endswith(".json") or _is_dir(name_or_path):
         from advisor.core.hf_config import model_from_hf_config
 
         return model_from_hf_config(Path(name_or_path))
     index = _model_index()
     key = name_or_path.strip().lower()
     if key not in index:
-        raise UnknownNameError(f"unknown model {name_or_path!r}.{suggest(key, index)} "
+        raise UnknownNameError(f"unknown model {shown(name_or_path)}.{suggest(key, index)} "
                                f"See `advisor catalog models`, or pass a Hugging Face "
                                f"config.json path.")
     return models()[index[key]]
+
+
+def _is_dir(name: str) -> bool:
+    """`name` is a directory (a Hugging Face checkout); False for what cannot be a path."""
+    try:
+        return Path(name).is_dir()
+    except (OSError, ValueError):   # a name too long for the file system, say
+        return False
 
 
 def find_model(name: str) -> ModelSpec | None:

@@ -26,3 +26,11 @@ def suggest(name: str, choices: Iterable[str], *, limit: int = 3) -> str:
     """Return ' Did you mean a, b?' for the closest names, or '' if none is close."""
     close = difflib.get_close_matches(name.lower(), sorted(set(choices)), n=limit, cutoff=0.5)
     return f" Did you mean {', '.join(close)}?" if close else ""
+
+
+def shown(text: str, *, most: int = 80) -> str:
+    """`text` as an error message shows it: quoted and escaped as `repr` does (control and
+    invisible characters visible, one line), and cut to `most` characters."""
+    if len(text) <= most:
+        return repr(text)
+    return repr(text[:most]) + f"... ({len(text):,} characters)"

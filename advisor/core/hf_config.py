@@ -32,6 +32,8 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
     except json.JSONDecodeError as e:
         raise CatalogError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}).") from None
+    except ValueError as e:   # an integer of more digits than Python converts (4,300)
+        raise CatalogError(f"{path}: not a model config ({str(e)[:100]}).") from None
     except RecursionError:
         raise CatalogError(f"{path}: JSON nested too deeply to be a model config.") from None
     if not isinstance(raw, dict):
@@ -41,8 +43,10 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     name = path.parent.name.lower() if path.name == "config.json" else path.stem.lower()
     try:
         fields = _read(cfg, model_type, path)
-    except (TypeError, ValueError) as e:  # e.g. "num_hidden_layers": "abc" or [32]
-        raise CatalogError(f"{path}: a size field is not a whole number ({e}).") from None
+    except (TypeError, ValueError, OverflowError, AttributeError) as e:
+        # e.g. "num_hidden_layers": "abc", [32] or Infinity; a nested field that is no table
+        raise CatalogError(f"{path}: a size field is not a whole number "
+                           f"({type(e).__name__}: {str(e)[:100]}).") from None
     fields.update(name=name or "hf-model", display_name=name, family=model_type or "hf",
                   path=str(path), sources={"architecture": str(path)})
     try:

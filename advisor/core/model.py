@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from advisor.core import limits
 from advisor.core.errors import CatalogError
+
+_LIMITS = {"num_layers": limits.LAYERS, "num_dense_layers": limits.LAYERS,
+           "num_mtp_layers": limits.LAYERS, "num_sliding_window_layers": limits.LAYERS,
+           "moe_layer_freq": limits.LAYERS, "vocab_size": limits.VOCABULARY,
+           "num_experts": limits.EXPERTS, "moe_top_k": limits.EXPERTS,
+           "num_shared_experts": limits.EXPERTS, "max_seq_len": limits.SEQUENCE,
+           "sliding_window": limits.SEQUENCE}
+"""Each int field's bound (`limits.WIDTH` for the others: widths, heads, ranks)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,10 @@ class ModelSpec:
             value = getattr(self, f.name)
             if f.type in ("int", "float") and value < 0:
                 raise CatalogError(f"{where}: {f.name} must not be negative, got {value}.")
+        for f in dataclasses.fields(self):
+            if f.type == "int":
+                limits.check_most(f"{where}: {f.name}", getattr(self, f.name),
+                                  _LIMITS.get(f.name, limits.WIDTH), error=CatalogError)
         if not self.is_mla and self.num_attention_heads % self.num_kv_heads:
             raise CatalogError(f"{where}: num_kv_heads ({self.num_kv_heads}) must divide "
                                f"num_attention_heads ({self.num_attention_heads}).")
@@ -148,6 +161,10 @@ class ModelSpec:
             if getattr(self, key) not in allowed:
                 raise CatalogError(f"{where}: {key} = {getattr(self, key)!r}; use one of "
                                    f"{', '.join(sorted(allowed))}.")
+        if self.params.total > limits.PARAMETERS:
+            raise CatalogError(f"{where}: {self.params.total:.3g} parameters is beyond "
+                               f"advisor's limit of {limits.PARAMETERS:.0e} (1,000 times the "
+                               f"largest published models).")
 
     # ---- shape helpers -------------------------------------------------------------------
     @property

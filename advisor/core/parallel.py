@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core import limits
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
@@ -44,12 +45,20 @@ def _divisors_hint(n: int, limit: int = 12) -> str:
     return "{" + ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "") + "}"
 
 
+_LIMITS = {"num_gpus": limits.GPUS, "tp": limits.GPUS, "pp": limits.GPUS, "dp": limits.GPUS,
+           "cp": limits.GPUS, "ep": limits.GPUS, "etp": limits.GPUS,
+           "vp": limits.VIRTUAL_STAGES, "mbs": limits.GLOBAL_BATCH, "gbs": limits.GLOBAL_BATCH,
+           "seq_len": limits.SEQUENCE, "lora_rank": limits.LORA_RANK}
+
+
 def _check_common(obj: Any, counts: tuple[str, ...]) -> None:
-    """Positive whole sizes and a known precision: the rules `ParallelConfig` and `Job` share."""
+    """Positive whole sizes within `advisor.core.limits` and a known precision: the rules
+    `ParallelConfig` and `Job` share."""
     for key in counts:
         value = getattr(obj, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{key} must be a positive whole number, got {value!r}.")
+        limits.check_most(key, value, _LIMITS[key])
     if obj.precision not in PRECISIONS:
         raise ConfigError(f"precision {obj.precision!r} is unknown; use one of "
                           f"{', '.join(PRECISIONS)}.")
@@ -131,6 +140,8 @@ class ParallelConfig:
         _check_common(self, ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "gbs", "seq_len",
                              "lora_rank"))
         _check_finetune(self)
+        limits.check_most("tp × pp × cp × dp (GPUs)", self.tp * self.pp * self.cp * self.dp,
+                          limits.GPUS)
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
                               f"{', '.join(RECOMPUTE)}.")
@@ -193,7 +204,9 @@ class ParallelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Every field is a plain value: a shallow copy is `dataclasses.asdict` at a tenth of
+        # its cost (it deep-copies each value).
+        return {name: getattr(self, name) for name in PARALLEL_FIELDS}
 
 
 PARALLEL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig))

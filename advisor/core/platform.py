@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import CatalogError
+from advisor.core.limits import GPUS, check_most
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,7 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
     if missing:
         raise CatalogError(f"{where}: missing key(s) {', '.join(missing)}.")
     values: dict[str, Any] = {}
-    sources = data.get("sources", {})
-    if not isinstance(sources, dict):
-        raise CatalogError(f"{where}: [sources] must be a table of key = \"source\".")
+    sources = check_sources(data, where)
     for key, value in data.items():
         if key in ("sources", "base"):
             continue
@@ -145,8 +145,10 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                 _need_source(sources, f"peak_flops_per_s.{prec}", where)
             values[key] = flops
         elif key == "aliases":
-            if not isinstance(value, (list, tuple)):
-                raise CatalogError(f"{where}: aliases must be a list of strings.")
+            if not isinstance(value, (list, tuple)) or not all(isinstance(a, str)
+                                                               for a in value):
+                raise CatalogError(f"{where}: aliases must be a list of strings, got "
+                                   f"{shown_value(value)}.")
             values[key] = tuple(str(a).lower() for a in value)
         elif key in ("name", "display_name", "vendor", "family", "device_unit", "cooling",
                      "chassis"):
@@ -162,10 +164,20 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                 if number != int(number):
                     raise CatalogError(f"{where}: {key} must be a whole number, got {value!r}.")
                 number = int(number)
+                check_most(f"{where}: {key}", number, GPUS, error=CatalogError)
             values[key] = number
             _need_source(sources, key, where)
     _derive_network(values, data, where)
     return Platform(**values, sources=dict(sources), path=where)
+
+
+def check_sources(data: dict[str, Any], where: str) -> dict[str, str]:
+    """The file's [sources] table: text for each key."""
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise CatalogError(f"{where}: [sources] must be a table of key = \"source\", got "
+                           f"{shown_value(sources)}.")
+    return sources
 
 
 def _derive_network(values: dict[str, Any], data: dict[str, Any], where: str) -> None:
@@ -186,12 +198,26 @@ def _derive_network(values: dict[str, Any], data: dict[str, Any], where: str) ->
     values["inter_node_bandwidth_bytes_per_s"] = derived
 
 
+LARGEST_QUANTITY = 1e20
+"""No device quantity in SI units comes near it (peak FLOP/s are about 10^16, bandwidths
+10^13 B/s): a larger value is a typo, and would overflow the models' products."""
+
+
 def _positive(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CatalogError(f"{what} must be a number, got {value!r}.")
-    if value <= 0:
-        raise CatalogError(f"{what} must be positive, got {value!r}.")
+        raise CatalogError(f"{what} must be a number, got {shown_value(value)}.")
+    if not math.isfinite(value) or value <= 0:
+        raise CatalogError(f"{what} must be a positive finite number, got {value!r}.")
+    if value > LARGEST_QUANTITY:
+        raise CatalogError(f"{what} = {value:g} is beyond any device ({LARGEST_QUANTITY:g} in "
+                           f"SI units); check the unit.")
     return float(value)
+
+
+def shown_value(value: Any) -> str:
+    """A TOML value as an error shows it: its type, and its repr cut short."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def _need_source(sources: dict[str, str], key: str, where: str) -> None:
