@@ -9,7 +9,12 @@ import pandas as pd
 import pytest
 
 from advisor.learn.bands import analytical_log_sd, band_scale, needed_scale
-from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
+from advisor.learn.surrogate import (
+    ArtifactError,
+    load_throughput,
+    train_throughput,
+    write_metadata,
+)
 from advisor.learn.train import band_groups
 from advisor.perf.calibration import load_calibration
 
@@ -61,10 +66,15 @@ def test_band_scale_round_trips_and_a_bad_one_is_refused(ref, feats, tmp_path):
     s.save(tmp_path)
     assert load_throughput(tmp_path).band_scale == 1.7
     meta_path = tmp_path / "throughput.json"
-    for bad in (0.5, "wide"):
+    for bad in (0.5, "wide", 1e308):
         meta = json.loads(meta_path.read_text())
         meta["band_scale"] = bad
         meta_path.write_text(json.dumps(meta))
+        # Edited by hand: the metadata's own hash no longer matches.
+        with pytest.raises(ArtifactError, match="does not match its own hash"):
+            load_throughput(tmp_path)
+        # Written with a valid hash (as a buggy trainer would): the value itself is refused.
+        write_metadata(meta_path, meta)
         with pytest.raises(ArtifactError, match="band_scale"):
             load_throughput(tmp_path)
 

@@ -26,7 +26,7 @@ from advisor.learn.power_surrogate import (
     reference_power_features,
     train_power,
 )
-from advisor.learn.surrogate import load_throughput
+from advisor.learn.surrogate import load_throughput, write_metadata
 from advisor.learn.train import train
 from advisor.perf.calibration import load_calibration
 
@@ -230,11 +230,11 @@ def test_artifacts_refuse_damage(trained, tmp_path):
     with pytest.raises(ArtifactError, match="avg_power.model.json: does not match its metadata"):
         load_power_surrogates(d)
     meta = json.loads((d / "peak_power.json").read_text())
-    (d / "peak_power.json").write_text(json.dumps(meta | {"features": meta["features"][:-1]}))
+    write_metadata(d / "peak_power.json", meta | {"features": meta["features"][:-1]})
     with pytest.raises(ArtifactError, match="peak_power.json: written for another advisor"):
         load_power_surrogate(d, "peak_power_w")
-    (d / "peak_power.json").write_text(json.dumps(meta | {"band_scale": 0.5}))
-    with pytest.raises(ArtifactError, match="band_scale 0.5 is not a number >= 1"):
+    write_metadata(d / "peak_power.json", meta | {"band_scale": 0.5})
+    with pytest.raises(ArtifactError, match="band_scale 0.5 is not a number in 1..10"):
         load_power_surrogate(d, "peak_power_w")
     (d / "peak_power.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="not valid JSON"):

@@ -23,7 +23,6 @@ factor that puts 80 % of a held-out source's runs inside (`power_band_scale`, by
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from advisor.learn.surrogate import (
     read_artifact,
     read_band_scale,
     sha256_file,
+    write_metadata,
 )
 from advisor.learn.trees import TreeEnsemble
 from advisor.perf.calibration import Calibration
@@ -183,7 +183,7 @@ class PowerSurrogate:
                     support={"families": self.support.families,
                              "model_families": self.support.model_families,
                              "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
-        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        write_metadata(meta_path, meta)
 
 
 def _paths(directory: Path, target: Target) -> tuple[Path, Path]:

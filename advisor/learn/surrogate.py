@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,9 @@ FORMAT_VERSION = 3
 """2: the band scale (`bands`) is part of the artifact; 3: the trees are XGBoost JSON
 (`<name>.model.json`, was UBJSON `<name>.ubj`)."""
 MODEL_SUFFIX = ".model.json"
+MOST_BAND_SCALE = 10.0
+"""A band widened more than tenfold says nothing; such a scale is damage, not calibration
+(the bundled model's is 1.72)."""
 
 
 class ArtifactError(AdvisorError):
@@ -116,11 +120,25 @@ class ThroughputSurrogate:
                     support={"families": self.support.families,
                              "model_families": self.support.model_families,
                              "ranges": {k: list(v) for k, v in self.support.ranges.items()}})
-        (directory / f"{name}.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        write_metadata(directory / f"{name}.json", meta)
 
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def metadata_hash(meta: dict) -> str:
+    """SHA-256 of the metadata's canonical JSON, leaving out the field that holds it: the band
+    scale, support and quantiles change predictions as much as the trees do, so an edit to
+    them is refused like an edit to the model."""
+    body = {k: v for k, v in meta.items() if k != "metadata_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
+def write_metadata(path: Path, meta: dict) -> None:
+    meta = {**meta, "metadata_sha256": metadata_hash(meta)}
+    path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def train_throughput(features: pd.DataFrame, families: np.ndarray, model_families: np.ndarray,
@@ -156,9 +174,10 @@ def load_throughput(directory: Path, name: str = "throughput") -> ThroughputSurr
 def read_band_scale(meta: dict, meta_path: Path) -> float:
     """The artifact's band scale; an `ArtifactError` for anything but a number ≥ 1."""
     scale = meta.get("band_scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale >= 1.0:
-        raise ArtifactError(f"{meta_path}: band_scale {scale!r} is not a number >= 1; rebuild "
-                            f"with `advisor train`.")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
+            1.0 <= scale <= MOST_BAND_SCALE):
+        raise ArtifactError(f"{meta_path}: band_scale {scale!r} is not a number in 1.."
+                            f"{MOST_BAND_SCALE:g}; rebuild with `advisor train`.")
     return float(scale)
 
 
@@ -187,6 +206,9 @@ def read_artifact(meta_path: Path, model_path: Path, features, format_version: i
     if not isinstance(meta, dict) or not isinstance(meta.get("support"), dict):
         raise ArtifactError(f"{meta_path}: not advisor surrogate metadata; rebuild with "
                             f"`advisor train`.")
+    if meta.get("metadata_sha256") != metadata_hash(meta):
+        raise ArtifactError(f"{meta_path}: does not match its own hash (altered or "
+                            f"corrupted); rebuild with `advisor train`.")
     if (meta.get("format_version") != format_version or meta.get("features") != list(features)
             or meta.get("quantiles") != list(QUANTILES)):
         raise ArtifactError(f"{meta_path}: written for another advisor version (format "
@@ -208,7 +230,22 @@ def read_artifact(meta_path: Path, model_path: Path, features, format_version: i
         raise ArtifactError(f"{model_path}: trees for {len(trees.feature_names)} features and "
                             f"{trees.num_targets} outputs, not the metadata's; rebuild with "
                             f"`advisor train`.")
-    support = Support(families=meta["support"]["families"],
-                      model_families=meta["support"]["model_families"],
-                      ranges={k: tuple(v) for k, v in meta["support"]["ranges"].items()})
-    return meta, trees, support
+    return meta, trees, _support(meta["support"], meta_path)
+
+
+def _support(data: dict, meta_path: Path) -> Support:
+    """The metadata's support, checked: lists of names, and [low, high] ranges of known
+    features."""
+    families, model_families = data.get("families"), data.get("model_families")
+    ranges = data.get("ranges")
+    names_ok = all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                   for v in (families, model_families))
+    ranges_ok = isinstance(ranges, dict) and all(
+        k in RANGE_FEATURES and isinstance(v, list) and len(v) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                for x in v) and v[0] <= v[1] for k, v in ranges.items())
+    if not (names_ok and ranges_ok):
+        raise ArtifactError(f"{meta_path}: support is not lists of families and [low, high] "
+                            f"feature ranges; rebuild with `advisor train`.")
+    return Support(families=families, model_families=model_families,
+                   ranges={k: tuple(v) for k, v in ranges.items()})

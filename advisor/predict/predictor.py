@@ -97,16 +97,23 @@ class Predictor:
     @classmethod
     def load(cls, path: str | Path | None = None) -> Predictor:
         """The bundled surrogates (`path=None`) or those in a directory written by
-        `advisor train`. A bundle without a throughput artifact predicts analytically."""
+        `advisor train`; an `ArtifactError` for a missing, altered or damaged artifact
+        (`Predictor(None)` predicts analytically)."""
         from advisor.learn.power_surrogate import load_power_surrogates
-        from advisor.learn.surrogate import load_throughput
+        from advisor.learn.surrogate import ArtifactError, load_throughput
 
         directory = Path(path) if path is not None else bundled_models_dir()
         if path is not None and not directory.is_dir():
             raise AdvisorError(f"{directory}: no such directory of surrogate artifacts.")
-        surrogate = (load_throughput(directory) if (directory / "throughput.json").exists()
-                     or path is not None else None)
-        power = load_power_surrogates(directory) if directory.is_dir() else {}
+        try:
+            surrogate = load_throughput(directory)
+            power = load_power_surrogates(directory)
+        except ArtifactError as e:
+            if path is not None:
+                raise
+            raise ArtifactError(f"the surrogates bundled with advisor are damaged or missing "
+                                f"({e}); reinstall advisor, or predict analytically "
+                                f"(`--analytical`, `Predictor(None)`).") from None
         return cls(surrogate, path=directory, power=power)
 
     def predict(self, configs: pd.DataFrame | list) -> pd.DataFrame:
