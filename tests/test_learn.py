@@ -13,7 +13,12 @@ from advisor import catalog
 from advisor.core.parallel import make_config, make_job
 from advisor.learn.evaluate import cross_validate, summarise
 from advisor.learn.features import FEATURES, release_number
-from advisor.learn.surrogate import ArtifactError, load_throughput, train_throughput
+from advisor.learn.surrogate import (
+    ArtifactError,
+    load_throughput,
+    train_throughput,
+    write_metadata,
+)
 from advisor.learn.train import train
 from advisor.perf.calibration import load_calibration
 from advisor.predict.predictor import Predictor, bundled_models_dir
@@ -75,7 +80,7 @@ def test_artifacts_round_trip_and_refuse_damage(ref, feats, tmp_path):
         load_throughput(damaged)
     # metadata from another version
     meta["format_version"] = 999
-    (damaged / "throughput.json").write_text(json.dumps(meta))
+    write_metadata(damaged / "throughput.json", meta)
     with pytest.raises(ArtifactError, match="another advisor version"):
         load_throughput(damaged)
     (damaged / "throughput.json").write_text("{not json")
@@ -247,7 +252,7 @@ def test_predictor_derives_dp_from_num_gpus_and_refuses_contradictions():
 def test_predictor_takes_the_same_defaults_as_predict_input(row):
     """The same row through `Predictor.predict` and `predict --input` (both analytical here):
     the same prediction, and the assumptions said."""
-    from advisor.data.predict_input import predict_frame
+    from advisor.predict.rows import predict_frame
 
     frame = pd.DataFrame([row]).astype({k: str for k in row if k == "software"})
     direct = Predictor(None).predict(frame).iloc[0]
@@ -263,3 +268,32 @@ def test_predictor_takes_the_same_defaults_as_predict_input(row):
         assert "overlap_grad_reduce=true" in assumed and "names no release" in assumed
     if row["model"] == "mixtral-8x7b":
         assert "etp=tp" in assumed and "etp=2" in via_input["pred_assumed"]
+
+
+def test_edited_metadata_a_renamed_pickle_and_a_missing_bundle_are_refused(tmp_path,
+                                                                          monkeypatch):
+    """The metadata is inside the hash (a hand-edited band or support would change rankings
+    silently); a pickle under an artifact's name is never unpickled; a missing bundled model
+    is an error, not a silent fall-back to the analytical model."""
+    import pickle
+    import shutil
+
+    from advisor.predict import predictor as predictor_module
+    from advisor.predict.predictor import Predictor, bundled_models_dir
+
+    d = tmp_path / "models"
+    shutil.copytree(bundled_models_dir(), d)
+    meta = json.loads((d / "throughput.json").read_text())
+    meta["support"]["families"].append("cdna3")
+    (d / "throughput.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="does not match its own hash"):
+        Predictor.load(d)
+    shutil.copy(bundled_models_dir() / "throughput.json", d / "throughput.json")
+    (d / "throughput.model.json").write_bytes(pickle.dumps({"trees": [1, 2, 3]}))
+    with pytest.raises(ArtifactError, match="does not match its metadata"):
+        Predictor.load(d)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setattr(predictor_module, "bundled_models_dir", lambda: empty)
+    with pytest.raises(ArtifactError, match="bundled with advisor are damaged or missing"):
+        Predictor.load()

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from advisor.cli import app
 from advisor.data.dataset import import_mlperf, load
 from advisor.data.mlperf import mlperf_runs
-from advisor.data.predict_input import predict_frame
+from advisor.predict.rows import predict_frame
 
 runner = CliRunner()
 

@@ -14,9 +14,9 @@ from advisor.cli import app
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import make_config, make_job
 from advisor.core.space import check_uneven
-from advisor.data.predict_input import predict_frame
 from advisor.perf.analytical import predict_config
 from advisor.perf.layout import stage_layer_counts
+from advisor.predict.rows import predict_frame
 from advisor.search.objective import Constraints
 from advisor.search.placement import MAX_SHIFT, MIN_GAIN, candidate_splits, propose_placement
 

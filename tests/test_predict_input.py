@@ -2,7 +2,8 @@ import pandas as pd
 import pytest
 
 from advisor.core.errors import AdvisorError
-from advisor.data.predict_input import predict_frame, read_rows
+from advisor.data.predict_input import read_rows
+from advisor.predict.rows import predict_frame
 
 HEADER = "model,gpu,num_gpus,precision,seq_len,gbs,mbs,tp,pp,cp,ep,vp,dp,recompute,dp_sharding\n"
 
@@ -50,3 +51,52 @@ def test_output_keeps_input_columns(tmp_path):
     f.write_text("model,gpu,num_gpus,seq_len,gbs,extra\nLlama3-8B,h100,8,8192,64,keep\n")
     out = predict_frame(read_rows(f))
     assert isinstance(out, pd.DataFrame) and out.loc[0, "extra"] == "keep"
+
+
+def test_one_bad_cell_fails_only_its_row(tmp_path):
+    """A NUL byte, an over-long name, a non-ASCII digit, sizes beyond any real system: each
+    row says what is wrong, the rows around it are predicted."""
+    good = "llama3-8b,h100,8,8192,128"
+    f = tmp_path / "runs.csv"
+    f.write_text("model,gpu,num_gpus,seq_len,gbs\n" + "\n".join([
+        good,
+        "llama3-8b\x00x,h100,8,8192,128",
+        "m" * 300 + ",h100,8,8192,128",
+        "llama3-8b@vocab_size=²,h100,8,8192,128",
+        "llama3-8b,h100,1e308,8192,128",
+        "llama3-8b,h100,8,8192,1e308",
+        "llama3-8b,h100,8,99999999999999999999,128",
+        "llama3-8b@hidden_size=99999999999,h100,8,8192,128",
+        good]) + "\n", encoding="utf-8")
+    out = predict_frame(read_rows(f))
+    errors = out["pred_error"].tolist()
+    assert errors[0] == errors[-1] == "" and out["pred_tokens_per_sec_per_gpu"].iloc[-1] > 0
+    assert "control character '\\x00'" in errors[1]
+    assert "unknown model" in errors[2] and "(300 characters)" in errors[2]
+    assert "scaled models are written" in errors[3]
+    assert errors[4].startswith("num_gpus 1e+308 is beyond advisor's limit")
+    assert errors[5].startswith("gbs 1e+308 is beyond advisor's limit")
+    assert errors[6].startswith("seq_len 1e+20 is beyond advisor's limit")
+    assert "hidden_size 99,999,999,999 is beyond" in errors[7]
+    assert all("\n" not in e and len(e) < 400 for e in errors)
+
+
+def test_rows_are_predicted_as_the_predictor_predicts_them(tmp_path):
+    """predict --input gives the Predictor's numbers for the rows it parsed, rounded."""
+    from advisor.predict.predictor import Predictor
+
+    rows = [("llama3-8b", "h100", 8, 8192, 128, 1, 1, "selective"),
+            ("llama3-70b", "h200", 64, 8192, 256, 4, 4, "none"),
+            ("mixtral-8x7b", "h100", 32, 4096, 256, 2, 1, "full")] * 200
+    columns = ["model", "gpu", "num_gpus", "seq_len", "gbs", "tp", "pp", "recompute"]
+    f = tmp_path / "runs.csv"
+    pd.DataFrame(rows, columns=columns).to_csv(f, index=False)
+    predictor = Predictor.load()
+    out = predict_frame(read_rows(f), predictor)
+    direct = predictor.predict(pd.DataFrame(rows, columns=columns))
+    assert (out["pred_error"] == "").all() and (direct["pred_error"] == "").all()
+    assert set(out["pred_source"]) == {"surrogate"}
+    for column in ("pred_tokens_per_sec_per_gpu", "pred_step_time_s", "pred_avg_power_w",
+                   "pred_memory_gb"):
+        digits = 2 if column == "pred_memory_gb" else 4
+        assert (out[column].to_numpy() == direct[column].round(digits).to_numpy()).all(), column

@@ -4,8 +4,9 @@ to fit. Rows whose printed configuration contradicts itself are reported, not hi
 import pandas as pd
 
 from advisor import catalog
-from advisor.data.predict_input import parse_run_row, predict_frame, read_rows
+from advisor.data.predict_input import parse_run_row, read_rows
 from advisor.perf.memory import WEIGHT_BYTES
+from advisor.predict.rows import predict_frame
 
 
 def _cannot_hold_own_weights_and_grads(row: pd.Series) -> bool:

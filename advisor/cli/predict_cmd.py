@@ -152,7 +152,8 @@ def predict(input: Annotated[Path | None, typer.Option(
     if per_gpu or plot:
         raise AdvisorError("--per-gpu and --plot describe one configuration: use them with "
                            "--model/--platform/--gpus, not --input.")
-    from advisor.data.predict_input import predict_frame, read_rows
+    from advisor.data.predict_input import read_rows
+    from advisor.predict.rows import predict_frame
 
     frame = predict_frame(read_rows(input), predictor)
     if output:

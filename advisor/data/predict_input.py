@@ -1,12 +1,14 @@
 """Turn rows shaped like the reference data (`published_runs.csv` columns) into jobs and
-configurations, filling unknown cells with stated assumptions, and predict each row.
+configurations, filling unknown cells with stated assumptions (`advisor.predict.rows` predicts
+them).
 
-A bad row gets an error and the other rows are still predicted.
+A bad row gets an error and the other rows are still read.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,14 +16,14 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_model, load_platform
+from advisor.core import limits
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import ParallelConfig, default_etp
 from advisor.core.platform import Platform
 from advisor.core.space import validate
 from advisor.data import framework_defaults
-from advisor.perf.analytical import SOURCE, Prediction, predict_config
-from advisor.perf.memory import MemoryBreakdown, estimate_memory
+from advisor.perf.memory import MemoryBreakdown, estimate_memory, memory_table
 from advisor.perf.step import DEFAULT_FRAMEWORK
 
 REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs")
@@ -30,7 +32,7 @@ RECOMPUTE_SPELLINGS = {"none": "none", "selective": "selective", "full": "full",
 
 
 @dataclass(frozen=True)
-class _RowJob:
+class RowJob:
     """What the `Predictor` needs besides the configuration."""
 
     model: ModelSpec
@@ -40,13 +42,12 @@ class _RowJob:
 
 
 @dataclass
-class RowPrediction:
-    memory: MemoryBreakdown | None = None
-    analytical: Prediction | None = None
-    learned: dict | None = None
-    """The `Predictor`'s columns for this row (surrogate where it has support)."""
+class ParsedRow:
+    """One input row read into what the `Predictor` takes, or the reason it cannot be."""
+
     config: ParallelConfig | None = None
-    job_spec: _RowJob | None = None
+    job: RowJob | None = None
+    recompute_unknown: bool = False
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     error: str = ""
@@ -70,7 +71,7 @@ def read_rows(path: Path) -> pd.DataFrame:
     return frame
 
 
-def _int(row: pd.Series, key: str, default: int | None, assumed: list[str],
+def _int(row: Mapping, key: str, default: int | None, assumed: list[str],
          why: str = "") -> int:
     raw = str(row.get(key, "")).strip()
     if raw == "":
@@ -87,10 +88,11 @@ def _int(row: pd.Series, key: str, default: int | None, assumed: list[str],
     return int(value)
 
 
-def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, list[str]]:
+def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[str]]:
     """The `ParallelConfig` a row describes, and the assumptions made for empty cells."""
     assumed: list[str] = []
     num_gpus = _int(row, "num_gpus", None, assumed)
+    limits.check_most("num_gpus", num_gpus, limits.GPUS)
     tp = _int(row, "tp", 1, assumed)
     pp = _int(row, "pp", 1, assumed)
     cp = _int(row, "cp", 1, assumed)
@@ -122,7 +124,7 @@ def parse_run_row(row: pd.Series, model: ModelSpec) -> tuple[ParallelConfig, lis
     return config, assumed
 
 
-def _finetune(row: pd.Series) -> dict[str, object]:
+def _finetune(row: Mapping) -> dict[str, object]:
     """finetune (empty = pre-training), lora_rank (empty = 16) and lora_targets (empty =
     attention); ParallelConfig checks the values."""
     out: dict[str, object] = {}
@@ -137,7 +139,7 @@ def _finetune(row: pd.Series) -> dict[str, object]:
     return out
 
 
-def _stage_layers(row: pd.Series, key: str) -> int:
+def _stage_layers(row: Mapping, key: str) -> int:
     """An uneven pipeline split's layer count; empty or 0 is the even share."""
     raw = str(row.get(key, "")).strip()
     if raw == "":
@@ -152,7 +154,7 @@ def _stage_layers(row: pd.Series, key: str) -> int:
     return int(value)
 
 
-def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,
+def _framework_defaults(row: Mapping, *, tp: int, sharding: str,
                         assumed: list[str]) -> dict[str, bool | str]:
     """Overlap, gradient and attention settings a row's framework runs with when the row does
     not say (`advisor.data.framework_defaults`: current Megatron-Core unless the row names a
@@ -191,29 +193,35 @@ def _framework_defaults(row: pd.Series, *, tp: int, sharding: str,
     return out
 
 
-def predict_row(row: pd.Series) -> RowPrediction:
-    """The analytical prediction (memory, time, power) for one row, with the row's framework's
-    kernels; errors are captured, never raised."""
-    out = RowPrediction()
+def parse_row(row: dict, catalog: dict) -> ParsedRow:
+    """A row's configuration and job, checked against the model and platform; errors are
+    captured, never raised (one bad cell must not fail the file). `catalog` keeps the models
+    and platforms already loaded, so that rows naming the same share one object (and one
+    vectorised group in the Predictor)."""
+    out = ParsedRow()
     try:
-        model = load_model(str(row["model"]))
-        platform = load_platform(str(row["gpu"]))
+        model = _cached(catalog, load_model, str(row["model"]))
+        platform = _cached(catalog, load_platform, str(row["gpu"]))
         config, out.assumed = parse_run_row(row, model)
         framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
         out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])),
                              framework=framework)
-        if str(row.get("recompute", "")).strip() == "":
-            config, _ = lightest_recompute_that_fits(model, config, platform)
-            out.assumed.append(f"recompute={config.recompute} (unknown: the least recompute "
-                               f"that fits, as tuned recipes turn it on only when needed)")
-        out.analytical = predict_config(model, platform, config, framework=framework)
-        out.memory = out.analytical.memory
+        out.recompute_unknown = str(row.get("recompute", "")).strip() == ""
         out.config = config
-        out.job_spec = _RowJob(model=model, platform=platform, framework=framework,
-                               software=str(row.get("software", "")).strip())
+        out.job = RowJob(model=model, platform=platform, framework=framework,
+                          software=str(row.get("software", "")).strip())
     except AdvisorError as e:
         out.error = str(e)
+    except (ValueError, TypeError, OverflowError, OSError) as e:
+        out.error = f"cannot read this row: {type(e).__name__}: {e}"
     return out
+
+
+def _cached(catalog: dict, load, name: str):
+    key = (load, name)
+    if key not in catalog:
+        catalog[key] = load(name)
+    return catalog[key]
 
 
 def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
@@ -226,72 +234,30 @@ def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
     return candidate, mem
 
 
-PREDICTION_COLUMNS = {
-    "pred_step_time_s": lambda p: round(p.step.step_time_s, 4),
-    "pred_tokens_per_sec_per_gpu": lambda p: round(p.step.tokens_per_sec_per_gpu, 1),
-    "pred_tflops_per_gpu": lambda p: round(p.step.tflops_per_gpu, 1),
-    "pred_mfu": lambda p: round(p.step.mfu, 4),
-    "pred_avg_power_w": lambda p: round(p.power.avg_power_w, 1),
-    "pred_peak_power_w": lambda p: round(p.power.peak_power_w, 1),
-    "pred_energy_j_per_token": lambda p: round(p.power.energy_j_per_token, 4),
-    "pred_throttle_risk": lambda p: round(p.power.throttle_risk, 3),
-}
+RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
-LEARNED_EXTRA = ("pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu_p90",
-                 "pred_extrapolation", "pred_avg_power_w_p10", "pred_avg_power_w_p90",
-                 "pred_peak_power_w_p10", "pred_peak_power_w_p90", "pred_throttle_frac_power",
-                 "pred_throttle_frac_thermal", "pred_power_source")
-"""Predictor columns the analytical model has no counterpart for (NaN power bands and throttle
-fractions until campaigns measured power)."""
-LEARNED_OVERRIDES = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tflops_per_gpu",
-                     "pred_mfu", "pred_energy_j_per_token", "pred_avg_power_w",
-                     "pred_peak_power_w")
-
-
-def _add_learned(results: list[RowPrediction], predictor) -> None:
-    """Run the `Predictor` over every row that parsed, in one vectorised call."""
-    if predictor is None:
-        return
-    ok = [r for r in results if r.analytical]
-    if not ok:
-        return
-    learned = predictor.predict([(r.config, r.job_spec) for r in ok])
-    for r, (_, row) in zip(ok, learned.iterrows(), strict=True):
-        if row["pred_error"]:
-            r.notes.append(f"surrogate unavailable: {row['pred_error']}")
-            continue
-        r.learned = {k: (bool(row[k]) if k == "pred_extrapolation" else str(row[k])
-                         if k == "pred_power_source" else round(float(row[k]), 4))
-                     for k in (*LEARNED_OVERRIDES, *LEARNED_EXTRA)}
-        r.learned["pred_source"] = row["pred_source"]
-
-
-def predict_frame(frame: pd.DataFrame, predictor=None) -> pd.DataFrame:
-    """Add the prediction columns: memory (`pred_memory_gb`, `pred_capacity_gb`, `pred_fits`),
-    `PREDICTION_COLUMNS` (from `predictor` where given and supported, else analytical), the
-    throughput band `pred_tokens_per_sec_per_gpu_p10/_p90`, `pred_extrapolation`,
-    `pred_source`, `pred_calibrated`, and `pred_assumed`, `pred_notes`, `pred_error`."""
-    results = [predict_row(row) for _, row in frame.iterrows()]
-    _add_learned(results, predictor)
-    out = frame.copy()
-    out["pred_memory_gb"] = [round(r.memory.total_bytes / 1e9, 2) if r.memory else None
-                             for r in results]
-    out["pred_capacity_gb"] = [round(r.memory.capacity_bytes / 1e9, 2) if r.memory else None
-                               for r in results]
-    out["pred_fits"] = [r.memory.fits if r.memory else None for r in results]
-    for column, get in PREDICTION_COLUMNS.items():
-        out[column] = [r.learned.get(column, get(r.analytical)) if r.learned
-                       else get(r.analytical) if r.analytical else None for r in results]
-    for column in LEARNED_EXTRA:
-        out[column] = [r.learned[column] if r.learned else None for r in results]
-    out["pred_source"] = [r.learned["pred_source"] if r.learned else SOURCE if r.analytical
-                          else "" for r in results]
-    out["pred_power_source"] = [r.learned["pred_power_source"] if r.learned else SOURCE
-                                if r.analytical else "" for r in results]
-    out["pred_calibrated"] = [r.analytical.calibrated if r.analytical else None
-                              for r in results]
-    out["pred_assumed"] = ["; ".join(r.assumed) for r in results]
-    out["pred_notes"] = ["; ".join(r.notes) for r in results]
-    out["pred_error"] = [r.error for r in results]
-    return out
+def choose_recompute(rows: list[ParsedRow]) -> None:
+    """For rows that do not say: the least recompute that fits (none, then selective, then
+    full; full where nothing fits), as tuned recipes turn it on only when needed. One memory
+    model run per mode and (model, platform), not one per row."""
+    groups: dict[tuple[int, int], list[ParsedRow]] = {}
+    for r in rows:
+        if r.config is not None and r.recompute_unknown:
+            groups.setdefault((id(r.job.model), id(r.job.platform)), []).append(r)
+    for members in groups.values():
+        model, platform = members[0].job.model, members[0].job.platform
+        undecided = members
+        for mode in RECOMPUTE_ORDER:
+            configs = pd.DataFrame([r.config.replace(recompute=mode).to_dict()
+                                    for r in undecided])
+            fits = memory_table(model, platform=platform, configs=configs)["fits"].to_numpy()
+            last = mode == RECOMPUTE_ORDER[-1]
+            for r, ok in zip(undecided, fits, strict=True):
+                if ok or last:
+                    r.config = r.config.replace(recompute=mode)
+                    r.assumed.append(f"recompute={mode} (unknown: the least recompute that "
+                                     f"fits, as tuned recipes turn it on only when needed)")
+            undecided = [r for r, ok in zip(undecided, fits, strict=True) if not ok]
+            if not undecided:
+                break
