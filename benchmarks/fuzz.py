@@ -6,7 +6,7 @@ promises (a refusal that is not one `error:` line, JSON with NaN or Infinity, an
     python benchmarks/fuzz.py --cases 500 --seed 3 --kinds cli,config
     python benchmarks/fuzz.py --replay 1234 --kinds csv   # one case again, with its output
 
-The generators and the contract live in tests/fuzzing.py (tests/test_fuzz.py runs a few hundred
+The generators and the contract live in tests/fuzzing.py (tests/cli/test_fuzz.py runs a few hundred
 in CI). Each case gets its own directory under a temporary root; the problems found are written
 to fuzz-problems.jsonl (kind, seed, args, problem) for replay.
 """

@@ -3,7 +3,7 @@ campaign TOML and Hugging Face config.json — run through the real `advisor` en
 what each run must give: exit 0 with valid JSON (no NaN or Infinity), or exit 2 with one
 `error:` line; never a traceback; never longer than a time budget.
 
-`tests/test_fuzz.py` draws cases with Hypothesis (a fixed budget and seed in CI);
+`tests/cli/test_fuzz.py` draws cases with Hypothesis (a fixed budget and seed in CI);
 `benchmarks/fuzz.py` runs thousands and prints the table the README quotes. A case is made by
 `make_case(kind, rng)` from a `random.Random`, so either driver can replay one from its seed.
 

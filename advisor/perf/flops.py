@@ -8,7 +8,7 @@ Two uses:
   multi-token-prediction modules, and the attention score/value products with the causal mask
   halving them; no recompute FLOPs, no embedding lookup. Checked against `tflops_per_gpu /
   tokens_per_sec_per_gpu` of the Megatron-Bridge rows in `published_runs.csv`: Llama3
-  8B/70B/405B, Qwen3, Kimi-K2 and DeepSeek-V3 within 1 % (tests/test_flops.py).
+  8B/70B/405B, Qwen3, Kimi-K2 and DeepSeek-V3 within 1 % (tests/perf/test_flop_conventions.py).
 * `layer_gemms` lists each layer kind's GEMMs with the dimension tensor parallelism splits,
   so the step-time model can price each one by its shape after splitting.
 """

@@ -2,7 +2,7 @@
 
 Flag names follow Megatron-LM's `megatron/training/arguments.py` for megatron-core 0.16; each
 flag that lands in a megatron-core dataclass (`TransformerConfig`, `DistributedDataParallelConfig`)
-is checked against the installed package by `tests/test_emit.py`.
+is checked against the installed package by `tests/explain/test_emit.py`.
 """
 
 from __future__ import annotations

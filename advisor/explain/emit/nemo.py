@@ -6,7 +6,7 @@ Names follow NeMo 2's recipes and performance scripts (`scripts/performance/help
 `model.config` is the model's `TransformerConfig`, `optim.config` is megatron-core's
 `OptimizerConfig`, and `trainer.plugins` is the `MegatronMixedPrecision` plugin.
 
-Checked against NeMo's own machinery (tests/test_emit_nemo.py): NeMo-Run's CLI parser applies
+Checked against NeMo's own machinery (tests/explain/test_emit.py): NeMo-Run's CLI parser applies
 the overrides to the real recipe, and the resulting configuration is read back. The parser
 cannot replace the precision plugin by name (`trainer.plugins=bf16_mixed` fails: its type is a
 Union of Lightning plugin classes), so the overrides set the fields of the recipe's own

@@ -8,7 +8,7 @@ land on. So advisor writes the recipe in Python: NeMo's own `finetune_recipe` wi
 packed to the job's length, a megatron-core DDP config, the adapter rank and targets, and
 every field `nemo_values` sets for pre-training, assigned on the recipe; `run.run(...,
 direct=True)` then runs it in each torchrun process. Checked by importing the script and
-reading the recipe it builds (tests/test_finetune.py).
+reading the recipe it builds (tests/perf/test_finetune.py).
 """
 
 from __future__ import annotations

@@ -244,7 +244,7 @@ def test_cpu_campaign_through_real_slurm(tmp_path, slurm):
 
 
 def test_h200_script_plans_its_sixteen_runs():
-    script = Path(__file__).resolve().parents[1] / "scripts" / "h200_campaign.sh"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "h200_campaign.sh"
     out = subprocess.run([str(script), "--dry-run", "--json"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
@@ -273,7 +273,7 @@ def test_nvml_telemetry_reaches_the_dataset_through_the_workload(tmp_path):
     NVML importable as `pynvml` by the workload's processes."""
     fake_dir = tmp_path / "fake_nvml"
     fake_dir.mkdir()
-    tests = str(Path(__file__).resolve().parent)
+    tests = str(Path(__file__).resolve().parents[1])
     (fake_dir / "pynvml.py").write_text(FAKE_NVML.format(tests=tests))
     data = _campaign("nvml", 1, tp=[1])
     data["telemetry"] = {"kind": "nvml", "hz": 50}

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.torch  # torchrun with gloo on 2 CPU processes
 from advisor.core.parallel import ParallelConfig  # noqa: E402
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = {"num_layers": 4, "hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4,
         "num_kv_heads": 2, "vocab_size": 256}
 SEQ_LEN, GBS, NUM_LAYERS = 32, 4, TINY["num_layers"]

@@ -21,9 +21,9 @@ STANDIN = "launcher_standin"
 # A top-level module on the workers' PYTHONPATH, not `tests.launcher_standin`: nemo_toolkit (the
 # frameworks extra) installs a regular `tests` package into site-packages, which would shadow
 # this namespace-package `tests` directory.
-STANDIN_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).resolve().parent),
+STANDIN_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).resolve().parents[1]),
                                                            os.environ.get("PYTHONPATH"))))}
-WORKLOAD_MAIN = Path(__file__).resolve().parents[1] / "collectors" / "workload" / "__main__.py"
+WORKLOAD_MAIN = Path(__file__).resolve().parents[2] / "collectors" / "workload" / "__main__.py"
 
 
 def _spec(behaviour: str, *, timeout_s: float = 120.0, num_gpus: int = 2) -> RunSpec:

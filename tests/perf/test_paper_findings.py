@@ -13,7 +13,7 @@ from advisor import catalog
 from advisor.core.parallel import make_config, make_job
 from advisor.perf.analytical import predict_config
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEQ = {"gpt3-175b": 2048, "llama3-70b": 8192, "mixtral-8x22b": 4096}
 
 

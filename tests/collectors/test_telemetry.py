@@ -606,5 +606,5 @@ def test_importing_telemetry_loads_no_vendor_library_or_torch() -> None:
     code = ("import sys, collectors.telemetry; "
             "print(sorted(m for m in ('pynvml', 'amdsmi', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[1])
+                         check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"

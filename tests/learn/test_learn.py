@@ -166,7 +166,7 @@ def test_mlperf_rounds_are_held_out_one_at_a_time_and_only_they_are_scored(ref):
 
 
 def test_bundled_models_dir_is_the_checkout_models():
-    assert bundled_models_dir() == Path(__file__).resolve().parents[1] / "models"
+    assert bundled_models_dir() == Path(__file__).resolve().parents[2] / "models"
 
 
 def test_predictor_is_importable_from_advisor_and_cheap_to_import():

@@ -175,3 +175,4 @@ def test_pipeline_counting_embedding_and_loss_as_layers_is_predicted(predictor):
     assert len(rows)
     out = predictor.predict(rows.assign(model=job.model, gpu=job.platform))
     assert (out["pred_error"] == "").all() and out["pred_tokens_per_sec_per_gpu"].gt(0).all()
+

@@ -81,7 +81,7 @@ def test_chassis_catalog_cites_every_number():
 
 def test_nic_count_sets_the_scale_out_bandwidth(tmp_path):
     h100 = catalog.load_platform_override(
-        Path(__file__).resolve().parents[1] / "examples" / "paper-h100-cluster.toml")
+        Path(__file__).resolve().parents[2] / "examples" / "paper-h100-cluster.toml")
     assert h100.num_nics_per_node == 8
     assert h100.inter_node_bandwidth_bytes_per_s == pytest.approx(12.5e9)
     bad = tmp_path / "bad.toml"
