@@ -57,11 +57,14 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
-                last_stage_layers=0, finetune=None):
+                last_stage_layers=0, finetune=None, predictor=None):
+    """The analytical `Prediction` of the configuration the flags describe, with notes; and
+    `predictor`'s `pred_*` values for it (None without one, or where it cannot predict it).
+    The analytical model runs once: the breakdown comes with the predictor's answer."""
     from advisor.catalog import load_model, load_platform
     from advisor.core.parallel import make_config, make_job
     from advisor.core.space import validate
-    from advisor.perf.analytical import predict_config
+    from advisor.perf.analytical import BREAKDOWN_PREFIX, predict_config, prediction_from_row
 
     m, p = load_model(model), load_platform(platform)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
@@ -72,7 +75,14 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
     notes = validate(config, m, p, num_gpus=gpus)
-    return m, p, predict_config(m, p, config), notes, (config, job)
+    if predictor is not None:
+        row = predictor.predict([(config, job)], breakdown=True).iloc[0].to_dict()
+        if not row["pred_error"]:
+            learned = {k: v for k, v in row.items() if k.startswith("pred_")}
+            return (m, p, prediction_from_row(config, row, prefix=BREAKDOWN_PREFIX), notes,
+                    (config, job), learned)
+        notes = [*notes, f"surrogate unavailable: {row['pred_error']}"]
+    return m, p, predict_config(m, p, config), notes, (config, job), None
 
 
 def _need(**given) -> None:
@@ -130,16 +140,12 @@ def predict(input: Annotated[Path | None, typer.Option(
     predictor = None if analytical else Predictor.load(models)
     if input is None:
         _need(model=model, platform=platform, gpus=gpus)
-        m, p, pred, notes, pair = _prediction(
+        m, p, pred, notes, pair, learned = _prediction(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap,
             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-            finetune=finetune_job(finetune, lora_rank, lora_targets))
-        learned = predictor.predict([pair]).iloc[0].to_dict() if predictor else None
-        if learned and learned.get("pred_error"):
-            notes = [*notes, f"surrogate unavailable: {learned['pred_error']}"]
-            learned = None
+            finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor)
         gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
         _print_one(m, p, pred, notes, json_out, learned, gpus if per_gpu else None)
         if plot:
@@ -286,7 +292,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     from advisor.explain.bottlenecks import explain as explain_lines
 
     _need(model=model, platform=platform, gpus=gpus)
-    m, p, pred, notes, _ = _prediction(
+    m, p, pred, notes, _, _ = _prediction(
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, first_stage_layers=first_stage_layers,

@@ -6,6 +6,8 @@ use); `predict_config` wraps it for one configuration and returns typed results.
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -132,17 +134,33 @@ def predict_configs(model: ModelSpec, platform: Platform, configs: list[Parallel
     one vectorised run of the model."""
     table = analytical_table(model, platform, pd.DataFrame([c.to_dict() for c in configs]),
                              calibration=calibration, framework=framework)
+    return [prediction_from_row(config, row)
+            for config, row in zip(configs, table.to_dict("records"), strict=True)]
 
-    def pick(row: pd.Series, cls: type) -> dict:
-        out = {}
-        for f in fields(cls):
-            value = row[f.name]
-            out[f.name] = (int(value) if f.type in ("int", "int | None") else bool(value)
-                           if f.type == "bool" else float(value))
-        return out
 
-    return [Prediction(config=config, step=StepTimeBreakdown(**pick(row, StepTimeBreakdown)),
-                       memory=MemoryBreakdown(**pick(row, MemoryBreakdown)),
-                       power=PowerThermal(**pick(row, PowerThermal)),
-                       calibrated=bool(np.asarray(row["calibrated"]).item()))
-            for config, (_, row) in zip(configs, table.iterrows(), strict=True)]
+def prediction_from_row(config: ParallelConfig, row: Mapping, *,
+                        prefix: str = "") -> Prediction:
+    """The typed view of one row of `analytical_table`'s columns (named `prefix` + field, as
+    the `Predictor` returns them with `breakdown=True`: prefix "analytical_")."""
+    def part(cls: type) -> object:
+        return cls(**{name: cast(row[prefix + name]) for name, cast in _CASTS[cls].items()})
+
+    return Prediction(config=config, step=part(StepTimeBreakdown), memory=part(MemoryBreakdown),
+                      power=part(PowerThermal),
+                      calibrated=bool(np.asarray(row[prefix + "calibrated"]).item()))
+
+
+def _casts(cls: type) -> dict[str, type]:
+    """Each field of `cls` and the plain type its value is converted to (int, bool, float)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        kind = hints[f.name]
+        out[f.name] = next((t for t in (bool, int) if kind is t or t in typing.get_args(kind)),
+                           float)
+    return out
+
+
+_CASTS = {cls: _casts(cls) for cls in (StepTimeBreakdown, MemoryBreakdown, PowerThermal)}
+BREAKDOWN_PREFIX = "analytical_"
+"""How the `Predictor` names the analytical columns it returns with `breakdown=True`."""

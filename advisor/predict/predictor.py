@@ -22,6 +22,7 @@ import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.learn.bands import Z90
+from advisor.perf.analytical import BREAKDOWN_PREFIX
 from advisor.perf.columns import Columns, take
 from advisor.perf.finetune import is_lora
 from advisor.predict.columns import as_columns, group_rows, resolve
@@ -116,11 +117,16 @@ class Predictor:
                                 f"(`--analytical`, `Predictor(None)`).") from None
         return cls(surrogate, path=directory, power=power)
 
-    def predict(self, configs: pd.DataFrame | list) -> pd.DataFrame:
+    def predict(self, configs: pd.DataFrame | list, *, breakdown: bool = False) -> pd.DataFrame:
         """`pred_*` columns for every configuration, in input order: a DataFrame with `model`,
         `gpu` (catalog names, or `ModelSpec` / `Platform` objects) and `ParallelConfig`
         columns, optional `framework` and `software`; or a list of (ParallelConfig, Job)
-        pairs. Rows that cannot be predicted get `pred_error` and the others are predicted."""
+        pairs. Rows that cannot be predicted get `pred_error` and the others are predicted.
+
+        `breakdown=True` adds the analytical model's own columns behind the prediction (step
+        components, memory, per-stage power and thermal), prefixed `analytical_`:
+        `perf.analytical.prediction_from_row(config, row, prefix="analytical_")` reads one
+        row as a typed `Prediction`, so nothing runs the analytical model twice."""
         cols, index, objects = as_columns(configs)
         if not len(index):
             return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
@@ -131,7 +137,7 @@ class Predictor:
                 model, platform = resolve(model_key, gpu_key, objects)
                 parts.append(self._predict_group(
                     model, platform, framework, cols if len(groups) == 1 else take(cols, rows),
-                    rows))
+                    rows, breakdown=breakdown))
             except (AdvisorError, KeyError, ValueError, TypeError) as e:
                 message = str(e) if isinstance(e, AdvisorError) else (
                     f"cannot predict this row: {type(e).__name__}: {e}")
@@ -149,23 +155,28 @@ class Predictor:
     def contributions(self, model, platform, configs: pd.DataFrame, *,
                       framework: str = "megatron") -> pd.DataFrame | None:
         """The surrogate's SHAP values (log-ratio units, one column per feature) for
-        configurations of one model on one platform; None without a surrogate (callers use
-        them only for rows whose `pred_source` is surrogate)."""
+        configurations of one model on one platform (rows `predict(..., breakdown=True)`
+        returned reuse their analytical columns); None without a surrogate (callers use them
+        only for rows whose `pred_source` is surrogate)."""
         from advisor.core.parallel import PARALLEL_FIELDS
         from advisor.learn.features import group_features
         from advisor.perf.analytical import analytical_table
 
         if self.surrogate is None:
             return None
+        given = [c for c in configs.columns if c.startswith(BREAKDOWN_PREFIX)]
+        table = (configs[given].rename(columns=lambda c: c[len(BREAKDOWN_PREFIX):])
+                 .reset_index(drop=True) if given else None)
         configs = configs[list(PARALLEL_FIELDS)].reset_index(drop=True)
-        table = analytical_table(model, platform, configs, calibration=self.calibration,
-                                 framework=framework)
+        if table is None:
+            table = analytical_table(model, platform, configs, calibration=self.calibration,
+                                     framework=framework)
         feats = group_features(model, platform, configs, table, framework=framework,
                                software="")
         return self.surrogate.contributions(feats)
 
     def _predict_group(self, model, platform, framework: str, cols: Columns,
-                       rows: np.ndarray) -> pd.DataFrame:
+                       rows: np.ndarray, *, breakdown: bool = False) -> pd.DataFrame:
         """Predictions for configurations of one model on one platform run by one framework;
         `rows` are their positions in the input."""
         cols = _default_etp(model, cols)
@@ -179,14 +190,15 @@ class Predictor:
                 return bad
             good = ~invalid
             return pd.concat([self._predict_group(model, platform, framework, take(cols, good),
-                                                  rows[good]), bad])
+                                                  rows[good], breakdown=breakdown), bad])
         out = self._predict_arrays(model, platform, framework,
-                                   {k: v for k, v in cols.items() if k not in _BOOKKEEPING})
+                                   {k: v for k, v in cols.items() if k not in _BOOKKEEPING},
+                                   breakdown=breakdown)
         out["pred_assumed"] = cols["assumed"]
         return pd.DataFrame(out, index=rows)
 
-    def _predict_arrays(self, model, platform, framework: str,
-                        cols: Columns) -> dict[str, np.ndarray]:
+    def _predict_arrays(self, model, platform, framework: str, cols: Columns, *,
+                        breakdown: bool = False) -> dict[str, np.ndarray]:
         from advisor.learn.features import feature_matrix
         from advisor.perf.analytical import analytical_arrays
 
@@ -241,6 +253,8 @@ class Predictor:
             "pred_extrapolation": extrapolation,
             "pred_calibrated": np.full(n, calibrated),
             "pred_error": np.full(n, "", dtype=object),
+            **({BREAKDOWN_PREFIX + k: np.broadcast_to(v, (n,)) for k, v in table.items()}
+               if breakdown else {}),
         }
 
     def _power(self, model, platform, feats, table, *,

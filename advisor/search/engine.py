@@ -114,7 +114,9 @@ def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
     if configs.empty:
         return configs.reset_index(drop=True)
     frame = configs[list(PARALLEL_FIELDS)].assign(model=job.model, gpu=job.platform)
-    predicted = predictor.predict(frame)
+    # With the analytical breakdown: recommend explains its choices from these columns
+    # instead of running the analytical model again.
+    predicted = predictor.predict(frame, breakdown=True)
     out = pd.concat([configs.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
     # Rows the Predictor refuses keep NaN predictions (and are never feasible).
     out = out.reindex(columns=[*out.columns.drop("pred_error", errors="ignore"),

@@ -25,7 +25,7 @@ from advisor.explain.rationale import (
     tradeoff,
     warnings,
 )
-from advisor.perf.analytical import Prediction, predict_configs
+from advisor.perf.analytical import BREAKDOWN_PREFIX, Prediction, prediction_from_row
 from advisor.predict.predictor import Predicted
 from advisor.search.engine import SearchEngine, feasible, search, violation_columns
 from advisor.search.objective import (
@@ -124,9 +124,8 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     # or overlap show up in the trade-offs instead of crowding the list.
     head = ranked.drop_duplicates(list(LAYOUT)).head(top)
     shap = _contributions(head, job, predictor)
-    configs = [config_from_row(row) for _, row in head.iterrows()]
-    analytical = predict_configs(job.model, job.platform, configs,
-                                 calibration=predictor.calibration)
+    analytical = [prediction_from_row(config_from_row(row), row, prefix=BREAKDOWN_PREFIX)
+                  for _, row in head.iterrows()]
     choices = [_choice(i + 1, row, job, predictor, shap[i], analytical[i],
                        objective=objective, constraints=constraints)
                for i, (_, row) in enumerate(head.iterrows())]
