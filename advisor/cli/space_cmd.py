@@ -23,9 +23,10 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.core.errors import ConfigError
+from advisor.core.knobs import TABLE_ORDER
 from advisor.core.parallel import ParallelConfig, make_job
 
-SHOWN = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding")
+SHOWN = TABLE_ORDER
 
 
 @guard

@@ -61,6 +61,10 @@ SEARCH_ORDER = ("tp", "cp", "pp", "vp", "ep", "etp", "mbs", "recompute", "dp_sha
 so it stays as it was)."""
 assert set(SEARCH_ORDER) == {k.name for k in KNOBS if k.searched}
 
+TABLE_ORDER = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "mbs", "recompute", "dp_sharding")
+"""How tables and summaries list a layout's stored knobs (`overlap` is derived: `overlap()`)."""
+assert set(TABLE_ORDER) | {"overlap"} == set(NAMES)
+
 OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 """The switches the `overlap` knob turns on and off together."""
 

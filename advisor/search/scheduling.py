@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_model, load_platform
+from advisor.core.knobs import TABLE_ORDER
 from advisor.core.parallel import make_job
 
-SUMMARY = ("tp", "pp", "dp", "cp", "ep", "vp", "mbs", "recompute", "dp_sharding")
+SUMMARY = TABLE_ORDER
+"""A best configuration's knobs as `best_configurations` reports them."""
 
 
 def best_configurations(predictor, model_name: str, platform_name: str, num_gpus: int, *,
