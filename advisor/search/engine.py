@@ -27,6 +27,11 @@ ENGINES = ("auto", "exhaustive", "optuna")
 EXHAUSTIVE_LIMIT = 150_000
 """Most configurations that fit in memory to score exhaustively: about 1.5 s at the Predictor's
 ~100k predictions/s (benchmarks/predictor_speed.py); larger spaces go to Optuna."""
+MOST_EXHAUSTIVE = 4 * EXHAUSTIVE_LIMIT
+"""Most fitting configurations `search` exhaustive scores when asked to: beyond, the answer
+would take minutes and gigabytes on a 2-core machine, so it is refused with the way out."""
+MOST_TRIALS = 100_000
+"""Most Optuna trials one process runs (about 5 ms each: a quarter of an hour)."""
 DEFAULT_TRIALS = 600
 BATCH = 32
 """Trials asked before they are told: one vectorised Predictor call per batch."""
@@ -71,6 +76,10 @@ class SearchEngine:
         if self.kind not in ENGINES:
             raise ConfigError(f"`search` engine {self.kind!r} is unknown; use one of "
                               f"{', '.join(ENGINES)}.")
+        if self.trials is not None and not 1 <= self.trials <= MOST_TRIALS:
+            raise ConfigError(f"`trials` must be in 1..{MOST_TRIALS:,} (about 5 ms each), got "
+                              f"{self.trials:,}; share a study between workers (`storage`) "
+                              f"for more.")
         if self.kind == "exhaustive" and self.optuna_settings():
             raise ConfigError(f"{', '.join(f'`{s}`' for s in self.optuna_settings())} set(s) "
                               f"up an Optuna search; it cannot be combined with `search` "
@@ -83,6 +92,10 @@ class SearchEngine:
 
     def resolve(self, num_fit: int) -> str:
         """exhaustive or optuna, for a space in which `num_fit` layouts fit."""
+        if self.kind == "exhaustive" and num_fit > MOST_EXHAUSTIVE:
+            raise ConfigError(f"{num_fit:,} layouts fit: more than `search` exhaustive scores "
+                              f"({MOST_EXHAUSTIVE:,}, about 10 s and 2 GB); use `search` optuna "
+                              f"(or auto), or pin some knobs.")
         if self.kind != "auto":
             return self.kind
         return ("optuna" if self.optuna_settings() or num_fit > EXHAUSTIVE_LIMIT

@@ -115,6 +115,20 @@ def test_exhaustive_with_optuna_options_is_contradictory(tmp_path):
     assert SearchEngine(seed=1).resolve(10) == "optuna"
 
 
+def test_work_a_search_can_be_asked_for_is_bounded():
+    """An exhaustive search of more than MOST_EXHAUSTIVE fitting layouts, or more than
+    MOST_TRIALS trials, is refused with the way out instead of running for hours."""
+    from advisor.search.engine import MOST_EXHAUSTIVE, MOST_TRIALS
+
+    assert SearchEngine("exhaustive").resolve(MOST_EXHAUSTIVE) == "exhaustive"
+    with pytest.raises(AdvisorError, match="use `search` optuna \\(or auto\\), or pin"):
+        SearchEngine("exhaustive").resolve(MOST_EXHAUSTIVE + 1)
+    assert SearchEngine().resolve(MOST_EXHAUSTIVE + 1) == "optuna"
+    SearchEngine(trials=MOST_TRIALS)
+    with pytest.raises(AdvisorError, match="`trials` must be in 1..100,000"):
+        SearchEngine(trials=MOST_TRIALS + 1)
+
+
 def _advisor(*args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "advisor", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
