@@ -154,12 +154,9 @@ def train_throughput(features: pd.DataFrame, families: np.ndarray, model_familie
     ranges = {k: (float(features[k].min()), float(features[k].max())) for k in RANGE_FEATURES}
     support = Support(families=sorted(set(families)), model_families=sorted(set(model_families)),
                       ranges=ranges)
-    import numpy
-    import pandas
-
     meta = {"rows": int(len(features)), "seed": seed, "params": PARAMS, "rounds": ROUNDS,
-            "versions": {"xgboost": xgb.__version__, "numpy": numpy.__version__,
-                         "pandas": pandas.__version__}, **(metadata or {})}
+            "versions": {"xgboost": xgb.__version__, "numpy": np.__version__,
+                         "pandas": pd.__version__}, **(metadata or {})}
     return ThroughputSurrogate(trees=trees, support=support, metadata=meta)
 
 
