@@ -211,6 +211,41 @@ class ParallelConfig:
 
 PARALLEL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig))
 
+_CHOICES = {"recompute": RECOMPUTE, "attention": ATTENTION, "dp_sharding": DP_SHARDING,
+            "precision": tuple(PRECISIONS), "finetune": FINETUNE, "lora_targets": LORA_TARGETS}
+
+
+def invalid_config_rows(cols) -> Any:
+    """`ParallelConfig`'s own rules over a table of configurations at once (one array per
+    field; a field left out takes its default): True where building the row would raise."""
+    import numpy as np
+
+    n = len(cols["tp"])
+    defaults = ParallelConfig().to_dict()
+
+    def col(name):
+        return np.asarray(cols[name]) if name in cols else np.full(n, defaults[name])
+
+    sizes = {k: col(k) for k in _LIMITS if k != "num_gpus"}
+    bad = np.zeros(n, dtype=bool)
+    for name, values in sizes.items():
+        bad |= (values < 1) | (values > _LIMITS[name].most)
+    tp, pp, cp, dp = (sizes[k] for k in ("tp", "pp", "cp", "dp"))
+    # Products in floats: a beyond-the-limit row must not overflow into a valid one.
+    bad |= tp.astype(float) * pp * cp * dp > limits.GPUS.most
+    for name, allowed in _CHOICES.items():
+        bad |= ~np.isin(col(name).astype(str), allowed)
+    bad |= (col("attention").astype(str) == "unfused") & (cp > 1)
+    bad |= (sizes["vp"] > 1) & (pp == 1)
+    bad |= col("sequence_parallel").astype(bool) & (tp == 1)
+    bad |= sizes["gbs"] % np.maximum(sizes["mbs"] * dp, 1) != 0
+    bad |= (cp > 1) & (sizes["seq_len"] % (2 * cp) != 0)
+    for name in ("first_stage_layers", "last_stage_layers"):
+        values = col(name)
+        bad |= (values < 0) | ((values > 0) & (pp == 1))
+    bad |= col("overlap_param_gather").astype(bool) & (col("dp_sharding").astype(str) == "none")
+    return bad
+
 
 @dataclass(frozen=True)
 class Job:

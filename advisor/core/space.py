@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import pandas as pd
 
 from advisor.core.errors import ConfigError
@@ -17,10 +18,12 @@ from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
     DP_SHARDING,
     PARALLEL_FIELDS,
+    PRECISIONS,
     RECOMPUTE,
     Job,
     ParallelConfig,
     divisors,
+    invalid_config_rows,
 )
 from advisor.core.platform import Platform
 
@@ -149,6 +152,53 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
                           f"{config.precision}.")
     return config_notes(config, model, platform)
+
+
+def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
+                 framework: str = "megatron") -> np.ndarray:
+    """`validate`'s rules over a table of configurations at once (`cols`: one array per
+    `ParallelConfig` field, optional `num_gpus`): True where `validate` would raise. Rows with
+    an uneven pipeline split are checked one by one (their rules walk the stages)."""
+    tp, pp, cp, dp = (np.asarray(cols[k]) for k in ("tp", "pp", "cp", "dp"))
+    ep, etp, vp, mbs, gbs = (np.asarray(cols[k]) for k in ("ep", "etp", "vp", "mbs", "gbs"))
+    seq = np.asarray(cols["seq_len"])
+    bad = invalid_config_rows(cols)
+    if "num_gpus" in cols:  # the layout must use the job's GPUs, no more and no fewer
+        gpus = np.asarray(cols["num_gpus"], dtype=float)
+        bad |= ~np.isfinite(gpus) | (tp * pp * cp * dp != gpus)
+    for t in np.unique(tp[tp >= 1]):
+        if _tp_error(model, int(t)):
+            bad |= tp == t
+    bad |= (pp > model.num_layers) | (pp * vp > model.num_layers + max(PIPELINE_EXTRA_LAYERS))
+    microbatches = gbs // np.maximum(mbs * dp, 1)
+    bad |= (vp > 1) & (microbatches % np.maximum(pp, 1) != 0)
+    if "sequence_parallel" in cols:
+        bad |= np.asarray(cols["sequence_parallel"], dtype=bool) & (
+            (seq // np.maximum(cp, 1)) % np.maximum(tp, 1) != 0)
+    if model.is_moe:
+        bad |= (model.num_experts % np.maximum(ep, 1) != 0) | (
+            (tp * cp * dp) % np.maximum(ep * etp, 1) != 0)
+    else:
+        bad |= (ep > 1) | (etp > 1)
+    if "dp_sharding" in cols and framework not in PP_WITH_FSDP:
+        bad |= (np.asarray(cols["dp_sharding"]) == "full") & (pp > 1)
+    if "precision" in cols:
+        for precision in np.unique(np.asarray(cols["precision"]).astype(str)):
+            if precision in PRECISIONS and not platform.supports(PRECISIONS[precision]):
+                bad |= np.asarray(cols["precision"]).astype(str) == precision
+    uneven = np.flatnonzero(~bad & ((np.asarray(cols.get("first_stage_layers", 0)) > 0)
+                                    | (np.asarray(cols.get("last_stage_layers", 0)) > 0)))
+    for i in uneven:
+        try:
+            check_uneven(ParallelConfig(**{k: _plain(cols[k][i]) for k in PARALLEL_FIELDS
+                                           if k in cols}), model)
+        except ConfigError:
+            bad[i] = True
+    return bad
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
 
 
 def check_uneven(config: ParallelConfig, model: ModelSpec) -> None:

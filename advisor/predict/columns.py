@@ -16,6 +16,7 @@ import pandas as pd
 
 from advisor.core.errors import ConfigError
 from advisor.data import framework_defaults
+from advisor.data.predict_input import RECOMPUTE_SPELLINGS
 from advisor.perf.columns import Columns
 
 JOB_COLUMNS = ("model", "gpu")
@@ -78,6 +79,12 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         except (TypeError, ValueError) as e:
             raise ConfigError(f"column {name}: {e}") from None
         cols[name] = column.to_numpy()
+    if "recompute" in frame:   # the dataset's spellings, read as `predict --input` reads them
+        recompute = cols["recompute"]
+        for spelling, mode in RECOMPUTE_SPELLINGS.items():
+            if spelling != mode and (recompute == spelling).any():
+                cols["recompute"] = recompute = np.where(recompute == spelling, mode,
+                                                         recompute).astype(object)
     if "num_gpus" in frame:
         _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
                    .to_numpy(float),

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.space import invalid_rows
 from advisor.learn.bands import Z90
 from advisor.perf.analytical import BREAKDOWN_PREFIX
 from advisor.perf.columns import Columns, take
@@ -180,7 +181,7 @@ class Predictor:
         """Predictions for configurations of one model on one platform run by one framework;
         `rows` are their positions in the input."""
         cols = _default_etp(model, cols)
-        invalid = _invalid(model, cols)
+        invalid = invalid_rows(model, platform, cols, framework=framework)
         if invalid.any():
             bad = pd.DataFrame({"pred_error": _why_invalid(model, platform, take(cols, invalid),
                                                            framework),
@@ -318,29 +319,6 @@ def _default_etp(model, cols: Columns) -> Columns:
                                              cols["assumed"] + "; " + note),
                                cols["assumed"]).astype(object)
     return cols
-
-
-def _invalid(model, configs: Columns) -> np.ndarray:
-    """Rows whose layout the model cannot take (checked vectorised; `space.validate` says the
-    same one configuration at a time)."""
-    tp, pp, cp, dp = (configs[k] for k in ("tp", "pp", "cp", "dp"))
-    ep, etp, mbs, gbs = (configs[k] for k in ("ep", "etp", "mbs", "gbs"))
-    seq, vp = configs["seq_len"], configs["vp"]
-    from advisor.core.space import PIPELINE_EXTRA_LAYERS
-
-    # pp·vp may exceed the layers: Megatron can count the embedding and loss as layers.
-    most_stages = model.num_layers + max(PIPELINE_EXTRA_LAYERS)
-    bad = (model.num_attention_heads % tp != 0) | (pp * vp > most_stages)
-    bad |= gbs % (mbs * dp) != 0
-    bad |= (cp > 1) & (seq % (2 * cp) != 0)
-    if model.is_moe:
-        bad |= (model.num_experts % ep != 0) | ((tp * cp * dp) % (ep * etp) != 0)
-    else:
-        bad |= (ep > 1) | (etp > 1)
-    if "num_gpus" in configs:  # the layout must use the job's GPUs, no more and no fewer
-        gpus = configs["num_gpus"]
-        bad |= ~np.isfinite(gpus) | (tp * pp * cp * dp != gpus)
-    return bad
 
 
 def _why_invalid(model, platform, configs: Columns, framework: str = "megatron") -> list[str]:

@@ -1,6 +1,8 @@
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor import catalog
 from advisor.core.errors import ConfigError
@@ -150,3 +152,63 @@ def test_vp_needs_microbatches_in_whole_groups_of_pp():
     assert not interleaved.empty
     assert ((other.gbs // (interleaved["mbs"] * interleaved["dp"])) % interleaved["pp"]
             == 0).all()
+
+
+_ODD = {"tp": [0, 3, 16], "pp": [3, 5, 100], "cp": [3, 4], "dp": [3], "ep": [2, 16],
+        "etp": [2], "vp": [2, 3, 5], "mbs": [3], "gbs": [12, 100], "seq_len": [6, 4097],
+        "precision": ["nvfp4", "int3"], "recompute": ["most"], "dp_sharding": ["none", "full"],
+        "attention": ["unfused"], "sequence_parallel": [True, False],
+        "overlap_param_gather": [True], "first_stage_layers": [1, 3], "last_stage_layers": [2],
+        "extra_gpus": [1]}
+"""Values that break one rule or another, alone or with the rest of a row."""
+
+
+@st.composite
+def _row(draw):
+    """A layout that is valid for most models, with up to two fields changed to values that
+    break a rule: each rule gets hit on its own or in pairs, not only among many."""
+    tp, pp, cp, dp = (draw(st.sampled_from(v)) for v in ([1, 2, 4, 8], [1, 2, 4], [1, 2],
+                                                          [1, 2, 4]))
+    mbs = draw(st.sampled_from([1, 2]))
+    row = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "ep": 1, "etp": 1,
+           "vp": draw(st.sampled_from([1, 2])) if pp > 1 else 1, "mbs": mbs,
+           "gbs": mbs * dp * pp * draw(st.sampled_from([1, 2, 3])), "seq_len": 4096,
+           "precision": draw(st.sampled_from(["bf16", "fp8"])),
+           "recompute": draw(st.sampled_from(["none", "full"])),
+           "dp_sharding": draw(st.sampled_from(["optimizer", "none"])),
+           "attention": "flash", "sequence_parallel": tp > 1, "overlap_param_gather": False,
+           "first_stage_layers": 0, "last_stage_layers": 0, "extra_gpus": 0}
+    changes = draw(st.sampled_from([0, 1, 1, 2]))
+    for field in draw(st.lists(st.sampled_from(sorted(_ODD)), min_size=changes,
+                               max_size=changes, unique=True)):
+        row[field] = draw(st.sampled_from(_ODD[field]))
+    return row
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(_row(), min_size=20, max_size=40),
+       model=st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3",
+                              "nemotron-3-nano-30b-a3b"]),
+       platform=st.sampled_from(["h100", "b200"]),
+       framework=st.sampled_from(["megatron", "torchtitan"]))
+def test_the_vectorised_rules_are_validates(rows, model, platform, framework):
+    """`invalid_rows` (what the Predictor checks a table with) flags exactly the rows that
+    building a `ParallelConfig` or `validate` refuses, rule for rule."""
+    import numpy as np
+
+    from advisor.core.space import invalid_rows
+
+    m, p = catalog.load_model(model), catalog.load_platform(platform)
+    expected = []
+    for row in rows:
+        fields = {k: v for k, v in row.items() if k != "extra_gpus"}
+        gpus = row["tp"] * row["pp"] * row["cp"] * row["dp"] + row["extra_gpus"]
+        try:
+            validate(ParallelConfig(**fields), m, p, num_gpus=gpus, framework=framework)
+            expected.append(False)
+        except ConfigError:
+            expected.append(True)
+    cols = {k: np.array([r[k] for r in rows]) for k in rows[0] if k != "extra_gpus"}
+    cols["num_gpus"] = np.array([r["tp"] * r["pp"] * r["cp"] * r["dp"] + r["extra_gpus"]
+                                 for r in rows])
+    assert invalid_rows(m, p, cols, framework=framework).tolist() == expected
