@@ -15,6 +15,7 @@ is interrupted by SIGALRM and counted as a hang.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import math
@@ -282,7 +283,7 @@ def _mutate(rng: random.Random, data: dict, keys: tuple[str, ...]) -> dict:
             key = rng.choice(sorted(target) or ["x"])
         else:
             key = rng.choice(keys)
-        value = rng.choice(ODD_VALUES)
+        value = copy.deepcopy(rng.choice(ODD_VALUES))   # never the shared object itself
         if value is None:
             target.pop(key, None)
         else:
@@ -328,7 +329,7 @@ def _config(rng: random.Random) -> Case:
     config = json.loads(rng.choice(CONFIGS).read_text())
     for _ in range(rng.randint(1, 3)):
         key = rng.choice(sorted(config))
-        value = rng.choice(ODD_VALUES)
+        value = copy.deepcopy(rng.choice(ODD_VALUES))
         if value is None:
             config.pop(key)
         else:

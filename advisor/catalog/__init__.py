@@ -79,6 +79,9 @@ def load_platform_override(path: Path) -> Platform:
                            f"{shown_value(base_name)}.")
     base = load_platform(base_name)
     check_sources(data, str(path))
+    if "chassis" in data and data["chassis"] not in chassis_names():
+        raise CatalogError(f"{path}: chassis {shown_value(data['chassis'])} is unknown; use one "
+                           f"of {', '.join(chassis_names())} (advisor/catalog/chassis.toml).")
     for key, kind in (("peak_flops_per_s", dict), ("name", str), ("display_name", str)):
         if key in data and not isinstance(data[key], kind):
             raise CatalogError(f"{path}: {key} must be a "
@@ -104,6 +107,12 @@ def load_platform_override(path: Path) -> Platform:
             raise CatalogError(f"{path}: {key} overrides {base.name} but has no entry in "
                                f"[sources]; say where the cluster's value comes from.")
     return platform_from_dict(merged, path=path)
+
+
+@functools.cache
+def chassis_names() -> tuple[str, ...]:
+    """The chassis `advisor/catalog/chassis.toml` describes (`perf.thermal` reads them)."""
+    return tuple(sorted(read_toml(Path(str(_ROOT.joinpath("chassis.toml"))))["chassis"]))
 
 
 # ---- models -------------------------------------------------------------------------------

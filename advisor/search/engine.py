@@ -130,6 +130,12 @@ def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
     # With the analytical breakdown: recommend explains its choices from these columns
     # instead of running the analytical model again.
     predicted = predictor.predict(frame, breakdown=True)
+    errors = predicted["pred_error"].to_numpy()
+    if (errors != "").all():
+        # The space holds valid layouts only: all of them refused is the job's or the
+        # platform's problem (a cluster file naming an unknown chassis, say), not theirs.
+        raise AdvisorError(f"no layout of {job.model.name} on {job.platform.name} could be "
+                           f"predicted: {errors[0]}")
     out = pd.concat([configs.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
     # Rows the Predictor refuses keep NaN predictions (and are never feasible).
     out = out.reindex(columns=[*out.columns.drop("pred_error", errors="ignore"),

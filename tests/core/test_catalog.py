@@ -92,6 +92,34 @@ def test_cluster_override_needs_a_base(tmp_path):
         catalog.load_platform(str(f))
 
 
+@pytest.mark.parametrize("text, message", [
+    ('base = "h100"\n[sources]\n', None),
+    ('base = "h100"\nsources = true\n', "\\[sources\\] must be a table"),
+    ('base = "h100"\nsources = { tdp_w = 3 }\ntdp_w = 500\n', "\\[sources\\] must be a table"),
+    ('base = "h100"\npeak_flops_per_s = 5\n', "peak_flops_per_s must be a table"),
+    ('base = "h100"\nname = [1]\n', "name must be a string"),
+    ('base = "h100"\naliases = [1, 2]\n', "aliases must be a list of strings"),
+    ('base = "h100"\ntdp_w = nan\n[sources]\ntdp_w = "x"\n', "positive finite number"),
+    ('base = "h100"\ntdp_w = 1e300\n[sources]\ntdp_w = "x"\n', "beyond any device"),
+    ('base = "h100"\nnum_gpus_per_node = 9007199254740993\n[sources]\n'
+     'num_gpus_per_node = "x"\n', "beyond advisor's limit"),
+    ('base = "h100"\nchassis = "²"\n', "chassis str '²' is unknown"),
+    ('base = "c.toml"\n', "a catalog platform"),
+])
+def test_a_cluster_file_of_the_wrong_shape_is_refused_with_file_and_key(tmp_path, text,
+                                                                       message):
+    """What a fuzz run of mutated cluster files crashed on: each is one CatalogError naming
+    the file and the key (the file naming itself as its base recursed)."""
+    f = tmp_path / "c.toml"
+    f.write_text(text, encoding="utf-8")
+    if message is None:
+        assert catalog.load_platform(str(f)).name == "c"
+        return
+    with pytest.raises(CatalogError, match=message) as e:
+        catalog.load_platform(str(f))
+    assert str(e.value).startswith(str(f)) and "\n" not in str(e.value)
+
+
 def test_malformed_toml_names_the_file(tmp_path):
     f = tmp_path / "bad.toml"
     f.write_text("base = \n")

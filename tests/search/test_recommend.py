@@ -191,3 +191,15 @@ def test_by_default_recommendations_keep_the_memory_models_known_error_free(pred
     unguarded = recommend(job, predictor=predictor, top=3,
                           constraints=Constraints(memory_margin=0.0))
     assert (unguarded.ranked["pred_memory_gb"] / capacity).max() > 1 - DEFAULT_MEMORY_MARGIN
+
+
+def test_a_platform_the_predictor_cannot_use_is_one_clear_error(predictor):
+    """Every layout refused by the Predictor (here a chassis no catalog entry describes, which
+    the Python API lets through) is the platform's problem: recommend says the Predictor's
+    reason instead of failing on an empty table."""
+    import dataclasses
+
+    platform = dataclasses.replace(load_platform("h200"), chassis="nope")
+    job = make_job(load_model("llama3-8b"), platform, num_gpus=16)
+    with pytest.raises(AdvisorError, match="could be predicted: .*chassis 'nope' is unknown"):
+        recommend(job, predictor=predictor)
