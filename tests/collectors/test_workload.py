@@ -261,7 +261,9 @@ def _overcommit_refuses_huge_allocations() -> bool:
 @pytest.mark.skipif(not _overcommit_refuses_huge_allocations(),
                     reason="needs Linux overcommit mode 0 or 2 to refuse a 16 TiB allocation")
 def test_out_of_memory_is_an_oom_result(tmp_path):
-    huge = {**TINY, "vocab_size": 2**36}  # a 2**36 × 64 fp32 embedding: 16 TiB, refused at once
+    # A 2**24 × 2**16 fp32 embedding (the largest vocabulary advisor accepts, a wide model):
+    # 4 TiB, refused at once.
+    huge = {**TINY, "vocab_size": 2**24, "hidden_size": 2**16}
     run = launch(tmp_path, _spec("oom", dp=2, dp_sharding="none", scale=huge))
     assert run.returncode != 0
     assert run.result is not None and run.result.status == "oom", run.output[-3000:]
