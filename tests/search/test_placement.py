@@ -54,7 +54,10 @@ def test_candidates_are_splits_megatron_core_builds():
                                                ("energy", "samples_per_mj")])
 def test_proposed_gain_is_what_the_model_predicts(objective, column):
     model, platform, config = _dsv3()
-    proposal = propose_placement(model, platform, config, objective=objective)
+    # The model puts this layout at 99.4 % of an H100's memory: with the default 1 % margin
+    # no split is proposed (tested below), so the margin is lifted here.
+    proposal = propose_placement(model, platform, config, objective=objective,
+                                 constraints=Constraints(memory_margin=0.0))
     assert proposal is not None and proposal.config.uneven
     even, placed = (predict_config(model, platform, c) for c in (config, proposal.config))
 
@@ -77,6 +80,7 @@ def test_no_proposal_breaks_a_constraint():
     # split may be proposed.
     tight = Constraints(max_power_w=100)
     assert propose_placement(model, platform, config, constraints=tight) is None
+    assert propose_placement(model, platform, config) is None   # the default 1 % margin
     with pytest.raises(ConfigError, match="objective 'speed' is unknown"):
         propose_placement(model, platform, config, objective="speed")
 
