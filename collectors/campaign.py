@@ -30,7 +30,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.core.errors import ConfigError
+from advisor.core.errors import ConfigError, shown_value
 from advisor.core.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
 from collectors.spec import FRAMEWORKS
 
@@ -190,7 +190,7 @@ def _keys(table: dict, allowed: set[str], where: str) -> None:
 def _ints(table: dict, where: str) -> dict[str, int]:
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table of name = whole number, got "
-                          f"{type(table).__name__} {table!r:.60}.")
+                          f"{shown_value(table)}.")
     out = {}
     for key, value in table.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -202,7 +202,7 @@ def _ints(table: dict, where: str) -> dict[str, int]:
 def _sweep(table: dict, where: str) -> dict[str, tuple]:
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table of knob = [values], got "
-                          f"{type(table).__name__} {table!r:.60}.")
+                          f"{shown_value(table)}.")
     out = {}
     for knob, values in table.items():
         if knob not in SWEEP_KNOBS:

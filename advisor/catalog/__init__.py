@@ -10,10 +10,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from advisor.core.errors import AdvisorError, CatalogError, UnknownNameError, shown, suggest
+from advisor.core.errors import (
+    AdvisorError,
+    CatalogError,
+    UnknownNameError,
+    shown,
+    shown_value,
+    suggest,
+)
 from advisor.core.limits import check_name
 from advisor.core.model import MODEL_FIELDS, ModelSpec
-from advisor.core.platform import Platform, check_sources, platform_from_dict, shown_value
+from advisor.core.platform import Platform, check_sources, platform_from_dict
 
 _ROOT = resources.files("advisor.catalog")
 

@@ -23,7 +23,7 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.core.errors import ConfigError
-from advisor.core.knobs import TABLE_ORDER
+from advisor.core.knobs import TABLE_ORDER, overlap
 from advisor.core.parallel import ParallelConfig, make_job
 
 SHOWN = TABLE_ORDER
@@ -76,9 +76,7 @@ def space(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt, seq_len: SeqLen
     for col in (*SHOWN, "overlap", "GB/GPU"):
         out.add_column(col, justify="right")
     for _, r in rows.iterrows():
-        overlap = "on" if (r.overlap_grad_reduce or r.overlap_param_gather
-                           or r.tp_comm_overlap) else "off"
-        out.add_row(*(str(r[c]) for c in SHOWN), overlap,
+        out.add_row(*(str(r[c]) for c in SHOWN), "on" if overlap(r) else "off",
                     f"{r.memory_gb:,.1f}" + ("" if r.fits else " ✗"),
                     style="yellow" if r.tp_beyond_nvlink else None)
     console.print(out)
@@ -94,9 +92,8 @@ configurations of Qwen3-30B-A3B on 8 H200: 10 s drawn, well under 1 s plain)."""
 
 def _print_plain(rows, title: str) -> None:
     """Rows as aligned plain text (tp beyond the NVLink domain marked with *, not colour)."""
-    overlap = rows["overlap_grad_reduce"] | rows["overlap_param_gather"] | rows["tp_comm_overlap"]
     plain = rows[list(SHOWN)].assign(
-        overlap=overlap.map({True: "on", False: "off"}),
+        overlap=overlap(rows).map({True: "on", False: "off"}),
         **{"GB/GPU": [f"{v:,.1f}" + ("" if ok else " ✗") for v, ok in
                       zip(rows["memory_gb"], rows["fits"], strict=True)]},
         nvlink=rows["tp_beyond_nvlink"].map({True: "*", False: ""}))

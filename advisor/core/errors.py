@@ -34,3 +34,9 @@ def shown(text: str, *, most: int = 80) -> str:
     if len(text) <= most:
         return repr(text)
     return repr(text[:most]) + f"... ({len(text):,} characters)"
+
+
+def shown_value(value: object) -> str:
+    """A value from a file as an error shows it: its type, and its repr cut short."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.core.errors import CatalogError
+from advisor.core.errors import CatalogError, shown_value
 from advisor.core.limits import GPUS, check_most
 
 
@@ -212,12 +212,6 @@ def _positive(value: Any, what: str) -> float:
         raise CatalogError(f"{what} = {value:g} is beyond any device ({LARGEST_QUANTITY:g} in "
                            f"SI units); check the unit.")
     return float(value)
-
-
-def shown_value(value: Any) -> str:
-    """A TOML value as an error shows it: its type, and its repr cut short."""
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def _need_source(sources: dict[str, str], key: str, where: str) -> None:

@@ -19,7 +19,7 @@ from advisor.catalog import load_model, load_platform
 from advisor.core import limits
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import ParallelConfig, default_etp
+from advisor.core.parallel import RECOMPUTE, ParallelConfig, default_etp
 from advisor.core.platform import Platform
 from advisor.core.space import validate
 from advisor.data import framework_defaults
@@ -234,9 +234,6 @@ def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
     return candidate, mem
 
 
-RECOMPUTE_ORDER = ("none", "selective", "full")
-
-
 def choose_recompute(rows: list[ParsedRow]) -> None:
     """For rows that do not say: the least recompute that fits (none, then selective, then
     full; full where nothing fits), as tuned recipes turn it on only when needed. One memory
@@ -248,11 +245,11 @@ def choose_recompute(rows: list[ParsedRow]) -> None:
     for members in groups.values():
         model, platform = members[0].job.model, members[0].job.platform
         undecided = members
-        for mode in RECOMPUTE_ORDER:
+        for mode in RECOMPUTE:
             configs = pd.DataFrame([r.config.replace(recompute=mode).to_dict()
                                     for r in undecided])
             fits = memory_table(model, platform=platform, configs=configs)["fits"].to_numpy()
-            last = mode == RECOMPUTE_ORDER[-1]
+            last = mode == RECOMPUTE[-1]
             for r, ok in zip(undecided, fits, strict=True):
                 if ok or last:
                     r.config = r.config.replace(recompute=mode)

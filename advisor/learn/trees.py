@@ -78,6 +78,7 @@ class TreeEnsemble:
         self._read(trees)
         self._heap()
         self._booster = None
+        self._path_cache: dict[int, _Paths] = {}
 
     def _read(self, trees: list[dict]) -> None:
         """Every tree as XGBoost stores it, padded to the largest: (trees × nodes) arrays."""
@@ -195,11 +196,9 @@ class TreeEnsemble:
         return out
 
     def _paths(self, target: int) -> _Paths:
-        cached = getattr(self, "_path_cache", {})
-        if target not in cached:
-            cached[target] = _Paths(self, np.flatnonzero(self.group == target))
-            self._path_cache = cached
-        return cached[target]
+        if target not in self._path_cache:
+            self._path_cache[target] = _Paths(self, np.flatnonzero(self.group == target))
+        return self._path_cache[target]
 
 
 class _Paths:
