@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
+from advisor.core.errors import AdvisorError
+from advisor.learn import xgboost_native
 from advisor.learn.trees import NUMPY_ROWS, TreeEnsemble, TreeModelError
 from advisor.predict.predictor import bundled_models_dir
 
@@ -64,16 +66,38 @@ def test_models_with_missing_values_and_uneven_trees(depth):
     assert np.allclose(trees.contributions(test), shap, atol=2e-5)
 
 
-def test_predicting_a_few_rows_never_imports_xgboost():
+def test_predicting_never_imports_xgboost():
+    # A few rows are walked here; a batch goes to XGBoost's library through its C API. Neither
+    # imports the package (and with it scikit-learn and SciPy).
     code = ("import sys\n"
-            "from advisor.learn.trees import TreeEnsemble\n"
+            "from advisor.learn.trees import NUMPY_ROWS, TreeEnsemble\n"
             "from advisor.predict.predictor import bundled_models_dir\n"
             "t = TreeEnsemble((bundled_models_dir() / 'throughput.model.json').read_bytes())\n"
             "import numpy as np\n"
             "t.predict(np.zeros((3, t.num_features))); t.contributions(np.zeros((2, "
             "t.num_features)))\n"
+            "t.predict(np.zeros((NUMPY_ROWS + 1, t.num_features)))\n"
             "assert 'xgboost' not in sys.modules, 'xgboost imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_the_library_beside_the_package_batches_go_through_xgboost(monkeypatch):
+    booster, _ = _bundled()
+    monkeypatch.setattr(xgboost_native, "library_path", lambda: None)
+    monkeypatch.setattr(xgboost_native, "_library", None)
+    trees = TreeEnsemble(booster.save_raw("json"))
+    x = _rows(NUMPY_ROWS + 10, trees.num_features, seed=3)
+    assert np.array_equal(trees.predict(x), booster.inplace_predict(x).reshape(len(x), -1))
+    assert isinstance(trees._booster, xgb.Booster)
+
+
+def test_the_library_s_errors_say_what_failed_without_its_stack_trace():
+    _, trees = _bundled()
+    native = xgboost_native.load(trees.raw)
+    with pytest.raises(AdvisorError, match=r"could not predict: .*\(5 vs\. 47\)") as error:
+        native.predict(np.zeros((4, 5), dtype=np.float32))
+    assert "Stack trace" not in str(error.value)
+    assert native.predict(np.zeros((0, trees.num_features))).shape == (0,)
 
 
 @pytest.mark.parametrize("raw", [b"", b"{}", b"[1]", b'{"learner": {"gradient_booster": 3}}',
