@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pandas as pd
@@ -245,7 +244,7 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
     def pick(name: str, values: list) -> list:
         return [v for v in values if v == pins[name]] if name in pins else values
 
-    rows = []
+    blocks: list[dict[str, np.ndarray]] = []
     for tp in pick("tp", [t for t in divisors(n) if _tp_error(model, t) is None]):
         for cp in pick("cp", divisors(n // tp)):
             if cp > 1 and job.seq_len % (2 * cp):
@@ -256,27 +255,31 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                 dp = n // (tp * cp * pp)
                 if job.gbs % dp or ("dp" in pins and pins["dp"] != dp):
                     continue
-                vps = vp_choices(model, pp)
-                experts = _expert_layouts(model, tp=tp, dense_group=tp * cp * dp)
                 shardings = list(DP_SHARDING) if dp * cp > 1 else ["none"]
                 if pp > 1:
                     shardings = [s for s in shardings if s != "full"]
-                for vp, (ep, etp), mbs, recompute, sharding, overlap in itertools.product(
-                        pick("vp", vps), experts, pick("mbs", divisors(job.gbs // dp)),
-                        pick("recompute", list(RECOMPUTE)), pick("dp_sharding", shardings),
-                        (True, False)):
-                    grad = overlap and dp * cp > 1
-                    param = overlap and dp * cp > 1 and sharding != "none"
-                    tpo = overlap and tp > 1
-                    if overlap and not (grad or param or tpo):
-                        continue  # nothing to overlap: same row as overlap off
-                    if vp > 1 and (job.gbs // (mbs * dp)) % pp:
-                        continue  # interleaving needs micro-batches in whole groups of pp
-                    rows.append((tp, pp, dp, cp, ep, etp, vp, mbs, job.gbs, job.seq_len,
-                                 job.precision, recompute, sharding, tp > 1, grad, param, tpo,
-                                 False, "flash", 0, 0, job.finetune, job.lora_rank,
-                                 job.lora_targets))
-    frame = pd.DataFrame(rows, columns=list(PARALLEL_FIELDS))
+                block = _block(tp=tp, cp=cp, pp=pp, dp=dp, gbs=job.gbs,
+                               vps=pick("vp", vp_choices(model, pp)),
+                               experts=_expert_layouts(model, tp=tp, dense_group=tp * cp * dp),
+                               mbs=pick("mbs", divisors(job.gbs // dp)),
+                               recompute=pick("recompute", list(RECOMPUTE)),
+                               shardings=pick("dp_sharding", shardings))
+                if block is not None:
+                    blocks.append(block)
+    if not blocks:
+        frame = pd.DataFrame([], columns=list(PARALLEL_FIELDS))
+    else:
+        columns = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
+        rows = len(columns["tp"])
+        for name, value in (("gbs", job.gbs), ("seq_len", job.seq_len),
+                            ("precision", job.precision), ("grad_reduce_in_fp32", False),
+                            ("attention", "flash"), ("first_stage_layers", 0),
+                            ("last_stage_layers", 0), ("finetune", job.finetune),
+                            ("lora_rank", job.lora_rank), ("lora_targets", job.lora_targets)):
+            columns[name] = _constant(value, rows)
+        # Sequence parallelism whenever tp > 1 (what Megatron/NeMo recipes do).
+        columns["sequence_parallel"] = columns["tp"] > 1
+        frame = pd.DataFrame({k: columns[k] for k in PARALLEL_FIELDS})
     for knob in ("grad_reduce_in_fp32", "attention"):  # not enumerated: pinning sets them
         if knob in pins:
             frame[knob] = pins[knob]
@@ -286,6 +289,47 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
     # Allowed but flagged: TP collectives then cross the scale-out network every layer.
     frame["tp_beyond_nvlink"] = frame["tp"] > job.platform.nvlink_domain_size
     return frame
+
+
+def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
+           experts: list[tuple[int, int]], mbs: list[int], recompute: list[str],
+           shardings: list[str]) -> dict[str, np.ndarray] | None:
+    """The configurations of one (tp, cp, pp) split, as columns: every combination of vp,
+    (ep, etp), mbs, recompute, sharding and overlap (all communication-overlap switches on, or
+    all off) in that nesting order, less overlap-on rows with nothing to overlap and vp > 1
+    where the micro-batches per step are not whole groups of pp."""
+    choices = (vps, experts, mbs, recompute, shardings, (True, False))
+    if not all(choices):
+        return None
+    index = np.indices([len(c) for c in choices]).reshape(len(choices), -1)
+    vp = np.asarray(vps)[index[0]]
+    expert = np.asarray(experts).reshape(-1, 2)[index[1]]
+    micro = np.asarray(mbs)[index[2]]
+    sharding = _objects(shardings)[index[4]]
+    overlap = np.array([True, False])[index[5]]
+    grad = overlap & (dp * cp > 1)
+    param = grad & (sharding != "none")
+    tpo = overlap & (tp > 1)
+    keep = ~(overlap & ~(grad | param | tpo))          # nothing to overlap: same as off
+    keep &= ~((vp > 1) & ((gbs // (micro * dp)) % pp != 0))   # whole groups of pp
+    rows = int(keep.sum())
+    return {"tp": np.full(rows, tp), "pp": np.full(rows, pp), "dp": np.full(rows, dp),
+            "cp": np.full(rows, cp), "ep": expert[keep, 0], "etp": expert[keep, 1],
+            "vp": vp[keep], "mbs": micro[keep],
+            "recompute": _objects(recompute)[index[3]][keep], "dp_sharding": sharding[keep],
+            "overlap_grad_reduce": grad[keep], "overlap_param_gather": param[keep],
+            "tp_comm_overlap": tpo[keep]}
+
+
+def _objects(values: list) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _constant(value: object, rows: int) -> np.ndarray:
+    return (_objects([value] * rows) if isinstance(value, str)
+            else np.full(rows, value))
 
 
 _JOB_FIELDS = ("gbs", "seq_len", "precision", "finetune", "lora_rank", "lora_targets")
