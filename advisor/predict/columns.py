@@ -197,10 +197,13 @@ def _column_reader(frame: pd.DataFrame):
 def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:
     """`values` with each `kind` object replaced by a key under which it goes into `objects`."""
     keys = np.empty(len(values), dtype=object)
+    seen: dict[int, str] = {}        # a table's rows usually name the same object
     for i, value in enumerate(values):
         if isinstance(value, kind):
-            key = f"{value.name}#{id(value)}"
-            objects[key] = value
+            key = seen.get(id(value))
+            if key is None:
+                key = seen[id(value)] = f"{value.name}#{id(value)}"
+                objects[key] = value
             value = key
         keys[i] = value
     return keys

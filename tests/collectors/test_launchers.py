@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import time
 from pathlib import Path
 
 import pytest
+from slurm_cluster import _unavailable
 
 from collectors.launchers import LauncherError, failure, make_launcher
 from collectors.launchers.lifetime import processes_mentioning as _processes_mentioning
@@ -75,8 +77,18 @@ def test_failure_without_an_error_line_uses_the_fallback(tmp_path):
     assert failure(_spec("x"), tmp_path / "missing.txt", "no log").error == "no log"
 
 
-def test_multi_node_script_meets_at_a_c10d_rendezvous(tmp_path):
-    launcher = SlurmLauncher(env={"PATH": "/usr/bin:/bin"}, gpus_per_node=4, partition="gpu",
+@pytest.fixture
+def slurm_client() -> dict[str, str]:
+    """An environment whose PATH has Slurm's sbatch (SlurmLauncher refuses to start without
+    it); the scripts these tests write are not submitted."""
+    env = {"PATH": "/usr/bin:/bin"}
+    if shutil.which("sbatch", path=env["PATH"]) is None:
+        _unavailable("sbatch is not in /usr/bin (Debian: apt-get install slurm-client)")
+    return env
+
+
+def test_multi_node_script_meets_at_a_c10d_rendezvous(tmp_path, slurm_client):
+    launcher = SlurmLauncher(env=slurm_client, gpus_per_node=4, partition="gpu",
                              account="proj", sbatch_args=("--qos=short",))
     spec = RunSpec(run_id="r1", campaign="c", model="llama3-8b", platform="h200", num_gpus=8,
                    config={}, device="cuda", timeout_s=600)
@@ -90,8 +102,8 @@ def test_multi_node_script_meets_at_a_c10d_rendezvous(tmp_path):
     assert "OMP_NUM_THREADS" not in script
 
 
-def test_uneven_split_over_nodes_is_refused(tmp_path):
-    launcher = SlurmLauncher(env={"PATH": "/usr/bin:/bin"}, gpus_per_node=4)
+def test_uneven_split_over_nodes_is_refused(tmp_path, slurm_client):
+    launcher = SlurmLauncher(env=slurm_client, gpus_per_node=4)
     spec = RunSpec(run_id="r1", campaign="c", model="m", platform="h200", num_gpus=7, config={})
     with pytest.raises(LauncherError, match=r"num_gpus \(7\).*2 nodes"):
         launcher.script([spec], [tmp_path], array=False)
