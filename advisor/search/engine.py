@@ -260,22 +260,47 @@ class _Nearest:
     CATEGORICAL = ("recompute", "dp_sharding", "overlap")
 
     def __init__(self, space: pd.DataFrame) -> None:
-        self.index: dict[tuple, int] = {}
-        for i, row in enumerate(zip(*(space[k] for k in KNOBS), strict=True)):
-            self.index.setdefault(tuple(_plain(v) for v in row), i)
+        # Each knob's values as small integers, and each row as one integer in mixed radix:
+        # a big MoE space has millions of rows, too many for a dict of tuples.
+        self.codes: dict[str, dict] = {}
+        row_codes: dict[str, np.ndarray] = {}
+        for k in KNOBS:
+            row_codes[k], uniques = pd.factorize(space[k].to_numpy())
+            self.codes[k] = {_plain(u): i for i, u in enumerate(uniques.tolist())}
+        radix = np.array([max(len(self.codes[k]), 1) for k in KNOBS], dtype=np.int64)
+        if np.prod(radix.astype(float)) >= 2.0 ** 62:
+            raise AdvisorError("the space's knobs take too many values to index")
+        self.place = dict(zip(KNOBS, (np.cumprod(radix[::-1])[::-1] // radix).tolist(),
+                              strict=True))          # each knob's weight in the row's integer
+        combined = np.zeros(len(space), dtype=np.int64)
+        for k in KNOBS:
+            combined += row_codes[k].astype(np.int64) * self.place[k]
+        # The first row of each distinct combination (np.unique reports first occurrences).
+        self.keys, self.first = np.unique(combined, return_index=True)
         self.sizes = np.log2(space[list(self.NUMERIC)].to_numpy(float))
-        self.categories = space[list(self.CATEGORICAL)].astype(str).to_numpy()
+        self.categories = np.stack([row_codes[k] for k in self.CATEGORICAL], axis=1)
         # Repairs search among rows with the sampled tp and pp first (a big MoE space has
         # millions of rows; most repairs only need to fix the sizes that follow).
         self.by_layout = {key: np.asarray(rows) for key, rows in
                           space.groupby(["tp", "pp"]).indices.items()}
 
+    def _exact(self, p: dict) -> int | None:
+        """The first row with exactly `p`'s knobs, or None."""
+        key = 0
+        for k in KNOBS:
+            code = self.codes[k].get(_plain(p[k]))
+            if code is None:
+                return None
+            key += code * self.place[k]
+        at = int(np.searchsorted(self.keys, key))
+        return int(self.first[at]) if at < len(self.keys) and self.keys[at] == key else None
+
     def __call__(self, p: dict) -> int:
-        exact = self.index.get(_key(p))
+        exact = self._exact(p)
         if exact is not None:
             return exact
         sizes = np.log2(np.array([p[k] for k in self.NUMERIC], dtype=float))
-        categories = np.array([str(p[k]) for k in self.CATEGORICAL])
+        categories = np.array([self.codes[k].get(_plain(p[k]), -1) for k in self.CATEGORICAL])
         rows = self.by_layout.get((p["tp"], p["pp"]))
         if rows is None:
             rows = np.arange(len(self.sizes))
@@ -348,10 +373,6 @@ def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraint
 def _fixed(choices: dict[str, list]) -> dict:
     """Values of knobs that are not parameters (one choice), and vp 1 without a pipeline."""
     return {"vp": 1, **{k: v[0] for k, v in choices.items() if len(v) == 1}}
-
-
-def _key(p: dict) -> tuple:
-    return tuple(p[k] for k in KNOBS)
 
 
 def _scales(constraints: Constraints, capacity_gb: float) -> dict[str, float]:
