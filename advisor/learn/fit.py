@@ -10,6 +10,7 @@ predicts the source it left out; `error_table` and `kendall_by_group` summarise.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pandas as pd
 
 from advisor.catalog import load_model, load_platform
 from advisor.core.errors import AdvisorError
+from advisor.core.model import ModelSpec
+from advisor.core.platform import Platform
 from advisor.data.predict_input import lightest_recompute_that_fits, parse_run_row
 from advisor.perf.calibration import (
     FIT_PARAMETERS,
@@ -25,9 +28,10 @@ from advisor.perf.calibration import (
     Calibration,
     FrameworkEfficiency,
 )
+from advisor.perf.columns import config_columns
 from advisor.perf.flop_conventions import derived_tokens_per_sec
 from advisor.perf.memory import estimate_memory
-from advisor.perf.step import DEFAULT_FRAMEWORK, step_table
+from advisor.perf.step import DEFAULT_FRAMEWORK, step_arrays
 
 PRIOR_LOG_SD = 0.5
 """A Gaussian prior on log(parameter) around the literature value (`[prior]` of
@@ -56,6 +60,17 @@ class Reference:
     groups: dict[tuple[str, str], tuple[pd.Index, pd.DataFrame]]
     skipped: pd.DataFrame
     """Rows left out, with `why`."""
+
+    @functools.cached_property
+    def prepared(self) -> list[tuple[ModelSpec, Platform, np.ndarray, dict[str, np.ndarray]]]:
+        """Per group: the model, the platform, the group's positions in `rows` and its
+        configurations as the perf model's columns (read once: a fit predicts every row a
+        few hundred times)."""
+        out = []
+        for (model_name, platform_name), (idx, configs) in self.groups.items():
+            out.append((load_model(model_name), load_platform(platform_name),
+                        self.rows.index.get_indexer(idx), config_columns(configs)))
+        return out
 
     def subset(self, mask: np.ndarray) -> Reference:
         keep = self.rows.index[mask]
@@ -187,12 +202,11 @@ def _assumed_recompute(row: pd.Series, model, config, platform):
 
 def predict_reference(ref: Reference, calibration: Calibration) -> pd.Series:
     """Predicted tokens/s/GPU for every reference row."""
-    out = pd.Series(np.nan, index=ref.rows.index)
-    for (model_name, platform_name), (idx, configs) in ref.groups.items():
-        table = step_table(load_model(model_name), load_platform(platform_name), configs,
-                           calibration=calibration)
-        out.loc[idx] = table["tokens_per_sec_per_gpu"].to_numpy()
-    return out
+    out = np.full(len(ref.rows), np.nan)
+    for model, platform, positions, cols in ref.prepared:
+        out[positions] = step_arrays(model, platform, cols,
+                                     calibration=calibration)["tokens_per_sec_per_gpu"]
+    return pd.Series(out, index=ref.rows.index)
 
 
 def _constrained(rows: pd.DataFrame, parameter: str) -> bool:
