@@ -338,6 +338,7 @@ def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraint
         study.enqueue_trial(preset, skip_if_exists=True)
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
     cache: dict[int, pd.Series] = {}
+    row_of_trial: dict[int, int] = {}
     done = 0
     while done < trials:
         batch = [study.ask() for _ in range(min(BATCH, trials - done))]
@@ -353,13 +354,16 @@ def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraint
             for r, (_, row) in zip(new, part.iterrows(), strict=True):
                 cache[r] = row
         for trial, r in zip(batch, rows, strict=True):
+            row_of_trial[trial.number] = r
             _tell(study, trial, cache.get(r), objective, directions,
                   scales=_scales(constraints, capacity_gb), risk=risk)
         done += len(batch)
         if progress:
             progress(done, trials)
     # Every worker sharing the study answers from all of its trials, not only its own.
-    tried = sorted({nearest({**_fixed(choices), **t.params})
+    # (This process's trials were mapped as they ran.)
+    tried = sorted({row_of_trial[t.number] if t.number in row_of_trial
+                    else nearest({**_fixed(choices), **t.params})
                     for t in study.get_trials(deepcopy=False,
                                               states=(optuna.trial.TrialState.COMPLETE,))})
     scored = score_configs(job, space.iloc[tried], predictor=predictor,
