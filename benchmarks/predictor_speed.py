@@ -60,7 +60,7 @@ def main() -> None:
             single_row.append(time.perf_counter() - t)
     print(f"import advisor:           {statistics.median(imports) * 1e3:8.1f} ms")
     print(f"Predictor.load():         {load_s * 1e3:8.1f} ms (reads the trees; XGBoost is "
-          f"imported for batches over 512 rows only)")
+          f"loaded, through its C library, for batches over 512 rows only)")
     print(f"batch ({len(space):,} configs):  {statistics.median(batch):10,.0f} predictions/s")
     print(f"one configuration:        {statistics.median(single) * 1e3:8.2f} ms")
     print(f"  as a one-row DataFrame: {statistics.median(single_row) * 1e3:8.2f} ms")

@@ -5,8 +5,8 @@
 Targets: <= 2 s wall for Llama 3 70B on 64 H200 and <= 10 s for Llama 3.1 405B on 4,096 H200
 (issue 5); 70B on 64 H200 under 1 s of process (CPU) time and `advisor --help` under 0.3 s
 (issue 16). Figures are medians of the repeats (these machines are noisy); CPU is the child's
-user + system time. Importing xgboost also
-imports scikit-learn when it is installed (about +0.9 s here); advisor does not depend on it.
+user + system time. Prediction does not import the xgboost package (which imports scikit-learn
+and SciPy when they are installed): large batches go to its C library through the C API.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def main() -> None:
     if exe is None:
         raise SystemExit("advisor is not on PATH: pip install . first")
     sklearn = importlib.util.find_spec("sklearn") is not None
-    print(f"scikit-learn installed: {sklearn} (xgboost imports it when present)")
+    print(f"scikit-learn installed: {sklearn} (advisor never imports it: prediction "
+          f"calls XGBoost's C library, not the xgboost package)")
     print(f"{'command':<28} {'median s':>9} {'min s':>7} {'CPU s':>6} {'target s':>9}  engine")
     wall, cpu = _time([exe, "--help"], args.repeats)
     print(f"{'advisor --help':<28} {statistics.median(wall):9.2f} {min(wall):7.2f} "

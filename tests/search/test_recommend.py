@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 
@@ -203,3 +206,20 @@ def test_a_platform_the_predictor_cannot_use_is_one_clear_error(predictor):
     job = make_job(load_model("llama3-8b"), platform, num_gpus=16)
     with pytest.raises(AdvisorError, match="could be predicted: .*chassis 'nope' is unknown"):
         recommend(job, predictor=predictor)
+
+
+def test_a_recommend_imports_neither_xgboost_nor_scikit_learn_nor_scipy():
+    # Thousands of layouts fit (more than the NumPy tree walk takes): the batch goes to
+    # XGBoost's C library. Importing the xgboost package would pull in scikit-learn and SciPy
+    # where installed, seconds of a command that takes about one.
+    code = ("import sys\n"
+            "from advisor.catalog import load_model, load_platform\n"
+            "from advisor.core.parallel import make_job\n"
+            "from advisor.search.recommend import recommend\n"
+            "rec = recommend(make_job(load_model('70b'), load_platform('h200'), num_gpus=64))\n"
+            "assert rec.num_fit > 512, rec.num_fit\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'xgboost', 'sklearn', 'scipy'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
