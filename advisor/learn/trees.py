@@ -6,8 +6,9 @@ answering with them needs only the trees. Importing xgboost costs 0.15 s, and 1.
 scikit-learn is installed (as NeMo installs it: xgboost imports it, and it imports SciPy's
 statistics), which is most of a `recommend` — so prediction reads the trees from XGBoost's own
 JSON model format (`Booster.save_model("*.json")`, documented in XGBoost's "Introduction to
-Model IO") and walks them here. Tests check both against XGBoost's `inplace_predict` and
-`predict(pred_contribs=True)` on the bundled model.
+Model IO") and walks them here; batches too large for NumPy go to XGBoost's C library through
+its C API (`xgboost_native`), still without importing the package. Tests check all three
+against XGBoost's `inplace_predict` and `predict(pred_contribs=True)` on the bundled model.
 
 Prediction follows XGBoost's rules: features as float32, a row goes left when its value is
 below the split condition, a missing value (NaN) goes the node's default way, and each
@@ -30,9 +31,9 @@ from advisor.learn import xgboost_native
 
 NUMPY_ROWS = 512
 """Up to this many rows the trees are walked here (a configuration in 0.1 ms, 512 in ~20 ms);
-more go to XGBoost's C++ predictor (~290,000 rows/s on two cores, loaded once through its C API
-without importing the xgboost package: `xgboost_native`), which gives the same numbers to the
-bit."""
+more go to XGBoost's C++ predictor (the bundled 1,200 trees at about 80,000-100,000 rows/s on
+two cores; loaded once through its C API without importing the xgboost package:
+`xgboost_native`), which gives the same numbers to the bit."""
 MOST_DEPTH = 8
 """Trees are walked as complete binary trees of the deepest tree's depth (2**depth leaves
 each); the surrogates grow depth 3."""
