@@ -167,6 +167,7 @@ def trained(campaign, tmp_path_factory):
     return data, train([data], base / "models", seed=0)
 
 
+@pytest.mark.slow  # trains the power surrogates (the `trained` fixture)
 def test_train_reports_each_target_and_writes_its_artifacts(trained):
     data, report = trained
     assert report.targets["avg_power_w"].startswith(f"trained on {NUM_RUNS} rows (in-sample "
@@ -187,6 +188,7 @@ def test_train_reports_each_target_and_writes_its_artifacts(trained):
     assert "p10-p90 band x" in report.targets["peak_power_w"]
 
 
+@pytest.mark.slow  # trains the power surrogates (the `trained` fixture)
 def test_training_twice_through_the_cli_is_byte_identical(trained):
     data, report = trained
     again = report.output.parent / "again"
@@ -201,6 +203,7 @@ def test_training_twice_through_the_cli_is_byte_identical(trained):
                 report.output / f"{stem}{suffix}").read_bytes(), stem + suffix
 
 
+@pytest.mark.slow  # trains the power surrogates (the `trained` fixture)
 def test_too_few_measured_runs_trains_nothing_and_removes_stale_artifacts(trained, tmp_path):
     data, report = trained
     models = tmp_path / "models"
@@ -220,6 +223,7 @@ def test_too_few_measured_runs_trains_nothing_and_removes_stale_artifacts(traine
     load_throughput(models)  # the throughput surrogate is untouched
 
 
+@pytest.mark.slow  # trains the power surrogates (the `trained` fixture)
 def test_artifacts_refuse_damage(trained, tmp_path):
     _, report = trained
     d = tmp_path / "models"
@@ -252,6 +256,7 @@ def test_artifacts_refuse_damage(trained, tmp_path):
     assert load_power_surrogates(tmp_path / "nowhere") == {}
 
 
+@pytest.mark.slow  # trains the power surrogates (the `trained` fixture)
 def test_predictor_serves_the_learned_power_and_falls_back_outside_it(campaign, trained):
     """`Predictor.load(dir)` picks up the power artifacts `advisor train` wrote: power, its
     band, energy per token and throttle fractions come from them where the data supports the

@@ -94,7 +94,8 @@ def test_without_the_library_beside_the_package_batches_go_through_xgboost(monke
 def test_the_library_s_errors_say_what_failed_without_its_stack_trace():
     _, trees = _bundled()
     native = xgboost_native.load(trees.raw)
-    with pytest.raises(AdvisorError, match=r"could not predict: .*\(5 vs\. 47\)") as error:
+    with pytest.raises(AdvisorError, match=rf"could not predict: .*\(5 vs\. "
+                                           rf"{trees.num_features}\)") as error:
         native.predict(np.zeros((4, 5), dtype=np.float32))
     assert "Stack trace" not in str(error.value)
     assert native.predict(np.zeros((0, trees.num_features))).shape == (0,)

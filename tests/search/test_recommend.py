@@ -211,7 +211,7 @@ def test_a_platform_the_predictor_cannot_use_is_one_clear_error(predictor):
 def test_a_recommend_imports_neither_xgboost_nor_scikit_learn_nor_scipy():
     # Thousands of layouts fit (more than the NumPy tree walk takes): the batch goes to
     # XGBoost's C library. Importing the xgboost package would pull in scikit-learn and SciPy
-    # where installed, seconds of a command that takes about one.
+    # where installed: seconds more than the whole command takes without them.
     code = ("import sys\n"
             "from advisor.catalog import load_model, load_platform\n"
             "from advisor.core.parallel import make_job\n"

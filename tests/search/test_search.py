@@ -50,6 +50,7 @@ def test_optuna_is_reproducible_with_a_seed(job, predictor):
     assert [c.config for c in a.choices] == [c.config for c in b.choices]
 
 
+@pytest.mark.slow  # a 300-trial Optuna search beside an exhaustive one
 def test_optuna_steers_towards_a_tight_constraint(job, predictor, exhaustive, tmp_path):
     # A power limit only 2 % of the fitting layouts meet: TPE has to learn from the
     # constraint values (scaled to their limits) to get there.
