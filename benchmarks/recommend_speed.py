@@ -36,7 +36,7 @@ def main() -> None:
     if exe is None:
         raise SystemExit("advisor is not on PATH: pip install . first")
     sklearn = importlib.util.find_spec("sklearn") is not None
-    print(f"scikit-learn installed: {sklearn} (advisor never imports it: prediction "
+    print(f"scikit-learn installed: {sklearn} (recommend does not import it: prediction "
           f"calls XGBoost's C library, not the xgboost package)")
     print(f"{'command':<28} {'median s':>9} {'min s':>7} {'CPU s':>6} {'target s':>9}  engine")
     wall, cpu = _time([exe, "--help"], args.repeats)
