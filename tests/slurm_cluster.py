@@ -31,7 +31,7 @@ def _which(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
 
 
-def _unavailable(message: str) -> None:
+def unavailable(message: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message)  # CI installs Slurm: a skip there would hide the tests
     pytest.skip(message)
@@ -118,10 +118,10 @@ def slurm() -> Iterator[dict[str, str]]:
     """Start munged, slurmctld and slurmd on localhost; yield {"SLURM_CONF": ...}; stop them."""
     missing = [n for n in (*DAEMONS, *CLIENTS) if _which(n) is None]
     if missing:
-        _unavailable(f"Slurm not installed ({', '.join(missing)} missing); Debian: apt-get "
+        unavailable(f"Slurm not installed ({', '.join(missing)} missing); Debian: apt-get "
                      f"install slurmctld slurmd slurm-client munge")
     if os.geteuid() != 0:
-        _unavailable("the test Slurm cluster runs its daemons as root; run the tests as root")
+        unavailable("the test Slurm cluster runs its daemons as root; run the tests as root")
     # Not under pytest's tmp dir: munge wants every directory above its socket searchable.
     root = Path(tempfile.mkdtemp(prefix="advisor-slurm-"))
     root.chmod(0o755)

@@ -60,9 +60,10 @@ class NativeBooster:
             self._handle, interface.encode(), config.encode(), None, ctypes.byref(shape),
             ctypes.byref(dims), ctypes.byref(out)), "predict")
         size = math.prod(shape[i] for i in range(dims.value))
+        if not size:
+            return np.zeros(0, dtype=np.float32)
         # The library owns `out` until the next call: copy it.
-        return np.ctypeslib.as_array(out, shape=(size,)).copy() if size else np.zeros(0,
-                                                                                     np.float32)
+        return np.ctypeslib.as_array(out, shape=(size,)).copy()
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import _unavailable
+from slurm_cluster import unavailable
 
 from collectors.launchers import LauncherError, failure, make_launcher
 from collectors.launchers.lifetime import processes_mentioning as _processes_mentioning
@@ -83,7 +83,7 @@ def slurm_client() -> dict[str, str]:
     it); the scripts these tests write are not submitted."""
     env = {"PATH": "/usr/bin:/bin"}
     if shutil.which("sbatch", path=env["PATH"]) is None:
-        _unavailable("sbatch is not in /usr/bin (Debian: apt-get install slurm-client)")
+        unavailable("sbatch is not in /usr/bin (Debian: apt-get install slurm-client)")
     return env
 
 
