@@ -8,9 +8,10 @@ from slurm_cluster import slurm  # noqa: F401  (fixture: a one-node Slurm cluste
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # ---- markers ---------------------------------------------------------------------------------
-# Registered in pyproject.toml. `pytest -m "not slow"` is the fast loop; the README's command
-# (CI) runs everything. Tests get the resource markers from the fixtures they use, and tests of
-# a missing extra are skipped with the install line (CI has every extra, so there it fails).
+# Registered in pyproject.toml. `pytest -n auto --dist loadgroup -m "not slow"` is the fast loop;
+# the README's command (CI) runs everything. Tests get the resource markers from the fixtures
+# they use, and tests of a missing extra are skipped with the install line (CI has every extra,
+# so there it fails).
 FIXTURE_MARKS = {"postgres_url": "postgres", "slurm": "slurm", "on_slurm": "slurm",
                  "local": "torch", "mcore": "frameworks", "titan": "frameworks",
                  "nemo_run_parse": "frameworks", "nemo_recipe": "frameworks"}
@@ -29,6 +30,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(FIXTURE_MARKS[fixture])
         if any(item.get_closest_marker(m) for m in ("slurm", "postgres", "torch")):
             item.add_marker("slow")  # each starts a service or torchrun: out of the fast loop
+        # Under `pytest -n ... --dist loadgroup` (the README's commands) a group runs on one
+        # worker: the tests of one service (started once), and a module's slow or frameworks
+        # tests (their module-scoped fixtures — a refit, the 165-recipe check, torchrun
+        # campaigns, importing NeMo — computed once). Other tests go wherever a worker is free.
+        service = next((m for m in ("slurm", "postgres") if item.get_closest_marker(m)), None)
+        if service or item.get_closest_marker("slow") or item.get_closest_marker("frameworks"):
+            item.add_marker(pytest.mark.xdist_group(service or item.nodeid.split("::")[0]))
         for marker, extra in missing.items():
             if item.get_closest_marker(marker) is None:
                 continue
@@ -36,6 +44,16 @@ def pytest_collection_modifyitems(config, items):
             if os.environ.get("CI"):
                 raise pytest.UsageError(f"{item.nodeid} {why} (CI installs every extra)")
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch):
+    """Tables are as wide as a pipe gets (`cli.common.PIPED_WIDTH`) whatever the shell exports:
+    pytest-xdist's workers, for one, set COLUMNS=80 and LINES=24."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 REFERENCE = SHARED_REFERENCE / "published_runs.csv"
 
