@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, fields
 from importlib import resources
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from advisor.perf.thermal import (
     Chassis,
     SlotMap,
     burst_heating,
+    burst_reach,
     chassis_for,
     slot_map,
     steady_temperature,
@@ -136,6 +138,18 @@ class GpuState:
     """One micro-batch at this GPU's clock."""
 
 
+class _AtClock(NamedTuple):
+    """What one clock gives every GPU, whatever the step time."""
+
+    stretch: np.ndarray
+    """Compute time relative to full clock."""
+    busy: np.ndarray
+    """Compute seconds per step."""
+    burst_w: np.ndarray
+    reach: np.ndarray
+    """`thermal.burst_reach` of one burst."""
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(x, -50.0, 50.0)))
 
@@ -180,43 +194,47 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
     shape = np.broadcast_shapes(demand.shape, valid.shape)
     temp = np.full(shape, p.leakage_reference_c)
 
-    def evaluate(clock: np.ndarray, static: np.ndarray, step: np.ndarray):
+    def at_clock(clock: np.ndarray, static: np.ndarray) -> _AtClock:
         stretch = p.slowdown(clock)
-        busy = busy_s * stretch
-        burst_w = p.busy_power(static, demand, clock)
-        energy = busy * burst_w + comm_s * comm_w + np.maximum(
-            step[:, None, None] - busy - comm_s, 0.0) * wait_w
+        return _AtClock(stretch, busy_s * stretch, p.busy_power(static, demand, clock),
+                        burst_reach(chassis, burst_s * stretch))
+
+    def at_step(c: _AtClock, step: np.ndarray):
+        energy = c.busy * c.burst_w + comm_s * comm_w + np.maximum(
+            step[:, None, None] - c.busy - comm_s, 0.0) * wait_w
         # The power controller holds the average under the limit (the optimizer's stretch is
         # not in the step's critical path, so the phase sum can overrun it slightly).
         avg = np.minimum(energy / step[:, None, None], limit)
         steady = steady_temperature(chassis, resistance, avg, slots)
-        peak = steady + burst_heating(chassis, resistance, burst_w, avg, burst_s * stretch)
-        return avg, burst_w, steady, peak
+        peak = steady + burst_heating(resistance, c.burst_w, avg, c.reach)
+        return avg, steady, peak
 
     step = nominal_step
     for _ in range(ITERATIONS):
         static = limit * p.static_share * (1.0 + p.leakage_per_c
                                            * (temp - p.leakage_reference_c))
         cap_clock = p.capped_clock(static, demand, limit)
-        unthrottled_peak = evaluate(cap_clock, static, step)[3]
+        capped = at_clock(cap_clock, static)
+        unthrottled_peak = at_step(capped, step)[2]
         hot = valid & (unthrottled_peak > platform.thermal_slowdown_c)
-        thermal_clock = np.ones(shape)
         if hot.any():
             # Thermal slowdown: the highest clock whose burst peak stays at the limit.
             lo, hi = np.full(shape, p.min_clock_frac), cap_clock.copy()
             for _ in range(BISECTION_STEPS):
                 mid = 0.5 * (lo + hi)
-                too_hot = evaluate(mid, static, step)[3] > platform.thermal_slowdown_c
+                too_hot = at_step(at_clock(mid, static), step)[2] > platform.thermal_slowdown_c
                 hi = np.where(too_hot, mid, hi)
                 lo = np.where(too_hot, lo, mid)
-            thermal_clock = np.where(hot, lo, 1.0)
-        clock = np.minimum(cap_clock, thermal_clock)
-        stage_slow = np.where(valid, p.slowdown(clock), 1.0).max(axis=2)
+            clock = np.minimum(cap_clock, np.where(hot, lo, 1.0))
+            running = at_clock(clock, static)
+        else:  # every GPU at its power-capped clock (the clip keeps it at most 1)
+            clock, running = cap_clock, capped
+        stage_slow = np.where(valid, running.stretch, 1.0).max(axis=2)
         step = tl.step_time(stage_slow)
-        avg, burst_w, steady, peak = evaluate(clock, static, step)
+        avg, steady, peak = at_step(running, step)
         temp = peak
 
-    stretch = p.slowdown(clock)
+    stretch, burst_w = running.stretch, running.burst_w
     busy_share = np.clip(busy_s * stretch / step[:, None, None], 0.0, 1.0)
     w_power = np.clip((demand - limit) / (CAP_EDGE * limit) + 0.5, 0.0, 1.0)
     w_thermal = _sigmoid((unthrottled_peak - platform.thermal_slowdown_c) / THERMAL_EDGE_C)

@@ -120,6 +120,19 @@ class SlotMap:
     skewed: np.ndarray
     """The second device of a two-device package."""
 
+    @functools.cached_property
+    def upstream_entry(self) -> np.ndarray:
+        """Each entry's upstream GPU as an index into its configuration's stages × slots
+        (configs × stages·slots; any index where it breathes fresh air)."""
+        n, pp, k = self.upstream_stage.shape
+        return (np.clip(self.upstream_stage, 0, pp - 1) * k
+                + self.upstream_index).reshape(n, -1)
+
+    @functools.cached_property
+    def breathes_exhaust(self) -> np.ndarray:
+        """Whether an entry's inlet is another GPU's exhaust."""
+        return self.upstream_stage >= 0
+
 
 def slot_map(chassis: Chassis, *, gpus_per_stage: np.ndarray, pp: int,
              stage_order: np.ndarray | None = None) -> SlotMap:
@@ -165,16 +178,20 @@ def steady_temperature(chassis: Chassis, resistance: float, avg_power_w: np.ndar
     own_rise = resistance * avg_power_w
     n, pp, k = own_rise.shape
     flat = own_rise.reshape(n, pp * k)
-    index = np.clip(slots.upstream_stage, 0, pp - 1) * k + slots.upstream_index
-    up_rise = np.take_along_axis(flat, index.reshape(n, -1), axis=1).reshape(n, pp, k)
-    preheat = np.where(slots.upstream_stage >= 0, chassis.preheat_share * up_rise, 0.0)
+    up_rise = np.take_along_axis(flat, slots.upstream_entry, axis=1).reshape(n, pp, k)
+    preheat = np.where(slots.breathes_exhaust, chassis.preheat_share * up_rise, 0.0)
     skew = np.where(slots.skewed, chassis.package_skew_c, 0.0)
     return chassis.inlet_c + preheat + own_rise + skew
 
 
-def burst_heating(chassis: Chassis, resistance: float, burst_w: np.ndarray,
-                  avg_w: np.ndarray, burst_s: np.ndarray) -> np.ndarray:
-    """How far above its steady temperature a GPU climbs during one burst of `burst_w` lasting
-    `burst_s` (first order: the share 1 − e^(−t/τ) of the step it would settle to)."""
-    reach = 1.0 - np.exp(-np.maximum(burst_s, 0.0) / chassis.time_constant_s)
+def burst_reach(chassis: Chassis, burst_s: np.ndarray) -> np.ndarray:
+    """The share 1 − e^(−t/τ) of the way to its new steady temperature a die gets in a burst
+    lasting `burst_s` (first order)."""
+    return 1.0 - np.exp(-np.maximum(burst_s, 0.0) / chassis.time_constant_s)
+
+
+def burst_heating(resistance: float, burst_w: np.ndarray, avg_w: np.ndarray,
+                  reach: np.ndarray) -> np.ndarray:
+    """How far above its steady temperature a GPU climbs during one burst of `burst_w` that
+    gets `reach` (`burst_reach`) of the way to the step it would settle to."""
     return resistance * np.maximum(burst_w - avg_w, 0.0) * reach
