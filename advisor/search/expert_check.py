@@ -57,12 +57,15 @@ def recipe_jobs(reference: pd.DataFrame) -> pd.DataFrame:
     return rows.drop_duplicates(list(JOB) + list(KNOBS)).reset_index(drop=True)
 
 
-def check(row: pd.Series, *, predictor) -> ExpertVerdict:
-    """Where the published layout ranks for its job, and why advisor's pick differs."""
+def check_job(rows: list[pd.Series], *, predictor) -> list[ExpertVerdict]:
+    """Where each published layout of one job (rows with the same `JOB` columns) ranks among
+    advisor's picks for that job, and why advisor's pick differs: one recommendation, every
+    recipe ranked in it."""
     from advisor.catalog import load_model, load_platform
     from advisor.core.parallel import make_job
 
-    recipe = {k: int(row[k]) for k in KNOBS}
+    row = rows[0]
+    recipes = [{k: int(r[k]) for k in KNOBS} for r in rows]
     label = (f"{row['model']} {row['num_gpus']}×{row['gpu']} seq {row['seq_len']} gbs "
              f"{row['gbs']} {row['precision']}")
     try:
@@ -71,27 +74,40 @@ def check(row: pd.Series, *, predictor) -> ExpertVerdict:
                        gbs=int(row["gbs"]), precision=str(row["precision"]))
         rec = recommend(job, top=1, predictor=predictor, constraints=Constraints())
     except AdvisorError as e:
-        return ExpertVerdict(label, recipe, None, None, f"advisor cannot plan this job: {e}")
-    # The same "why not this layout?" that `recommend --layout` answers: the recipe's variants
-    # are scored directly (Optuna may not have sampled them) and ranked with recommend's rule.
-    verdict = rank_layout(rec, recipe, predictor=predictor)
-    ratio = None if verdict.gap is None else 1.0 + verdict.gap
-    return ExpertVerdict(label, recipe, verdict.rank, ratio, verdict.why,
-                         exact_rank=verdict.exact_rank)
+        return [ExpertVerdict(label, recipe, None, None, f"advisor cannot plan this job: {e}")
+                for recipe in recipes]
+    out = []
+    for recipe in recipes:
+        # The same "why not this layout?" that `recommend --layout` answers: the recipe's
+        # variants are scored directly (Optuna may not have sampled them) and ranked with
+        # recommend's rule.
+        verdict = rank_layout(rec, recipe, predictor=predictor)
+        ratio = None if verdict.gap is None else 1.0 + verdict.gap
+        out.append(ExpertVerdict(label, recipe, verdict.rank, ratio, verdict.why,
+                                 exact_rank=verdict.exact_rank))
+    return out
 
 
 def agreement(reference: pd.DataFrame, *, workers: int = 1) -> list[ExpertVerdict]:
-    """A verdict for every NVIDIA recipe job, in `recipe_jobs` order (`workers` processes)."""
-    rows = [row for _, row in recipe_jobs(reference).iterrows()]
+    """A verdict for every NVIDIA recipe job, in `recipe_jobs` order (`workers` processes;
+    one recommendation per distinct job)."""
+    recipes = recipe_jobs(reference)
+    jobs = [[row for _, row in group.iterrows()]
+            for _, group in recipes.groupby(list(JOB), sort=False, dropna=False)]
     if workers <= 1:
-        return [_check(row) for row in rows]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+        verdicts = [_check_job(rows) for rows in jobs]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    # Spawn, not fork: a forked child inherits XGBoost's and torch's thread pools mid-state
-    # and can deadlock.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_check, rows, chunksize=4))
+        # Spawn, not fork: a forked child inherits XGBoost's and torch's thread pools
+        # mid-state and can deadlock.
+        with ProcessPoolExecutor(workers,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            verdicts = list(pool.map(_check_job, jobs, chunksize=4))
+    by_row = {int(row.name): v for rows, vs in zip(jobs, verdicts, strict=True)
+              for row, v in zip(rows, vs, strict=True)}
+    return [by_row[i] for i in range(len(recipes))]
 
 
 @functools.cache
@@ -102,5 +118,5 @@ def _predictor():
     return Predictor.load()
 
 
-def _check(row: pd.Series) -> ExpertVerdict:
-    return check(row, predictor=_predictor())
+def _check_job(rows: list[pd.Series]) -> list[ExpertVerdict]:
+    return check_job(rows, predictor=_predictor())
