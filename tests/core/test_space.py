@@ -163,25 +163,34 @@ _ODD = {"tp": [0, 3, 16], "pp": [3, 5, 100], "cp": [3, 4], "dp": [3], "ep": [2, 
 """Values that break one rule or another, alone or with the rest of a row."""
 
 
+_PICK = {name: st.sampled_from(values) for name, values in {
+    "tp": [1, 2, 4, 8], "pp": [1, 2, 4], "cp": [1, 2], "dp": [1, 2, 4], "mbs": [1, 2],
+    "vp": [1, 2], "gbs_factor": [1, 2, 3], "precision": ["bf16", "fp8"],
+    "recompute": ["none", "full"], "dp_sharding": ["optimizer", "none"],
+    "changes": [0, 1, 1, 2]}.items()}
+_ODD_PICK = {field: st.sampled_from(values) for field, values in _ODD.items()}
+_ODD_FIELDS = {n: st.lists(st.sampled_from(sorted(_ODD)), min_size=n, max_size=n, unique=True)
+               for n in (0, 1, 2)}
+"""The strategies `_row` draws from, built once (building one inside every draw made
+Hypothesis validate it again each time: most of this module's run time)."""
+
+
 @st.composite
 def _row(draw):
     """A layout that is valid for most models, with up to two fields changed to values that
     break a rule: each rule gets hit on its own or in pairs, not only among many."""
-    tp, pp, cp, dp = (draw(st.sampled_from(v)) for v in ([1, 2, 4, 8], [1, 2, 4], [1, 2],
-                                                          [1, 2, 4]))
-    mbs = draw(st.sampled_from([1, 2]))
+    tp, pp, cp, dp = (draw(_PICK[k]) for k in ("tp", "pp", "cp", "dp"))
+    mbs = draw(_PICK["mbs"])
     row = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "ep": 1, "etp": 1,
-           "vp": draw(st.sampled_from([1, 2])) if pp > 1 else 1, "mbs": mbs,
-           "gbs": mbs * dp * pp * draw(st.sampled_from([1, 2, 3])), "seq_len": 4096,
-           "precision": draw(st.sampled_from(["bf16", "fp8"])),
-           "recompute": draw(st.sampled_from(["none", "full"])),
-           "dp_sharding": draw(st.sampled_from(["optimizer", "none"])),
+           "vp": draw(_PICK["vp"]) if pp > 1 else 1, "mbs": mbs,
+           "gbs": mbs * dp * pp * draw(_PICK["gbs_factor"]), "seq_len": 4096,
+           "precision": draw(_PICK["precision"]),
+           "recompute": draw(_PICK["recompute"]),
+           "dp_sharding": draw(_PICK["dp_sharding"]),
            "attention": "flash", "sequence_parallel": tp > 1, "overlap_param_gather": False,
            "first_stage_layers": 0, "last_stage_layers": 0, "extra_gpus": 0}
-    changes = draw(st.sampled_from([0, 1, 1, 2]))
-    for field in draw(st.lists(st.sampled_from(sorted(_ODD)), min_size=changes,
-                               max_size=changes, unique=True)):
-        row[field] = draw(st.sampled_from(_ODD[field]))
+    for field in draw(_ODD_FIELDS[draw(_PICK["changes"])]):
+        row[field] = draw(_ODD_PICK[field])
     return row
 
 
