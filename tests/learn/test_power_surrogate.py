@@ -120,6 +120,7 @@ def test_throttle_fraction_stays_in_unit_interval_outside_the_data(campaign):
     assert not unseen["supported"].any() and not unseen["extrapolation"].any()
 
 
+@pytest.mark.slow  # trains 15 power surrogates (three seeds, four held out each)
 def test_band_holds_for_a_campaign_never_seen(campaign):
     """Each campaign (a cluster, a driver, a day) reads power a few per cent off the others,
     which no feature explains: trees trained on four campaigns draw a band too narrow for a
