@@ -41,8 +41,8 @@ def plot_candidates(rec, path: Path) -> None:
         ax.plot(front[cost], front["pred_tokens_per_sec_per_gpu"], "o-", color="tab:blue",
                 label="Pareto front")
         for c in rec.choices:
-            point = (getattr(c.predicted, cost.removeprefix("pred_")),
-                     c.predicted.tokens_per_sec_per_gpu)
+            point = (getattr(c.prediction, cost.removeprefix("pred_")),
+                     c.prediction.tokens_per_sec_per_gpu)
             ax.annotate(f"#{c.rank}", point, color="tab:red", fontsize=8)
         ax.set_xlabel(label)
         ax.set_ylabel("tokens/s per GPU")

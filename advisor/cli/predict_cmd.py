@@ -58,13 +58,13 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
                 last_stage_layers=0, finetune=None, predictor=None):
-    """The analytical `Prediction` of the configuration the flags describe, with notes; and
+    """The analytical `Breakdown` of the configuration the flags describe, with notes; and
     `predictor`'s `pred_*` values for it (None without one, or where it cannot predict it).
     The analytical model runs once: the breakdown comes with the predictor's answer."""
     from advisor.catalog import load_model, load_platform
     from advisor.core.parallel import make_config, make_job
     from advisor.core.space import validate
-    from advisor.perf.analytical import BREAKDOWN_PREFIX, predict_config, prediction_from_row
+    from advisor.perf.analytical import BREAKDOWN_PREFIX, breakdown_from_row, predict_config
 
     m, p = load_model(model), load_platform(platform)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
@@ -79,7 +79,7 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         row = predictor.predict([(config, job)], breakdown=True).iloc[0].to_dict()
         if not row["pred_error"]:
             learned = {k: v for k, v in row.items() if k.startswith("pred_")}
-            return (m, p, prediction_from_row(config, row, prefix=BREAKDOWN_PREFIX), notes,
+            return (m, p, breakdown_from_row(config, row, prefix=BREAKDOWN_PREFIX), notes,
                     (config, job), learned)
         notes = [*notes, f"surrogate unavailable: {row['pred_error']}"]
     return m, p, predict_config(m, p, config), notes, (config, job), None

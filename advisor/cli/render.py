@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 import pandas as pd
 from rich import box
@@ -50,16 +49,16 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
                 "J/tok", "throttle\nrisk/loss"):
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for c in rec.choices:
-        p = c.predicted
+        p = c.prediction
         free = 1 - p.memory_gb / capacity
         row = c.config.to_dict()
         table.add_row(str(c.rank), f"{short(row, rec.job.model)}\n{settings(row)}", _band(p),
                       f"{p.mfu:.0%}", f"{p.memory_gb:.0f}\n({free:.0%})",
                       f"{p.avg_power_w:.0f}\n{p.peak_power_w:.0f}",
                       f"{p.energy_j_per_token:.2f}",
-                      f"{p.throttle_risk:.0%}\n−{c.analytical.power.throttle_loss:.1%}")
+                      f"{p.throttle_risk:.0%}\n−{p.breakdown.power.throttle_loss:.1%}")
     console.print(table)
-    sources = sorted({c.predicted.source for c in rec.choices})
+    sources = sorted({c.prediction.source for c in rec.choices})
     console.print(f"Throughput from the {' and '.join(sources)} model; power and throttle risk "
                   f"analytical.", style="dim")
     for note in rec.ranking:
@@ -133,10 +132,10 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "study_name": rec.study_name, "seconds": round(seconds, 3),
         "choices": [{
             "rank": c.rank, "summary": c.summary, "config": c.config.to_dict(),
-            "predicted": {k: _clean(v) for k, v in asdict(c.predicted).items()},
-            "breakdown_s": c.analytical.step.components(), "reasons": c.reasons,
+            "predicted": {k: _clean(v) for k, v in c.prediction.values().items()},
+            "breakdown_s": c.prediction.breakdown.step.components(), "reasons": c.reasons,
             "warnings": c.warnings, "contributions": c.contributions,
-            "throttle_loss": c.analytical.power.throttle_loss,
+            "throttle_loss": c.prediction.breakdown.power.throttle_loss,
             "placement": c.placement.to_dict() if c.placement else None}
             for c in rec.choices],
         "tradeoffs": rec.tradeoffs,
@@ -164,7 +163,7 @@ def print_comparison(console: Console, result: Comparison) -> None:
         table.add_column(col, justify="left" if col.startswith("side") else "right",
                          no_wrap=col.startswith("side"))
     for s in result.sides:
-        p = s.best.predicted
+        p = s.best.prediction
         row = s.best.config.to_dict()
         table.add_row(f"{s.label}{' ✓ best' if s is result.winner else ''}\n"
                       f"{short(row, m)}\n{settings(row)}",
@@ -192,7 +191,7 @@ def comparison_json(result: Comparison) -> dict:
             "energy_j_per_token": s.energy_j_per_token,
             "gpu_hour_usd": s.gpu_hour_usd, "usd_per_million_tokens": s.usd_per_million_tokens,
             "peak_power_per_node_w": s.peak_power_per_node_w,
-            "throttle_risk": s.best.predicted.throttle_risk,
+            "throttle_risk": s.best.prediction.throttle_risk,
             "comm_share": s.comm_share, "reasons": s.best.reasons,
             "warnings": s.best.warnings} for s in result.sides],
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
-from advisor.perf.analytical import Prediction
+from advisor.perf.analytical import Breakdown
 
 LABELS = {
     "compute_s": "compute (GEMMs, attention, elementwise)",
@@ -35,7 +35,7 @@ ADVICE = {
 }
 
 
-def _advice(component: str, prediction: Prediction) -> str:
+def _advice(component: str, prediction: Breakdown) -> str:
     c = prediction.config
     if component == "dp_comm_s":
         if c.dp_sharding == "full":
@@ -50,7 +50,7 @@ def _advice(component: str, prediction: Prediction) -> str:
     return ADVICE.get(component, "see the breakdown")
 
 
-def explain(prediction: Prediction, model: ModelSpec, platform: Platform) -> list[str]:
+def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list[str]:
     """Sentences, most important first."""
     c, s, p, m = prediction.config, prediction.step, prediction.power, prediction.memory
     lines = [

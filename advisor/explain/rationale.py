@@ -9,7 +9,7 @@ from advisor.core.knobs import LABEL, knob_values
 from advisor.core.knobs import NAMES as KNOBS
 from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
-from advisor.perf.analytical import Prediction
+from advisor.perf.analytical import Breakdown
 
 SHARDING = {"none": "plain DDP", "optimizer": "distributed optimizer", "full": "FSDP"}
 NEAR_MEMORY_LIMIT = 0.05
@@ -72,7 +72,7 @@ def settings(row: pd.Series | dict) -> str:
             f"{'·ovl' if k['overlap'] else ''}")
 
 
-def layout_reasons(p: Prediction, model: ModelSpec, platform: Platform) -> list[str]:
+def layout_reasons(p: Breakdown, model: ModelSpec, platform: Platform) -> list[str]:
     """One phrase per knob that matters, with the step-time share it costs or saves."""
     c, s = p.config, p.step
     link = link_name(platform)

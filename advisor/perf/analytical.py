@@ -1,7 +1,7 @@
 """The analytical model as one call: memory, step time with its breakdown, power and thermal.
 
 `analytical_table` is vectorised over a frame of configurations (what search and the surrogates
-use); `predict_config` wraps it for one configuration and returns typed results.
+use); `predict_config` wraps it for one configuration and returns its typed `Breakdown`.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ class PowerThermal:
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """Everything the analytical model says about one configuration."""
+class Breakdown:
+    """Everything the analytical model says about one configuration: the breakdown behind a
+    `predict.predictor.Prediction` (and the whole answer of `predict_config`)."""
 
     config: ParallelConfig
     step: StepTimeBreakdown
@@ -121,7 +122,7 @@ def analytical_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
 
 def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig, *,
                    calibration: Calibration | None = None,
-                   framework: str = DEFAULT_FRAMEWORK) -> Prediction:
+                   framework: str = DEFAULT_FRAMEWORK) -> Breakdown:
     """The analytical prediction for one configuration."""
     return predict_configs(model, platform, [config], calibration=calibration,
                            framework=framework)[0]
@@ -129,25 +130,25 @@ def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig,
 
 def predict_configs(model: ModelSpec, platform: Platform, configs: list[ParallelConfig], *,
                     calibration: Calibration | None = None,
-                    framework: str = DEFAULT_FRAMEWORK) -> list[Prediction]:
+                    framework: str = DEFAULT_FRAMEWORK) -> list[Breakdown]:
     """The analytical predictions for several configurations of one model and platform, from
     one vectorised run of the model."""
     table = analytical_table(model, platform, pd.DataFrame([c.to_dict() for c in configs]),
                              calibration=calibration, framework=framework)
-    return [prediction_from_row(config, row)
+    return [breakdown_from_row(config, row)
             for config, row in zip(configs, table.to_dict("records"), strict=True)]
 
 
-def prediction_from_row(config: ParallelConfig, row: Mapping, *,
-                        prefix: str = "") -> Prediction:
+def breakdown_from_row(config: ParallelConfig, row: Mapping, *,
+                       prefix: str = "") -> Breakdown:
     """The typed view of one row of `analytical_table`'s columns (named `prefix` + field, as
     the `Predictor` returns them with `breakdown=True`: prefix "analytical_")."""
     def part(cls: type) -> object:
         return cls(**{name: cast(row[prefix + name]) for name, cast in _CASTS[cls].items()})
 
-    return Prediction(config=config, step=part(StepTimeBreakdown), memory=part(MemoryBreakdown),
-                      power=part(PowerThermal),
-                      calibrated=bool(np.asarray(row[prefix + "calibrated"]).item()))
+    return Breakdown(config=config, step=part(StepTimeBreakdown), memory=part(MemoryBreakdown),
+                     power=part(PowerThermal),
+                     calibrated=bool(np.asarray(row[prefix + "calibrated"]).item()))
 
 
 def _casts(cls: type) -> dict[str, type]:

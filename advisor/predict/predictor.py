@@ -21,19 +21,22 @@ import numpy as np
 import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.parallel import ParallelConfig
 from advisor.core.space import invalid_rows
 from advisor.learn.bands import Z90
-from advisor.perf.analytical import BREAKDOWN_PREFIX
+from advisor.perf.analytical import BREAKDOWN_PREFIX, Breakdown, breakdown_from_row
 from advisor.perf.columns import Columns, take
 from advisor.perf.finetune import is_lora
 from advisor.predict.columns import as_columns, group_rows, resolve
 
 
 @dataclass(frozen=True)
-class Predicted:
-    """The Predictor's values for one configuration: one row of `Predictor.predict` without
-    the `pred_` prefix."""
+class Prediction:
+    """What the Predictor says about one configuration — one row of `Predictor.predict`, its
+    `pred_*` values without the prefix (learned where the data supports them, with p10/p90 and
+    their sources) — and the analytical breakdown behind them."""
 
+    config: ParallelConfig
     step_time_s: float
     tokens_per_sec_per_gpu: float
     tokens_per_sec_per_gpu_p10: float
@@ -51,16 +54,33 @@ class Predicted:
     power_source: str
     extrapolation: bool
     calibrated: bool
+    breakdown: Breakdown | None = None
+    """The analytical model's step components, memory and per-stage power and thermal, from
+    the same `predict(..., breakdown=True)` call (None where the row had no breakdown)."""
 
     @classmethod
-    def from_row(cls, row) -> Predicted:
+    def from_row(cls, row, config: ParallelConfig) -> Prediction:
+        """The prediction in one row of `Predictor.predict` for `config`, with the breakdown
+        where the row has the `analytical_` columns (`breakdown=True`)."""
         values = {}
-        for f in fields(cls):
-            value = row[f"pred_{f.name}"]
+        for name in VALUES:
+            value = row[f"pred_{name}"]
             value = value.item() if hasattr(value, "item") else value
-            values[f.name] = (bool(value) if f.type == "bool" else str(value)
-                              if f.type == "str" else float(value))
-        return cls(**values)
+            values[name] = (bool(value) if name in _FLAGS else str(value) if name in _LABELS
+                            else float(value))
+        has_breakdown = f"{BREAKDOWN_PREFIX}calibrated" in row
+        return cls(config=config, **values, breakdown=breakdown_from_row(
+            config, row, prefix=BREAKDOWN_PREFIX) if has_breakdown else None)
+
+    def values(self) -> dict:
+        """The `pred_*` values by name (without the prefix), in field order."""
+        return {name: getattr(self, name) for name in VALUES}
+
+
+VALUES = tuple(f.name for f in fields(Prediction) if f.name not in ("config", "breakdown"))
+"""`Prediction`'s values: the `pred_*` columns it reads."""
+_FLAGS = {"fits", "extrapolation", "calibrated"}
+_LABELS = {"source", "power_source"}
 
 
 def bundled_models_dir() -> Path:
@@ -126,8 +146,8 @@ class Predictor:
 
         `breakdown=True` adds the analytical model's own columns behind the prediction (step
         components, memory, per-stage power and thermal), prefixed `analytical_`:
-        `perf.analytical.prediction_from_row(config, row, prefix="analytical_")` reads one
-        row as a typed `Prediction`, so nothing runs the analytical model twice."""
+        `Prediction.from_row(row, config)` reads one row as a typed `Prediction` with its
+        `Breakdown`, so nothing runs the analytical model twice."""
         cols, index, objects = as_columns(configs)
         if not len(index):
             return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)

@@ -42,7 +42,7 @@ class Side:
 
     @property
     def tokens_per_sec_per_gpu(self) -> float:
-        return self.best.predicted.tokens_per_sec_per_gpu
+        return self.best.prediction.tokens_per_sec_per_gpu
 
     @property
     def tokens_per_sec(self) -> float:
@@ -50,17 +50,17 @@ class Side:
 
     @property
     def energy_j_per_token(self) -> float:
-        return self.best.predicted.energy_j_per_token
+        return self.best.prediction.energy_j_per_token
 
     @property
     def peak_power_per_node_w(self) -> float:
         per_node = min(self.num_gpus, self.platform.num_gpus_per_node)
-        return self.best.predicted.peak_power_w * per_node
+        return self.best.prediction.peak_power_w * per_node
 
     @property
     def comm_share(self) -> float:
         """Exposed communication plus pipeline bubble, as a share of the step."""
-        step = self.best.analytical.step
+        step = self.best.prediction.breakdown.step
         return sum(getattr(step, c) for c in COMM) / step.step_time_s
 
 

@@ -25,8 +25,7 @@ from advisor.explain.rationale import (
     tradeoff,
     warnings,
 )
-from advisor.perf.analytical import BREAKDOWN_PREFIX, Prediction, prediction_from_row
-from advisor.predict.predictor import Predicted
+from advisor.predict.predictor import Prediction
 from advisor.search.engine import SearchEngine, feasible, search, violation_columns
 from advisor.search.objective import (
     TIE_TOLERANCE,
@@ -49,19 +48,21 @@ class Choice:
     """One recommended configuration."""
 
     rank: int
-    config: ParallelConfig
-    """The configuration to launch."""
     summary: str
-    predicted: Predicted
-    """Throughput with p10/p90, memory, power, energy, throttle risk, and their source."""
-    analytical: Prediction
-    """The analytical breakdown behind the explanation."""
+    prediction: Prediction
+    """Throughput with p10/p90, memory, power, energy, throttle risk, their source, and the
+    analytical breakdown behind the explanation."""
     reasons: list[str]
     warnings: list[str]
     contributions: str = ""
     placement: Placement | None = None
     """An uneven pipeline split the model predicts better for the objective (None: the even
     split is best, or pp is 1)."""
+
+    @property
+    def config(self) -> ParallelConfig:
+        """The configuration to launch."""
+        return self.prediction.config
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,8 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     # or overlap show up in the trade-offs instead of crowding the list.
     head = ranked.drop_duplicates(list(LAYOUT)).head(top)
     shap = _contributions(head, job, predictor)
-    analytical = [prediction_from_row(config_from_row(row), row, prefix=BREAKDOWN_PREFIX)
-                  for _, row in head.iterrows()]
-    choices = [_choice(i + 1, row, job, predictor, shap[i], analytical[i],
-                       objective=objective, constraints=constraints)
+    choices = [_choice(i + 1, row, job, predictor, shap[i], objective=objective,
+                       constraints=constraints)
                for i, (_, row) in enumerate(head.iterrows())]
     best = ranked.iloc[0]
     lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
@@ -178,15 +177,14 @@ def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) 
     return notes
 
 
-def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str,
-            analytical: Prediction, *, objective: str, constraints: Constraints) -> Choice:
-    config = analytical.config
-    placement = propose_placement(job.model, job.platform, config, objective=objective,
-                                  constraints=constraints, calibration=predictor.calibration)
-    predicted = Predicted.from_row(row)
-    return Choice(rank=position, config=config, summary=describe(row, job.model),
-                  predicted=predicted, analytical=analytical,
-                  reasons=layout_reasons(analytical, job.model, job.platform),
+def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str, *,
+            objective: str, constraints: Constraints) -> Choice:
+    prediction = Prediction.from_row(row, config_from_row(row))
+    placement = propose_placement(job.model, job.platform, prediction.config,
+                                  objective=objective, constraints=constraints,
+                                  calibration=predictor.calibration)
+    return Choice(rank=position, summary=describe(row, job.model), prediction=prediction,
+                  reasons=layout_reasons(prediction.breakdown, job.model, job.platform),
                   warnings=warnings(row, job.platform, job.model,
                                     surrogate=predictor.surrogate is not None),
                   contributions=contributions, placement=placement)

@@ -14,10 +14,10 @@ from advisor.core.parallel import make_config, make_job
 from advisor.perf.analytical import (
     BREAKDOWN_PREFIX,
     analytical_table,
+    breakdown_from_row,
     predict_config,
-    prediction_from_row,
 )
-from advisor.predict.predictor import Predictor
+from advisor.predict.predictor import Prediction, Predictor
 from advisor.search.recommend import recommend
 
 
@@ -30,10 +30,16 @@ def test_breakdown_columns_are_the_analytical_table_and_read_back_as_a_predictio
     for column in table.columns:
         assert np.array_equal(out[BREAKDOWN_PREFIX + column].to_numpy(),
                               table[column].to_numpy()), column
-    for config, row in zip(configs, out.to_dict("records"), strict=True):
-        assert prediction_from_row(config, row, prefix=BREAKDOWN_PREFIX) == predict_config(
-            model, platform, config)
     plain = Predictor.load().predict([(c, job) for c in configs])
+    for config, row, bare in zip(configs, out.to_dict("records"), plain.to_dict("records"),
+                                 strict=True):
+        analytical = predict_config(model, platform, config)
+        assert breakdown_from_row(config, row, prefix=BREAKDOWN_PREFIX) == analytical
+        # One type for the answer: the values, the configuration and the breakdown behind them.
+        prediction = Prediction.from_row(row, config)
+        assert prediction.config == config and prediction.breakdown == analytical
+        assert prediction.values() == {k: row[f"pred_{k}"] for k in prediction.values()}
+        assert Prediction.from_row(bare, config).breakdown is None
     assert not any(c.startswith(BREAKDOWN_PREFIX) for c in plain.columns)
     assert plain.equals(out[plain.columns])
 
@@ -60,4 +66,4 @@ def test_recommend_runs_the_analytical_model_once_per_configuration():
     # choices are explained from those columns, not run again.
     assert rows["step"] == [rec.num_fit]
     assert rows["memory"] == [rec.num_valid, rec.num_fit]
-    assert all(c.analytical.step.step_time_s > 0 for c in rec.choices)
+    assert all(c.prediction.breakdown.step.step_time_s > 0 for c in rec.choices)

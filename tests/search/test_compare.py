@@ -29,7 +29,7 @@ def test_scale_up_against_scale_out_on_the_papers_testbeds(predictor):
     assert {h200.recommendation.job.gbs, h100.recommendation.job.gbs} == {128}
     assert h200.tokens_per_sec == pytest.approx(h200.tokens_per_sec_per_gpu * 32)
     assert h100.peak_power_per_node_w == pytest.approx(
-        h100.best.predicted.peak_power_w * 8)
+        h100.best.prediction.peak_power_w * 8)
     assert result.winner is max(result.sides, key=lambda s: s.tokens_per_sec)
     assert h200.best.config == h200.recommendation.choices[0].config
 

@@ -36,7 +36,7 @@ def test_recommendations_are_valid_fit_and_ranked(rec70, job70):
         validate(c.config, job70.model, job70.platform, num_gpus=64)
         memory = estimate_memory(job70.model, parallel=c.config, platform=job70.platform)
         assert memory.fits, c.summary
-        assert c.reasons and c.predicted.fits
+        assert c.reasons and c.prediction.fits
     layouts = {(c.config.tp, c.config.pp, c.config.vp, c.config.cp, c.config.mbs)
                for c in rec70.choices}
     assert len(layouts) == 5  # one row per layout
@@ -52,16 +52,16 @@ def test_pick_is_within_the_tie_band_of_the_best_fitting_configuration(rec70, jo
     fits = space[memory_table(job70.model, platform=job70.platform, configs=space)["fits"]]
     predicted = predictor.predict(fits.assign(model=job70.model, gpu=job70.platform))
     # The default ranks on the expected (median) throughput ...
-    pick = rec70.choices[0].predicted.tokens_per_sec_per_gpu
+    pick = rec70.choices[0].prediction.tokens_per_sec_per_gpu
     assert pick >= 0.95 * predicted["pred_tokens_per_sec_per_gpu"].max()
     assert rec70.num_fit == len(fits)
     # ... and --risk averse on the p10, saying what it traded.
     averse = recommend(job70, predictor=predictor, risk="averse")
-    low = averse.choices[0].predicted.tokens_per_sec_per_gpu_p10
+    low = averse.choices[0].prediction.tokens_per_sec_per_gpu_p10
     assert low >= 0.95 * predicted["pred_tokens_per_sec_per_gpu_p10"].max()
     assert averse.ranking[0].startswith("Ranked on the pessimistic (p10, risk averse)")
     fastest = predicted["pred_tokens_per_sec_per_gpu"].max()
-    if fastest > 1.005 * averse.choices[0].predicted.tokens_per_sec_per_gpu:
+    if fastest > 1.005 * averse.choices[0].prediction.tokens_per_sec_per_gpu:
         assert any(n.startswith("Traded for certainty") for n in averse.ranking)
 
 
@@ -90,9 +90,9 @@ def test_user_constraints_are_never_violated(job70, predictor):
     capacity = job70.platform.memory_capacity_bytes / 1e9
     assert rec.num_feasible < rec.num_fit  # the limits bind
     for c in rec.choices:
-        assert c.predicted.peak_power_w <= max_power
-        assert c.predicted.throttle_risk <= max_risk
-        assert c.predicted.memory_gb <= 0.8 * capacity
+        assert c.prediction.peak_power_w <= max_power
+        assert c.prediction.throttle_risk <= max_risk
+        assert c.prediction.memory_gb <= 0.8 * capacity
     assert (rec.ranked["pred_peak_power_w"] <= max_power).all()
 
 
@@ -148,16 +148,16 @@ def _energy(p):
 def test_energy_objective_picks_fewer_joules(job70, predictor, rec70):
     rec = recommend(job70, predictor=predictor, objective="energy", top=1)
     least = _energy(rec70.ranked).min()  # over everything that fits
-    assert _energy(rec.choices[0].predicted) <= least / 0.95
+    assert _energy(rec.choices[0].prediction) <= least / 0.95
 
 
 def test_balanced_objective_sits_between(job70, predictor, rec70):
     rec = recommend(job70, predictor=predictor, objective="balanced", top=1)
     energy = recommend(job70, predictor=predictor, objective="energy", top=1)
-    b = rec.choices[0].predicted
+    b = rec.choices[0].prediction
     assert b.tokens_per_sec_per_gpu >= \
-        energy.choices[0].predicted.tokens_per_sec_per_gpu * 0.95
-    assert _energy(b) <= _energy(rec70.choices[0].predicted) / 0.95
+        energy.choices[0].prediction.tokens_per_sec_per_gpu * 0.95
+    assert _energy(b) <= _energy(rec70.choices[0].prediction) / 0.95
 
 
 def test_bad_objective_and_top(job70, predictor):

@@ -61,8 +61,8 @@ def test_optuna_steers_towards_a_tight_constraint(job, predictor, exhaustive, tm
                     engine=SearchEngine("optuna", trials=300, storage=journal, seed=3))
     capacity = job.platform.memory_capacity_bytes / 1e9
     for c in rec.choices:
-        assert c.predicted.peak_power_w <= limit
-        assert c.predicted.memory_gb <= 0.95 * capacity
+        assert c.prediction.peak_power_w <= limit
+        assert c.prediction.memory_gb <= 0.95 * capacity
     study = optuna.load_study(study_name=rec.study_name, storage=open_storage(journal))
     late = [t for t in study.trials if t.number >= 150]
     feasible = [t for t in late if all(v <= 0 for v in t.constraints.values())]
