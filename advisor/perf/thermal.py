@@ -123,7 +123,8 @@ class SlotMap:
     @functools.cached_property
     def upstream_entry(self) -> np.ndarray:
         """Each entry's upstream GPU as an index into its configuration's stages × slots
-        (configs × stages·slots; any index where it breathes fresh air)."""
+        (configs × stages·slots); an entry breathing fresh air holds a valid but meaningless
+        index, which `breathes_exhaust` masks."""
         n, pp, k = self.upstream_stage.shape
         return (np.clip(self.upstream_stage, 0, pp - 1) * k
                 + self.upstream_index).reshape(n, -1)
