@@ -21,6 +21,7 @@ recursion: with depth-3 trees a tree splits on at most 7 features, 128 coalition
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -84,64 +85,77 @@ class TreeEnsemble:
         self._path_cache: dict[int, _Paths] = {}
 
     def _read(self, trees: list[dict]) -> None:
-        """Every tree as XGBoost stores it, padded to the largest: (trees × nodes) arrays."""
-        nodes = max(len(t["left_children"]) for t in trees)
-        shape = (len(trees), nodes)
-        self.left = np.full(shape, -1, dtype=np.intp)
-        self.right = np.full(shape, -1, dtype=np.intp)
-        self.feature = np.zeros(shape, dtype=np.intp)
-        # A leaf's value is its split condition (XGBoost stores it there).
-        self.condition = np.zeros(shape, dtype=np.float32)
-        self.default_left = np.zeros(shape, dtype=bool)
-        self.cover = np.zeros(shape, dtype=np.float64)
+        """Every tree as XGBoost stores it, padded to the largest: (trees × nodes) arrays,
+        each filled from all trees' lists at once."""
         try:
-            for i, tree in enumerate(trees):
-                if any(tree.get("split_type", [])) or int(
-                        tree.get("tree_param", {}).get("size_leaf_vector", "1")) > 1:
-                    raise TreeModelError("categorical splits or vector leaves are not read")
-                n = len(tree["left_children"])
-                self.left[i, :n] = tree["left_children"]
-                self.right[i, :n] = tree["right_children"]
-                self.feature[i, :n] = tree["split_indices"]
-                self.condition[i, :n] = tree["split_conditions"]
-                self.default_left[i, :n] = tree["default_left"]
-                self.cover[i, :n] = tree["sum_hessian"]
+            sizes = np.array([len(t["left_children"]) for t in trees], dtype=np.intp)
+            if any(any(t.get("split_type", [])) or int(
+                    t.get("tree_param", {}).get("size_leaf_vector", "1")) > 1 for t in trees):
+                raise TreeModelError("categorical splits or vector leaves are not read")
+            shape = (len(trees), int(sizes.max()))
+            tree = np.repeat(np.arange(len(trees)), sizes)
+            node = np.arange(len(tree)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+            def column(key: str, dtype: type, fill: object) -> np.ndarray:
+                if any(len(t[key]) != n for t, n in zip(trees, sizes, strict=True)):
+                    raise TreeModelError(f"a tree's {key} does not have one entry per node")
+                out = np.full(shape, fill, dtype=dtype)
+                out[tree, node] = np.fromiter(itertools.chain.from_iterable(
+                    t[key] for t in trees), dtype=dtype, count=len(tree))
+                return out
+
+            self.left = column("left_children", np.intp, -1)
+            self.right = column("right_children", np.intp, -1)
+            self.feature = column("split_indices", np.intp, 0)
+            # A leaf's value is its split condition (XGBoost stores it there).
+            self.condition = column("split_conditions", np.float32, 0.0)
+            self.default_left = column("default_left", bool, False)
+            self.cover = column("sum_hessian", np.float64, 0.0)
         except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise TreeModelError(f"a tree is damaged ({type(e).__name__}: {e})") from None
         self.leaf = self.left < 0
         inner = ~self.leaf
+        nodes = shape[1]
         if ((self.feature[inner] < 0) | (self.feature[inner] >= self.num_features)).any() or (
                 (self.left[inner] >= nodes) | (self.right[inner] >= nodes)
                 | (self.right[inner] < 0)).any():
             raise TreeModelError("a split names a feature or child the model does not have")
-        self.depth = _depth(self.left, self.right)
+        # Levels 0..depth hold 2**(depth + 1) - 1 positions.
+        self.depth = self._levels(MOST_DEPTH).shape[1].bit_length() - 1
+
+    def _levels(self, depth: int, *, whole: bool = False) -> np.ndarray:
+        """Every tree as a complete binary tree in heap order (position h has children 2h+1
+        and 2h+2), where a leaf above the bottom is copied to both its children: (trees ×
+        positions) the XGBoost node at each position, down to the level where every tree
+        has reached its leaves, or to `depth` levels below the root where `whole`. A tree
+        deeper than `depth` is refused."""
+        rows = np.arange(len(self.group))[:, None]
+        levels = [np.zeros((len(rows), 1), dtype=np.intp)]
+        while len(levels) <= depth and (whole or not self.leaf[rows, levels[-1]].all()):
+            node = levels[-1]
+            leaf = self.leaf[rows, node]
+            levels.append(np.stack([np.where(leaf, node, self.left[rows, node]),
+                                    np.where(leaf, node, self.right[rows, node])],
+                                   axis=2).reshape(len(rows), -1))
+        if not self.leaf[rows, levels[-1]].all():
+            raise TreeModelError(f"trees more than {depth} splits deep; at most "
+                                 f"{MOST_DEPTH} are walked")
+        return np.hstack(levels)
 
     def _heap(self) -> None:
         """Every tree as a complete binary tree of `depth` levels in heap order (node h has
         children 2h+1 and 2h+2): a leaf above the bottom becomes splits that every row passes
         to the left, down to copies of its value."""
-        if self.depth > MOST_DEPTH:
-            raise TreeModelError(f"trees {self.depth} deep; at most {MOST_DEPTH} are walked")
-        inner, leaves = 2 ** self.depth - 1, 2 ** self.depth
-        count = len(self.group)
-        self.heap_feature = np.zeros((count, max(inner, 1)), dtype=np.intp)
-        self.heap_condition = np.full((count, max(inner, 1)), np.inf, dtype=np.float32)
-        self.heap_default_left = np.ones((count, max(inner, 1)), dtype=bool)
-        self.heap_value = np.zeros((count, leaves), dtype=np.float32)
-        for t in range(count):
-            stack = [(0, 0, 0)]                  # (XGBoost node, heap node, level)
-            while stack:
-                node, h, level = stack.pop()
-                if level == self.depth:
-                    self.heap_value[t, h - inner] = self.condition[t, node]
-                elif self.leaf[t, node]:
-                    stack += [(node, 2 * h + 1, level + 1), (node, 2 * h + 2, level + 1)]
-                else:
-                    self.heap_feature[t, h] = self.feature[t, node]
-                    self.heap_condition[t, h] = self.condition[t, node]
-                    self.heap_default_left[t, h] = self.default_left[t, node]
-                    stack += [(int(self.left[t, node]), 2 * h + 1, level + 1),
-                              (int(self.right[t, node]), 2 * h + 2, level + 1)]
+        inner = 2 ** self.depth - 1
+        node = self._levels(self.depth, whole=True)
+        split = node[:, :max(inner, 1)]          # depth 0: the leaf as a placeholder split
+        real = ~self.leaf[np.arange(len(node))[:, None], split]
+        take = np.take_along_axis
+        self.heap_feature = np.where(real, take(self.feature, split, axis=1), 0)
+        self.heap_condition = np.where(real, take(self.condition, split, axis=1),
+                                       np.float32(np.inf))
+        self.heap_default_left = np.where(real, take(self.default_left, split, axis=1), True)
+        self.heap_value = take(self.condition, node[:, inner:], axis=1)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(rows × targets) predictions, as XGBoost's `inplace_predict` gives them."""
@@ -209,38 +223,55 @@ class _Paths:
         depth = max(trees.depth, 1)
         width = 2 ** depth
         count = len(which)
-        self.node = np.zeros((count, width, depth), dtype=np.intp)   # split node on the path
-        self.went_left = np.ones((count, width, depth), dtype=bool)
-        self.fraction = np.ones((count, width, depth))   # cover(child) / cover(node)
-        self.slot = np.full((count, width, depth), -1, dtype=np.intp)   # tree-local feature
-        self.value = np.zeros((count, width))
+        rows, t = np.arange(count), which[:, None, None]
+        heap = trees._levels(depth, whole=True)[which]     # XGBoost node at each position
+        # Leaf l's path in a complete tree: the position at each level, the child it goes
+        # to, and whether it goes left.
+        levels, leaf = np.arange(depth), np.arange(width)[:, None]
+        position = (2 ** levels - 1) + (leaf >> (depth - levels))          # (width × depth)
+        below = leaf >> (depth - 1 - levels)             # the child's index in its level
+        node, child = heap[:, position], heap[:, (2 ** (levels + 1) - 1) + below]
+        went_left = np.broadcast_to(below % 2 == 0, node.shape)
+        # A leaf above the bottom is copied down as splits every row passes to the left:
+        # not a feature, and only its leftmost copy is a leaf of the tree.
+        passes = trees.leaf[t, node]
+        fraction = np.divide(trees.cover[t, child], trees.cover[t, node],
+                             out=went_left.astype(float), where=~passes)
+        real = ~(passes & ~went_left).any(axis=2)                         # (count × width)
+        # Tree-local feature numbers in order of first use, root first and left before right
+        # (each tree's features index its coalitions' bits).
+        local = np.full((count, trees.num_features), -1, dtype=np.intp)
+        self.size = np.zeros(count, dtype=np.intp)
+        for h in _preorder(depth):
+            split = ~trees.leaf[which, heap[:, h]]
+            f = trees.feature[which, heap[:, h]]
+            new = split & (local[rows, f] < 0)
+            local[rows[new], f[new]] = self.size[new]
+            self.size += new
+        slot = np.where(passes, -1, local[rows[:, None, None], trees.feature[t, node]])
+        # The tree's leaves first, in order, then placeholders that add nothing.
+        order = np.argsort(~real, axis=1, kind="stable")
+        keep = np.take_along_axis(real, order, axis=1)[..., None]
+
+        def leaves_first(a: np.ndarray, placeholder: object) -> np.ndarray:
+            return np.where(keep, np.take_along_axis(a, order[..., None], axis=1), placeholder)
+
+        self.slot = leaves_first(slot, -1)                    # tree-local feature
+        self.node = np.where(self.slot >= 0, leaves_first(node, 0), 0)   # split node
+        self.went_left = leaves_first(went_left, True)
+        self.fraction = leaves_first(fraction, 1.0)           # cover(child) / cover(node)
+        self.value = np.where(keep[..., 0], np.take_along_axis(
+            trees.condition[which[:, None], heap[:, width - 1:]].astype(float), order, axis=1),
+            0.0)
         self.tree = which
-        features = []
-        for i, t in enumerate(which):
-            local: dict[int, int] = {}
-            for leaf, path in enumerate(_leaf_paths(trees.left[t], trees.right[t])):
-                self.value[i, leaf] = trees.condition[t, path[-1][0]] if path else \
-                    trees.condition[t, 0]
-                for d, (node, left) in enumerate(path[:-1]):
-                    child = path[d + 1][0]
-                    self.node[i, leaf, d] = node
-                    self.went_left[i, leaf, d] = left
-                    self.fraction[i, leaf, d] = trees.cover[t, child] / trees.cover[t, node]
-                    f = int(trees.feature[t, node])
-                    self.slot[i, leaf, d] = local.setdefault(f, len(local))
-            features.append(list(local))
-        if not len(which):
-            self.size = np.zeros(0, dtype=np.intp)
-        else:
-            self.size = np.array([len(f) for f in features])
         most = int(self.size.max(initial=0))
         if most > MOST_TREE_FEATURES:
             raise TreeModelError(f"a tree splits on {most} features; SHAP values are "
                                  f"enumerated for at most {MOST_TREE_FEATURES}")
         self.slots = most
         self.global_feature = np.zeros((count, max(most, 1)), dtype=np.intp)
-        for i, f in enumerate(features):
-            self.global_feature[i, :len(f)] = f
+        tree, feature = np.nonzero(local >= 0)
+        self.global_feature[tree, local[tree, feature]] = feature
         masks = np.arange(2 ** most)
         # member[m, i, leaf, d]: the path's feature at d is in coalition m.
         bits = (masks[:, None, None, None] >> np.maximum(self.slot, 0)[None]) & 1
@@ -289,32 +320,16 @@ def _python_booster(raw: bytes):
     return booster
 
 
-def _leaf_paths(left: np.ndarray, right: np.ndarray) -> list[list[tuple[int, bool]]]:
-    """Each leaf's path from the root: [(node, went left to the next), ..., (leaf, False)]."""
-    out = []
-    stack = [(0, [])]
+def _preorder(depth: int) -> list[int]:
+    """The inner positions of a complete binary tree of `depth` levels (heap order), root
+    first and each left subtree before its right."""
+    out, stack = [], [0]
     while stack:
-        node, path = stack.pop()
-        if left[node] < 0:
-            out.append([*path, (node, False)])
-            continue
-        stack.append((int(right[node]), [*path, (node, False)]))
-        stack.append((int(left[node]), [*path, (node, True)]))
+        h = stack.pop()
+        if h < 2 ** depth - 1:
+            out.append(h)
+            stack += [2 * h + 2, 2 * h + 1]
     return out
-
-
-def _depth(left: np.ndarray, right: np.ndarray) -> int:
-    """The most splits from a root to a leaf in any tree."""
-    depth = 0
-    for tl, tr in zip(left, right, strict=True):
-        stack = [(0, 0)]
-        while stack:
-            node, d = stack.pop()
-            if tl[node] < 0:
-                depth = max(depth, d)
-            else:
-                stack += [(int(tl[node]), d + 1), (int(tr[node]), d + 1)]
-    return depth
 
 
 def _factorial(n: np.ndarray) -> np.ndarray:

@@ -114,3 +114,17 @@ def test_a_split_on_a_feature_the_model_lacks_is_refused():
     model["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10_000
     with pytest.raises(TreeModelError, match="feature or child"):
         TreeEnsemble(json.dumps(model).encode())
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    # A child pointing back at the root: an endless path, refused instead of walked forever.
+    (lambda tree: tree["left_children"].__setitem__(1, 0), "more than 8 splits deep"),
+    (lambda tree: tree["right_children"].append(3), "right_children does not have one entry"),
+    (lambda tree: tree["split_conditions"].__setitem__(2, "x"), "a tree is damaged"),
+])
+def test_a_damaged_tree_is_refused(damage, message):
+    _, trees = _bundled()
+    model = json.loads(trees.raw)
+    damage(model["learner"]["gradient_booster"]["model"]["trees"][5])
+    with pytest.raises(TreeModelError, match=message):
+        TreeEnsemble(json.dumps(model).encode())
