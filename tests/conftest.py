@@ -31,11 +31,13 @@ def pytest_collection_modifyitems(config, items):
         if any(item.get_closest_marker(m) for m in ("slurm", "postgres", "torch")):
             item.add_marker("slow")  # each starts a service or torchrun: out of the fast loop
         # Under `pytest -n ... --dist loadgroup` (the README's commands) a group runs on one
-        # worker: the tests of one service (started once), and a module's slow or frameworks
-        # tests (their module-scoped fixtures — a refit, the 165-recipe check, torchrun
-        # campaigns, importing NeMo — computed once). Other tests go wherever a worker is free.
+        # worker: the tests of one service (started once), a module's frameworks tests (NeMo
+        # and Megatron imported by one worker), and a module's slow tests that share a
+        # module-scoped fixture (a refit, the 165-recipe check, torchrun campaigns: computed
+        # once). Other tests go wherever a worker is free.
         service = next((m for m in ("slurm", "postgres") if item.get_closest_marker(m)), None)
-        if service or item.get_closest_marker("slow") or item.get_closest_marker("frameworks"):
+        if service or item.get_closest_marker("frameworks") or (
+                item.get_closest_marker("slow") and _uses_module_fixture(item)):
             item.add_marker(pytest.mark.xdist_group(service or item.nodeid.split("::")[0]))
         for marker, extra in missing.items():
             if item.get_closest_marker(marker) is None:
@@ -44,6 +46,12 @@ def pytest_collection_modifyitems(config, items):
             if os.environ.get("CI"):
                 raise pytest.UsageError(f"{item.nodeid} {why} (CI installs every extra)")
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    # pytest keeps an item's fixture definitions on `_fixtureinfo` (no public accessor).
+    return any(defs[-1].scope in ("module", "package", "class")
+               for defs in item._fixtureinfo.name2fixturedefs.values() if defs)
 
 
 @pytest.fixture(autouse=True)
