@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, fields
+from dataclasses import replace as replace_fields
 from importlib import resources
 from typing import NamedTuple
 
@@ -80,9 +81,7 @@ class PowerParams:
               "clock_bound_share")
 
     def replace(self, **changes: float) -> PowerParams:
-        import dataclasses
-
-        return dataclasses.replace(self, **changes)
+        return replace_fields(self, **changes)
 
     def slowdown(self, clock_frac: np.ndarray) -> np.ndarray:
         """Compute time at clock fraction φ relative to full clock: β/φ + 1 − β."""

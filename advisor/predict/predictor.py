@@ -342,7 +342,7 @@ def _default_etp(model, cols: Columns) -> Columns:
 
 
 def _why_invalid(model, platform, configs: Columns, framework: str = "megatron") -> list[str]:
-    from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
+    from advisor.core.parallel import PARALLEL_FIELDS
     from advisor.core.space import validate
 
     out = []
