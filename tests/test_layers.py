@@ -67,3 +67,26 @@ def test_no_module_imports_from_a_higher_layer():
                 back.append(f"{name} ({LAYERS[source][0]}) imports {target} "
                             f"({LAYERS[layer][0]})")
     assert not back, "\n".join(back)
+
+
+def _names(node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.asname or a.name for a in node.names}
+    return {f"{node.module}.{a.name}" for a in node.names}
+
+
+def test_no_import_inside_a_function_repeats_the_module_s_own():
+    """A lazy import keeps a heavy module off the import path; one the module already imports
+    at the top only adds noise."""
+    repeated = []
+    for name, path in _modules():
+        tree = ast.parse(path.read_text())
+        top = set().union(*(_names(n) for n in tree.body
+                            if isinstance(n, (ast.Import, ast.ImportFrom))))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    repeated += [f"{name}:{node.lineno} {n}" for n in _names(node) & top]
+    assert not repeated, "\n".join(repeated)

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
@@ -104,8 +104,6 @@ def as_flags(message: str, command: Callable) -> str:
 def command_flags(command: Callable) -> dict[str, str]:
     """Parameter name -> the long option typer gives it (from the `typer.Option` declarations
     in its annotations; typer's default `--name-with-dashes` otherwise)."""
-    from typing import get_type_hints
-
     flags = {}
     for name, hint in get_type_hints(command, include_extras=True).items():
         info = next((m for m in getattr(hint, "__metadata__", ())

@@ -15,11 +15,11 @@ import pandas as pd
 
 from advisor.core.errors import AdvisorError
 from advisor.learn.bands import Z90, analytical_log_sd, band_scale
-from advisor.learn.features import reference_features
+from advisor.learn.features import group_features, reference_features
 from advisor.learn.fit import Reference, fit_all, kendall_by_group
 from advisor.learn.surrogate import train_throughput
 from advisor.learn.train import band_groups, learnable
-from advisor.perf.calibration import Calibration
+from advisor.perf.calibration import Calibration, load_calibration
 
 SPLITS = {"source": "source", "series": "series", "model_family": "model_family",
           "platform": "platform", "mlperf_submitter": "submitter", "mlperf_round": "round"}
@@ -113,9 +113,7 @@ def vtrain_leave_one_job_out(frame: pd.DataFrame, calibration: Calibration | Non
     time: the surrogate learns from the other jobs' runs on top of the zero-shot analytical
     prior (nothing from vTrain in it). Per row: measured and predicted iteration time (ms)."""
     from advisor.catalog import load_platform
-    from advisor.learn.features import group_features
     from advisor.perf.analytical import analytical_table
-    from advisor.perf.calibration import load_calibration
     from advisor.perf.vtrain import FRAMEWORK, JOB, vtrain_groups
 
     calibration = calibration or load_calibration()

@@ -11,7 +11,7 @@ import pandas as pd
 
 from advisor.data.dataset import DatasetError, load
 from advisor.learn import power_surrogate
-from advisor.learn.bands import band_scale
+from advisor.learn.bands import MIN_GROUPS, band_scale
 from advisor.learn.features import reference_features
 from advisor.learn.fit import reference_from_frame
 from advisor.learn.surrogate import train_throughput
@@ -109,8 +109,6 @@ def learnable(rows: pd.DataFrame) -> np.ndarray:
 def band_groups(rows: pd.DataFrame) -> np.ndarray:
     """What the band is cross-validated over: publication series (a new series is a new
     software stack, like a user's own cluster), or sources where there are too few series."""
-    from advisor.learn.bands import MIN_GROUPS
-
     for column in ("series", "source"):
         if rows[column].nunique() >= MIN_GROUPS:
             return rows[column].to_numpy()

@@ -23,7 +23,7 @@ import pandas as pd
 
 from advisor.catalog import load_platform
 from advisor.core.model import ModelSpec
-from advisor.perf.calibration import Calibration, FrameworkEfficiency
+from advisor.perf.calibration import Calibration, FrameworkEfficiency, load_calibration
 from advisor.perf.step import step_table
 
 COLUMNS = {"# GPUs": "num_gpus", "global batch": "gbs", "micro batch": "mbs",
@@ -113,8 +113,6 @@ def cross_validated(frame: pd.DataFrame, calibration: Calibration | None = None
     """Predictions where the host overhead is fitted on the jobs of the other hidden size
     (two folds: 1024 and 2048), so no row is predicted with a constant fitted to its own
     model. Returns the predictions and the overhead each fold used."""
-    from advisor.perf.calibration import load_calibration
-
     calibration = calibration or load_calibration()
     out = pd.Series(np.nan, index=frame.index)
     used = {}

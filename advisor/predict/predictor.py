@@ -21,10 +21,16 @@ import numpy as np
 import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
-from advisor.core.parallel import ParallelConfig
-from advisor.core.space import invalid_rows
-from advisor.learn.bands import Z90
-from advisor.perf.analytical import BREAKDOWN_PREFIX, Breakdown, breakdown_from_row
+from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
+from advisor.core.space import invalid_rows, validate
+from advisor.learn.bands import Z90, analytical_log_sd
+from advisor.perf.analytical import (
+    BREAKDOWN_PREFIX,
+    Breakdown,
+    analytical_arrays,
+    analytical_table,
+    breakdown_from_row,
+)
 from advisor.perf.columns import Columns, take
 from advisor.perf.finetune import is_lora
 from advisor.predict.columns import as_columns, group_rows, resolve
@@ -102,7 +108,6 @@ class Predictor:
 
     def __init__(self, surrogate=None, calibration=None, *, path: Path | None = None,
                  power: dict | None = None) -> None:
-        from advisor.learn.bands import analytical_log_sd
         from advisor.perf.calibration import load_calibration
 
         self.surrogate = surrogate
@@ -179,9 +184,7 @@ class Predictor:
         configurations of one model on one platform (rows `predict(..., breakdown=True)`
         returned reuse their analytical columns); None without a surrogate (callers use them
         only for rows whose `pred_source` is surrogate)."""
-        from advisor.core.parallel import PARALLEL_FIELDS
         from advisor.learn.features import group_features
-        from advisor.perf.analytical import analytical_table
 
         if self.surrogate is None:
             return None
@@ -221,7 +224,6 @@ class Predictor:
     def _predict_arrays(self, model, platform, framework: str, cols: Columns, *,
                         breakdown: bool = False) -> dict[str, np.ndarray]:
         from advisor.learn.features import feature_matrix
-        from advisor.perf.analytical import analytical_arrays
 
         # The group's framework for every row (not a per-row column: the group has one).
         perf_cols = {k: v for k, v in cols.items() if k != "framework"}
@@ -342,9 +344,6 @@ def _default_etp(model, cols: Columns) -> Columns:
 
 
 def _why_invalid(model, platform, configs: Columns, framework: str = "megatron") -> list[str]:
-    from advisor.core.parallel import PARALLEL_FIELDS
-    from advisor.core.space import validate
-
     out = []
     gpus = (configs["num_gpus"].tolist() if "num_gpus" in configs
             else [None] * len(configs["tp"]))

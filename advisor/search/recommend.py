@@ -16,16 +16,17 @@ import pandas as pd
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, NAMES, overlap
 from advisor.core.parallel import Job, ParallelConfig, make_job
-from advisor.core.space import config_from_row, enumerate_space
+from advisor.core.space import config_from_row, enumerate_space, tp_choices
 from advisor.explain.rationale import (
     contributions_in_words,
     describe,
     layout_reasons,
     neighbours,
+    short,
     tradeoff,
     warnings,
 )
-from advisor.predict.predictor import Prediction
+from advisor.predict.predictor import Prediction, Predictor
 from advisor.search.engine import SearchEngine, feasible, search, violation_columns
 from advisor.search.objective import (
     TIE_TOLERANCE,
@@ -96,8 +97,6 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     """Search `job`'s space and return the `top` distinct layouts (see module docstring),
     ranked on the expected (median) prediction, or on the pessimistic p10 with
     `risk="averse"`."""
-    from advisor.predict.predictor import Predictor
-
     check_objective(objective)
     check_risk(risk)
     if top < 1:
@@ -161,8 +160,6 @@ def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) 
         best["pred_tokens_per_sec_per_gpu"]) - 1
     if gain < 0.005 or objective not in ("throughput", "cost"):
         return notes
-    from advisor.explain.rationale import short
-
     if risk == "averse":
         low_best, low_fast = (float(x) for x in throughput_basis(
             pd.DataFrame([best, fastest]), "averse"))
@@ -240,8 +237,6 @@ def _show(value: object) -> str:
 
 def empty_space_message(job: Job) -> str:
     """Why no layout is valid at all (before memory): divisibility, not capacity."""
-    from advisor.core.space import tp_choices
-
     n = job.num_gpus
     gbs = -(-job.gbs // n) * n
     return (f"no valid layout of {job.model.name} on {n} GPUs with gbs {job.gbs}: tp × pp × cp "
