@@ -115,10 +115,8 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
         scored = score_configs(job, fitting, predictor=predictor, constraints=constraints)
         return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
                             num_space=len(space))
-    return _optuna(job, space, predictor=predictor, constraints=constraints,
-                   objective=objective, trials=engine.trials or DEFAULT_TRIALS,
-                   storage=engine.storage, study_name=engine.study_name, seed=engine.seed,
-                   pins=pins or {}, progress=progress, risk=risk)
+    return _optuna(job, space, engine, predictor=predictor, constraints=constraints,
+                   objective=objective, pins=pins or {}, progress=progress, risk=risk)
 
 
 def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
@@ -309,17 +307,17 @@ class _Nearest:
         return int(rows[np.argmin(distance)])
 
 
-def _optuna(job: Job, space: pd.DataFrame, *, predictor, constraints: Constraints,
-            objective: str, trials: int, storage: str | None, study_name: str | None,
-            seed: int | None, pins: dict, progress: Progress | None,
+def _optuna(job: Job, space: pd.DataFrame, engine: SearchEngine, *, predictor,
+            constraints: Constraints, objective: str, pins: dict, progress: Progress | None,
             risk: str = "expected") -> SearchResult:
     import optuna
 
+    trials, storage, seed = engine.trials or DEFAULT_TRIALS, engine.storage, engine.seed
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = (["maximize", "minimize"] if objective == "balanced" else
                   ["minimize"] if objective == "energy" else ["maximize"])
-    name = study_name or default_study_name(job, objective=objective,
-                                            constraints=constraints, pins=pins, risk=risk)
+    name = engine.study_name or default_study_name(job, objective=objective,
+                                                   constraints=constraints, pins=pins, risk=risk)
     if seed is None and storage is None:
         seed = 0  # reproducible alone; workers sharing a study each draw their own
     sampler = optuna.samplers.TPESampler(seed=seed)
