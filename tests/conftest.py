@@ -7,6 +7,14 @@ from slurm_cluster import slurm  # noqa: F401  (fixture: a one-node Slurm cluste
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# Two pytest-xdist workers on two cores each running OpenMP (XGBoost, torch) oversubscribe
+# the cores, and OpenMP's spin-waiting then slows both: one surrogate training took 6.2 s
+# with two at once against 0.85 s alone, and 1.0-1.2 s with passive waiting (which alone
+# costs 3x: 2.4-3.8 s). So workers wait passively; a serial run keeps OpenMP's default. It
+# must be set before a library starts OpenMP (this file is imported before any test module).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # ---- markers ---------------------------------------------------------------------------------
 # Registered in pyproject.toml. `pytest -n auto --dist loadgroup -m "not slow"` is the fast loop;
 # the README's command (CI) runs everything. Tests get the resource markers from the fixtures
