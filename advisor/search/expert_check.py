@@ -10,6 +10,7 @@ attention, no overlap) that `recommend` does not search.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import pandas as pd
@@ -102,8 +103,8 @@ def agreement(reference: pd.DataFrame, *, workers: int = 1) -> list[ExpertVerdic
 
         # Spawn, not fork: a forked child inherits XGBoost's and torch's thread pools
         # mid-state and can deadlock.
-        with ProcessPoolExecutor(workers,
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_share_cores) as pool:
             verdicts = list(pool.map(_check_job, jobs, chunksize=4))
     by_row = {int(row.name): v for rows, vs in zip(jobs, verdicts, strict=True)
               for row, v in zip(rows, vs, strict=True)}
@@ -116,6 +117,13 @@ def _predictor():
     from advisor.predict.predictor import Predictor
 
     return Predictor.load()
+
+
+def _share_cores() -> None:
+    """In a pool's worker, before XGBoost starts OpenMP: wait passively, since the workers'
+    threads share the cores (spinning, two processes' surrogate trainings ran 6x slower in
+    tests/conftest.py's measurement)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _check_job(rows: list[pd.Series]) -> list[ExpertVerdict]:
