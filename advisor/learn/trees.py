@@ -89,6 +89,8 @@ class TreeEnsemble:
         each filled from all trees' lists at once."""
         try:
             sizes = np.array([len(t["left_children"]) for t in trees], dtype=np.intp)
+            if not sizes.all():
+                raise TreeModelError("a tree has no nodes")
             if any(any(t.get("split_type", [])) or int(
                     t.get("tree_param", {}).get("size_leaf_vector", "1")) > 1 for t in trees):
                 raise TreeModelError("categorical splits or vector leaves are not read")

@@ -121,6 +121,7 @@ def test_a_split_on_a_feature_the_model_lacks_is_refused():
     (lambda tree: tree["left_children"].__setitem__(1, 0), "more than 8 splits deep"),
     (lambda tree: tree["right_children"].append(3), "right_children does not have one entry"),
     (lambda tree: tree["split_conditions"].__setitem__(2, "x"), "a tree is damaged"),
+    (lambda tree: tree.update(left_children=[]), "a tree has no nodes"),
 ])
 def test_a_damaged_tree_is_refused(damage, message):
     _, trees = _bundled()
