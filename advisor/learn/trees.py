@@ -122,8 +122,10 @@ class TreeEnsemble:
                 (self.left[inner] >= nodes) | (self.right[inner] >= nodes)
                 | (self.right[inner] < 0)).any():
             raise TreeModelError("a split names a feature or child the model does not have")
+        self.positions = self._levels(MOST_DEPTH)
+        """(trees × positions) the XGBoost node at each position of the complete trees."""
         # Levels 0..depth hold 2**(depth + 1) - 1 positions.
-        self.depth = self._levels(MOST_DEPTH).shape[1].bit_length() - 1
+        self.depth = self.positions.shape[1].bit_length() - 1
 
     def _levels(self, depth: int, *, whole: bool = False) -> np.ndarray:
         """Every tree as a complete binary tree in heap order (position h has children 2h+1
@@ -149,7 +151,7 @@ class TreeEnsemble:
         children 2h+1 and 2h+2): a leaf above the bottom becomes splits that every row passes
         to the left, down to copies of its value."""
         inner = 2 ** self.depth - 1
-        node = self._levels(self.depth, whole=True)
+        node = self.positions
         split = node[:, :max(inner, 1)]          # depth 0: the leaf as a placeholder split
         real = ~self.leaf[np.arange(len(node))[:, None], split]
         take = np.take_along_axis
@@ -226,7 +228,8 @@ class _Paths:
         width = 2 ** depth
         count = len(which)
         rows, t = np.arange(count), which[:, None, None]
-        heap = trees._levels(depth, whole=True)[which]     # XGBoost node at each position
+        # The XGBoost node at each position (a one-leaf ensemble is walked one level deep).
+        heap = (trees.positions if trees.depth else trees._levels(depth, whole=True))[which]
         # Leaf l's path in a complete tree: the position at each level, the child it goes
         # to, and whether it goes left.
         levels, leaf = np.arange(depth), np.arange(width)[:, None]
