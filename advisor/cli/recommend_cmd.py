@@ -259,9 +259,10 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
             continue
         first = f"#{choice.rank}, the best {kind} can express ({_reasons(refused)})"
         return text, "; ".join(n for n in (first if refused else "", note) if n)
-    layouts = rec.ranked.drop_duplicates(list(LAYOUT)).head(EMIT_SEARCH_LIMIT)
-    best = float(layouts["score"].max()) if "score" in layouts else 0.0
-    for position, (_, row) in enumerate(layouts.iterrows(), 1):
+    layouts = rec.ranked_table.first_of_each(LAYOUT).head(EMIT_SEARCH_LIMIT)
+    scores = [s for s in layouts["score"].tolist() if s == s] if "score" in layouts else []
+    best = max(scores, default=0.0)          # NaN (an unpredicted row) skipped
+    for position, row in enumerate(layouts.rows(), 1):
         if position <= len(rec.choices):
             continue
         try:

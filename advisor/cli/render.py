@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.table import Table as RichTable
 
+from advisor.core.table import Table
 from advisor.explain.rationale import describe, settings, short
 from advisor.search.compare import Comparison
 from advisor.search.recommend import Choice, Recommendation
@@ -44,7 +44,8 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
                          layout: LayoutVerdict | None = None) -> None:
     console.print(_headline(rec, seconds))
     capacity = rec.job.platform.memory_capacity_bytes / 1e9
-    table = Table(title="Recommended configurations", title_justify="left", box=box.SIMPLE_HEAD)
+    table = RichTable(title="Recommended configurations", title_justify="left",
+                      box=box.SIMPLE_HEAD)
     for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)", "W avg\npeak",
                 "J/tok", "throttle\nrisk/loss"):
         table.add_column(col, justify="left" if col == "configuration" else "right")
@@ -71,8 +72,8 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
         console.print("\nTrade-offs against #1:", style="bold")
         for line in rec.tradeoffs:
             console.print(f"  • {line}")
-    _print_front(console, rec.pareto_power, "pred_peak_power_w", "peak W", rec)
-    _print_front(console, rec.pareto_energy, "pred_energy_j_per_token", "J/token", rec)
+    _print_front(console, rec.power_front, "pred_peak_power_w", "peak W", rec)
+    _print_front(console, rec.energy_front, "pred_energy_j_per_token", "J/token", rec)
 
 
 def _print_choice(console: Console, c: Choice) -> None:
@@ -86,19 +87,19 @@ def _print_choice(console: Console, c: Choice) -> None:
         console.print(f"  warning: {w}.", style="yellow")
 
 
-def _print_front(console: Console, front: pd.DataFrame, cost: str, label: str,
+def _print_front(console: Console, front: Table, cost: str, label: str,
                  rec: Recommendation) -> None:
     if len(front) < 2:
         return
     if len(front) > FRONT_ROWS:  # evenly along the front, both ends kept
         picks = sorted({round(i * (len(front) - 1) / (FRONT_ROWS - 1)) for i in range(FRONT_ROWS)})
-        front = front.iloc[picks]
+        front = front.take(picks)
     fmt = "{:.3f}" if "energy" in cost else "{:.0f}"
-    table = Table(title=f"Pareto front: throughput against {label}", title_justify="left",
+    table = RichTable(title=f"Pareto front: throughput against {label}", title_justify="left",
                   box=box.SIMPLE_HEAD)
     for col in ("layout", "recompute·sharding", "tokens/s/GPU", label):
         table.add_column(col, justify="right" if col in ("tokens/s/GPU", label) else "left")
-    for _, row in front.iterrows():
+    for row in front.rows():
         table.add_row(short(row, rec.job.model), settings(row),
                       f"{row['pred_tokens_per_sec_per_gpu']:,.0f}", fmt.format(row[cost]))
     console.print(table)
@@ -112,10 +113,10 @@ def _clean(value):
     return value
 
 
-def _front_json(front: pd.DataFrame, cost: str, model) -> list[dict]:
+def _front_json(front: Table, cost: str, model) -> list[dict]:
     return [{"configuration": describe(r, model),
              "tokens_per_sec_per_gpu": _clean(r["pred_tokens_per_sec_per_gpu"]),
-             cost.removeprefix("pred_"): _clean(r[cost])} for _, r in front.iterrows()]
+             cost.removeprefix("pred_"): _clean(r[cost])} for r in front.rows()]
 
 
 def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str | None,
@@ -139,8 +140,8 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
             "placement": c.placement.to_dict() if c.placement else None}
             for c in rec.choices],
         "tradeoffs": rec.tradeoffs,
-        "pareto_peak_power": _front_json(rec.pareto_power, "pred_peak_power_w", j.model),
-        "pareto_energy": _front_json(rec.pareto_energy, "pred_energy_j_per_token", j.model),
+        "pareto_peak_power": _front_json(rec.power_front, "pred_peak_power_w", j.model),
+        "pareto_energy": _front_json(rec.energy_front, "pred_energy_j_per_token", j.model),
         "launch": ({"framework": emitter, "command": launch, "note": launch_note} if launch
                    else None),
         "layout": None if layout is None else {
@@ -157,7 +158,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
     m = result.model
     console.print(f"{m.display_name or m.name}, seq {result.seq_len}, gbs {result.gbs}; "
                   f"objective {result.objective}.")
-    table = Table(title="Best configuration per side", title_justify="left", box=box.SIMPLE_HEAD)
+    table = RichTable(title="Best configuration per side", title_justify="left",
+                      box=box.SIMPLE_HEAD)
     for col in ("side and configuration", "tok/s job\nper GPU", "MFU", "J/tok",
                 "$/Mtok\n($/GPU-h)", "peak W\n/node", "risk", "comm\n+bubble"):
         table.add_column(col, justify="left" if col.startswith("side") else "right",

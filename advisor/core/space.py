@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
@@ -25,6 +25,10 @@ from advisor.core.parallel import (
     invalid_config_rows,
 )
 from advisor.core.platform import Platform
+from advisor.core.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Megatron can count the embedding and the loss as pipeline "layers"
 #: (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a
@@ -228,6 +232,11 @@ def check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
 
 
 def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.DataFrame:
+    """`space_table` as a DataFrame."""
+    return space_table(job, pins=pins).to_frame()
+
+
+def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
     """Every valid `ParallelConfig` for `job`, one row each (columns = `ParallelConfig` fields).
 
     Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
@@ -267,7 +276,7 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
                 if block is not None:
                     blocks.append(block)
     if not blocks:
-        frame = pd.DataFrame([], columns=list(PARALLEL_FIELDS))
+        table = Table({k: np.empty(0, dtype=object) for k in PARALLEL_FIELDS})
     else:
         columns = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
         rows = len(columns["tp"])
@@ -279,16 +288,15 @@ def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.Da
             columns[name] = _constant(value, rows)
         # Sequence parallelism whenever tp > 1 (what Megatron/NeMo recipes do).
         columns["sequence_parallel"] = columns["tp"] > 1
-        frame = pd.DataFrame({k: columns[k] for k in PARALLEL_FIELDS})
-    for knob in ("grad_reduce_in_fp32", "attention"):  # not enumerated: pinning sets them
-        if knob in pins:
-            frame[knob] = pins[knob]
+        table = Table({k: columns[k] for k in PARALLEL_FIELDS})
+    # Not enumerated: pinning sets them.
+    table = table.with_columns({knob: pins[knob] for knob in ("grad_reduce_in_fp32", "attention")
+                                if knob in pins})
     for name, value in pins.items():
-        frame = frame[frame[name] == value]
-    frame = frame.reset_index(drop=True)
+        table = table.take(table[name] == value)
     # Allowed but flagged: TP collectives then cross the scale-out network every layer.
-    frame["tp_beyond_nvlink"] = frame["tp"] > job.platform.nvlink_domain_size
-    return frame
+    return table.with_columns(
+        {"tp_beyond_nvlink": table["tp"] > job.platform.nvlink_domain_size})
 
 
 def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],

@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.catalog import load_model, load_platform
 from advisor.core import limits
@@ -25,6 +25,9 @@ from advisor.core.space import validate
 from advisor.data import framework_defaults
 from advisor.perf.memory import MemoryBreakdown, estimate_memory, memory_table
 from advisor.perf.step import DEFAULT_FRAMEWORK
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs")
 RECOMPUTE_SPELLINGS = {"none": "none", "selective": "selective", "full": "full",
@@ -55,6 +58,8 @@ class ParsedRow:
 
 def read_rows(path: Path) -> pd.DataFrame:
     """Read a CSV of runs; refuses a file without the columns every row needs."""
+    import pandas as pd
+
     from advisor.core.files import TABLE_LIMIT_BYTES, check_regular
 
     check_regular(path, limit_bytes=TABLE_LIMIT_BYTES, what="CSV")
@@ -238,6 +243,7 @@ def choose_recompute(rows: list[ParsedRow]) -> None:
     """For rows that do not say: the least recompute that fits (none, then selective, then
     full; full where nothing fits), as tuned recipes turn it on only when needed. One memory
     model run per mode and (model, platform), not one per row."""
+    import pandas as pd
     groups: dict[tuple[int, int], list[ParsedRow]] = {}
     for r in rows:
         if r.config is not None and r.recompute_unknown:

@@ -3,13 +3,19 @@ alternatives trade, what the surrogate leaned on, and what to watch."""
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Mapping
+
+import numpy as np
 
 from advisor.core.knobs import LABEL, knob_values
 from advisor.core.knobs import NAMES as KNOBS
 from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
+from advisor.core.table import Table
 from advisor.perf.analytical import Breakdown
+
+Row = Mapping[str, object]
+"""One configuration's values by column: a `Table.row`, a dict, or a pandas Series."""
 
 SHARDING = {"none": "plain DDP", "optimizer": "distributed optimizer", "full": "FSDP"}
 NEAR_MEMORY_LIMIT = 0.05
@@ -30,7 +36,7 @@ FEATURE_KNOBS = {
 }
 
 
-def _layout(row: pd.Series | dict, model: ModelSpec, *, spaced: bool) -> list[str]:
+def _layout(row: Row, model: ModelSpec, *, spaced: bool) -> list[str]:
     """The layout's sizes: `TP 8`, `PP 2 (VP 5)`, ... or tight: `TP8`, `PP2/VP5`, ..."""
     k = knob_values(row)
     gap = " " if spaced else ""
@@ -50,14 +56,14 @@ def _layout(row: pd.Series | dict, model: ModelSpec, *, spaced: bool) -> list[st
     return parts
 
 
-def describe(row: pd.Series | dict, model: ModelSpec) -> str:
+def describe(row: Row, model: ModelSpec) -> str:
     """`TP 8 · PP 2 (VP 5) · DP 4 · MBS 1 · recompute none · distributed optimizer · overlap`."""
     k = knob_values(row)
     return " · ".join([*_layout(row, model, spaced=True), f"recompute {k['recompute']}",
                        SHARDING[k["dp_sharding"]], "overlap" if k["overlap"] else "no overlap"])
 
 
-def short(row: pd.Series | dict, model: ModelSpec) -> str:
+def short(row: Row, model: ModelSpec) -> str:
     """`TP2 PP4/VP5 DP4 MBS1` (the layout; recompute, sharding and overlap go elsewhere)."""
     return " ".join(_layout(row, model, spaced=False))
 
@@ -65,7 +71,7 @@ def short(row: pd.Series | dict, model: ModelSpec) -> str:
 SHORT_SHARDING = {"none": "DDP", "optimizer": "ZeRO-1", "full": "FSDP"}
 
 
-def settings(row: pd.Series | dict) -> str:
+def settings(row: Row) -> str:
     """`none·ZeRO-1·ovl`: recompute, sharding, overlap."""
     k = knob_values(row)
     return (f"{k['recompute']}·{SHORT_SHARDING[k['dp_sharding']]}"
@@ -133,7 +139,7 @@ def _fmt(knob: str, value: object) -> str:
     return SHARDING[str(value)] if knob == "dp_sharding" else str(value)
 
 
-def tradeoff(pick: pd.Series, other: pd.Series) -> str:
+def tradeoff(pick: Row, other: Row) -> str:
     """`MBS=2 would add 1 % throughput for 9 % more peak power and higher throttle risk`."""
     a, b = knob_values(pick), knob_values(other)
 
@@ -163,12 +169,12 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def neighbours(pick: pd.Series, ranked: pd.DataFrame, limit: int = 3) -> list[pd.Series]:
+def neighbours(pick: Row, ranked: Table, limit: int = 3) -> list[dict]:
     """The runner-up, then the best configurations that differ from `pick` in one knob."""
     a = knob_values(pick)
-    out = [ranked.iloc[1]] if len(ranked) > 1 else []
+    out = [ranked.row(1)] if len(ranked) > 1 else []
     seen = {tuple(knob_values(r).items()) for r in out} | {tuple(a.items())}
-    for _, row in ranked.iloc[1:400].iterrows():
+    for row in ranked.take(np.arange(1, min(len(ranked), 400))).rows():
         b = knob_values(row)
         if sum(a[k] != b[k] for k in KNOBS if k != "dp") == 1 and \
                 tuple(b.items()) not in seen:
@@ -182,7 +188,7 @@ def neighbours(pick: pd.Series, ranked: pd.DataFrame, limit: int = 3) -> list[pd
 MOE_KNOBS = ("EP", "ETP")
 
 
-def contributions_in_words(contributions: pd.Series, limit: int = 3, *,
+def contributions_in_words(contributions: Row, limit: int = 3, *,
                            moe: bool = True) -> str:
     """SHAP values of the surrogate's log(measured/analytical), grouped by knob; a dense model
     (`moe` False) has no EP or ETP to credit (their features sit at 1 for it)."""
@@ -200,7 +206,7 @@ def contributions_in_words(contributions: pd.Series, limit: int = 3, *,
             + " (surrogate SHAP contributions)")
 
 
-def warnings(row: pd.Series, platform: Platform, model: ModelSpec, *,
+def warnings(row: Row, platform: Platform, model: ModelSpec, *,
              surrogate: bool = True) -> list[str]:
     out = []
     capacity_gb = platform.memory_capacity_bytes / 1e9

@@ -12,8 +12,12 @@ learned space.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Z90 = 1.2816
 """Standard-normal quantile of 0.9: p10/p90 = median · exp(∓Z90 · σ) for a log-normal error."""
@@ -43,6 +47,7 @@ def grouped_scale(groups: np.ndarray, needs_when_held_out) -> tuple[float, dict]
     """The band factor from holding out each group in turn: `needs_when_held_out(held)` trains
     on the rows not `held` and returns the held-out rows' `half_widths_needed` (only rows the
     fold's surrogate supports: an unsupported row gets the analytical band)."""
+    import pandas as pd
     labels = pd.unique(groups)
     if len(labels) < MIN_GROUPS:
         return 1.0, {"band_scale_groups": int(len(labels)),

@@ -4,18 +4,22 @@ and the analytical model's own breakdown (what it thinks limits the step)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import PRECISIONS
 from advisor.core.platform import Platform
-from advisor.learn.fit import Reference
 from advisor.perf.analytical import analytical_table
 from advisor.perf.calibration import Calibration
 from advisor.perf.columns import Columns, config_columns, num_rows, per_value
 from advisor.perf.flops import sublayer_counts
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from advisor.learn.fit import Reference
 
 FAMILIES = ("ampere", "hopper", "blackwell", "cdna2", "cdna3")
 FRAMEWORKS = ("megatron", "llm-foundry", "torchtitan", "megatron-deepspeed")
@@ -55,6 +59,7 @@ def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
                    software: np.ndarray | str = "") -> pd.DataFrame:
     """Features for configurations of one model on one platform; `table` is their
     `analytical_table` (aligned)."""
+    import pandas as pd
     table_cols = {k: table[k].to_numpy() for k in TABLE_COLUMNS}
     x = feature_matrix(model, platform, config_columns(configs), table_cols,
                        framework=framework, software=software)
@@ -127,9 +132,7 @@ def feature_matrix(model: ModelSpec, platform: Platform, c: Columns,
 
 def _codes(values: np.ndarray, codes: dict[str, int]) -> np.ndarray:
     """`codes[value]` for every value, NaN for values not in `codes` (as `Series.map`)."""
-    index, uniques = pd.factorize(values)
-    table = np.array([codes.get(u, np.nan) for u in uniques] + [np.nan], dtype=float)
-    return table[index]
+    return np.array([codes.get(v, np.nan) for v in values.tolist()], dtype=float)
 
 
 def reference_groups(ref: Reference, calibration: Calibration
@@ -150,6 +153,7 @@ def reference_groups(ref: Reference, calibration: Calibration
 
 def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
     """Features, the analytical prediction and the measured value for every reference row."""
+    import pandas as pd
     parts = [feats.assign(analytical=table["tokens_per_sec_per_gpu"].to_numpy())
              for _, feats, table in reference_groups(ref, calibration)]
     out = pd.concat(parts).loc[ref.rows.index]

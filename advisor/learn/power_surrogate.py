@@ -23,15 +23,16 @@ factor that puts 80 % of a held-out source's runs inside (`power_band_scale`, by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.platform import Platform
+from advisor.core.table import Table
 from advisor.learn.features import FEATURES, reference_groups
-from advisor.learn.fit import Reference
 from advisor.learn.surrogate import (
     EXTRAPOLATION_WIDENING,
     MODEL_SUFFIX,
@@ -49,6 +50,11 @@ from advisor.learn.surrogate import (
 )
 from advisor.learn.trees import TreeEnsemble
 from advisor.perf.calibration import Calibration
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from advisor.learn.fit import Reference
 
 POWER_EXTRA = (
     "analytical_avg_power_frac",   # the prior's average power / TDP: comparable across GPUs
@@ -89,25 +95,47 @@ def power_features(features: pd.DataFrame, platform: Platform,
     """`features` (from `group_features`, one platform) with `POWER_EXTRA` and the analytical
     watts (`analytical_avg_power_w`, `analytical_peak_power_w`) added; `table` is the aligned
     `analytical_table`."""
+    import pandas as pd
+
+    extra = pd.DataFrame(_power_extra(platform, table), index=features.index, dtype=float)
+    return pd.concat([features[list(FEATURES)], extra], axis=1)
+
+
+def power_feature_table(features: np.ndarray, platform: Platform,
+                        table: Mapping[str, np.ndarray]) -> Table:
+    """`power_features` from a matrix of the `FEATURES` columns and the aligned analytical
+    arrays (what the Predictor has), as a `Table`."""
+    n = len(features)
+    columns = {name: features[:, j] for j, name in enumerate(FEATURES)}
+    for name, values in _power_extra(platform, table).items():
+        columns[name] = np.broadcast_to(np.asarray(values, dtype=float), (n,))
+    return Table(columns, num_rows=n)
+
+
+def _power_extra(platform: Platform, table) -> dict[str, np.ndarray | float]:
     tdp = platform.tdp_w
-    extra = pd.DataFrame({
-        "analytical_avg_power_frac": table["avg_power_w"].to_numpy() / tdp,
-        "analytical_peak_power_frac": table["peak_power_w"].to_numpy() / tdp,
-        "gemm_demand_frac": table["gemm_power_demand_w"].to_numpy() / tdp,
-        "throttle_risk": table["throttle_risk"].to_numpy(),
-        "throttle_risk_power": table["throttle_risk_power"].to_numpy(),
-        "throttle_risk_thermal": table["throttle_risk_thermal"].to_numpy(),
-        "thermal_margin_c": platform.thermal_slowdown_c - table["temp_rear_c"].to_numpy(),
+
+    def column(name: str) -> np.ndarray:
+        return np.asarray(table[name])
+
+    return {
+        "analytical_avg_power_frac": column("avg_power_w") / tdp,
+        "analytical_peak_power_frac": column("peak_power_w") / tdp,
+        "gemm_demand_frac": column("gemm_power_demand_w") / tdp,
+        "throttle_risk": column("throttle_risk"),
+        "throttle_risk_power": column("throttle_risk_power"),
+        "throttle_risk_thermal": column("throttle_risk_thermal"),
+        "thermal_margin_c": platform.thermal_slowdown_c - column("temp_rear_c"),
         "tdp_w": float(tdp),
         "liquid_cooled": float(platform.cooling == "liquid"),
-        "analytical_avg_power_w": table["avg_power_w"].to_numpy(),
-        "analytical_peak_power_w": table["peak_power_w"].to_numpy(),
-    }, index=features.index, dtype=float)
-    return pd.concat([features[list(FEATURES)], extra], axis=1)
+        "analytical_avg_power_w": column("avg_power_w"),
+        "analytical_peak_power_w": column("peak_power_w"),
+    }
 
 
 def reference_power_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
     """`power_features` for every reference row, in `ref.rows` order."""
+    import pandas as pd
     parts = [power_features(feats, platform, table)
              for platform, feats, table in reference_groups(ref, calibration)]
     return pd.concat(parts).loc[ref.rows.index]
@@ -136,12 +164,12 @@ class PowerSurrogate:
     band_scale: float = 1.0
     """Factor on the trees' p10-p90 half-widths (`power_band_scale`)."""
 
-    def learned_bands(self, features: pd.DataFrame, families: np.ndarray,
+    def learned_bands(self, features: pd.DataFrame | Table, families: np.ndarray,
                       model_families: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(p10, p50, p90) in the learned space (log ratio or unclipped fraction), widened
         where a feature is beyond the trained range and scaled by `band_scale`; `supported`;
         `extrapolation`."""
-        raw = predict_quantiles(self, features[list(POWER_FEATURES)].to_numpy(dtype=float))
+        raw = predict_quantiles(self, _matrix(features, POWER_FEATURES))
         supported, outside = self.support.check(families, model_families, features)
         mid = raw[:, 1]
         widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0) * self.band_scale
@@ -153,14 +181,21 @@ class PowerSurrogate:
         """Columns p10, p50, p90 in the target's units (W, or a fraction in [0, 1]),
         `supported` and `extrapolation`. Rows not `supported` (platform or model family never
         measured) must fall back to the analytical value."""
+        import pandas as pd
+
+        return pd.DataFrame(self.predict_arrays(features, families, model_families),
+                            index=features.index)
+
+    def predict_arrays(self, features: pd.DataFrame | Table, families: np.ndarray,
+                       model_families: np.ndarray) -> dict[str, np.ndarray]:
+        """`predict` as arrays (for a `power_feature_table` too)."""
         bands, supported, outside = self.learned_bands(features, families, model_families)
         if self.target.prior:
-            bands = features[self.target.prior].to_numpy(dtype=float) * np.exp(bands)
+            bands = np.asarray(features[self.target.prior], dtype=float) * np.exp(bands)
         else:
             bands = np.clip(bands, 0.0, 1.0)
-        return pd.DataFrame({"p10": bands[0], "p50": bands[1], "p90": bands[2],
-                             "supported": supported, "extrapolation": outside & supported},
-                            index=features.index)
+        return {"p10": bands[0], "p50": bands[1], "p90": bands[2],
+                "supported": supported, "extrapolation": outside & supported}
 
     def error(self, features: pd.DataFrame, measured: np.ndarray, families: np.ndarray,
               model_families: np.ndarray) -> float:
@@ -186,6 +221,13 @@ class PowerSurrogate:
         write_metadata(meta_path, meta)
 
 
+def _matrix(features: pd.DataFrame | Table, names: tuple[str, ...]) -> np.ndarray:
+    """The `names` columns of `features` as a float matrix (rows × names)."""
+    if isinstance(features, Table):
+        return np.column_stack([np.asarray(features[k], dtype=float) for k in names])
+    return features[list(names)].to_numpy(dtype=float)
+
+
 def _paths(directory: Path, target: Target) -> tuple[Path, Path]:
     return directory / f"{target.name}{MODEL_SUFFIX}", directory / f"{target.name}.json"
 
@@ -195,6 +237,7 @@ def train_power(column: str, features: pd.DataFrame, measured: np.ndarray, famil
                 metadata: dict | None = None) -> PowerSurrogate:
     """Fit the quantile trees for `column` on rows of `power_features` and the measured values
     (every row must be `usable`: the caller drops the others)."""
+    import pandas as pd
     import xgboost as xgb
 
     target = TARGETS[column]

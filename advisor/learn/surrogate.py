@@ -15,13 +15,17 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import AdvisorError
+from advisor.core.table import Table
 from advisor.learn.features import FEATURES
 from advisor.learn.trees import TreeEnsemble, TreeModelError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 QUANTILES = (0.1, 0.5, 0.9)
 PARAMS = {"objective": "reg:quantileerror", "quantile_alpha": list(QUANTILES),
@@ -52,13 +56,13 @@ class Support:
     ranges: dict[str, tuple[float, float]]
 
     def check(self, families: np.ndarray, model_families: np.ndarray,
-              features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+              features: pd.DataFrame | Table) -> tuple[np.ndarray, np.ndarray]:
         """(supported, extrapolating) per row."""
         supported = np.isin(families, self.families) & np.isin(model_families,
                                                                self.model_families)
         outside = np.zeros(len(features), dtype=bool)
         for name, (low, high) in self.ranges.items():
-            values = features[name].to_numpy()
+            values = np.asarray(features[name])
             outside |= (values < low - 1e-9) | (values > high + 1e-9)
         return supported, outside
 
@@ -76,8 +80,9 @@ class ThroughputSurrogate:
                       model_families: np.ndarray) -> pd.DataFrame:
         """Columns p10, p50, p90 of measured/analytical, `supported`, `extrapolation`.
 
-        `features` is a frame with the `FEATURES` columns, or a matrix of them in that order
-        (what the Predictor passes: one configuration's prediction then builds no frame)."""
+        `features` is a frame with the `FEATURES` columns, or a matrix of them in that order."""
+        import pandas as pd
+
         names = list(FEATURES)
         if isinstance(features, np.ndarray):
             x, index = features.astype(float, copy=False), pd.RangeIndex(len(features))
@@ -85,9 +90,16 @@ class ThroughputSurrogate:
             x = (features.to_numpy(dtype=float) if features.columns.tolist() == names
                  else features[names].to_numpy(dtype=float))
             index = features.index
+        return pd.DataFrame(self.ratio_arrays(x, families, model_families), index=index)
+
+    def ratio_arrays(self, x: np.ndarray, families: np.ndarray,
+                     model_families: np.ndarray) -> dict[str, np.ndarray]:
+        """`predict_ratio` for a matrix of the `FEATURES` columns (what the Predictor passes),
+        as arrays."""
+        names = list(FEATURES)
+        x = x.astype(float, copy=False)
         raw = predict_quantiles(self, x)
-        # Support.check's rule, read off the matrix (a frame's columns cost more than the rest
-        # of this method for one row).
+        # Support.check's rule, read off the matrix.
         supported = (np.isin(families, self.support.families)
                      & np.isin(model_families, self.support.model_families))
         outside = np.zeros(len(x), dtype=bool)
@@ -98,16 +110,20 @@ class ThroughputSurrogate:
         widen = np.where(outside, EXTRAPOLATION_WIDENING, 1.0) * self.band_scale
         low = mid - (mid - raw[:, 0]) * widen
         high = mid + (raw[:, 2] - mid) * widen
-        return pd.DataFrame({"p10": np.exp(low), "p50": np.exp(mid), "p90": np.exp(high),
-                             "supported": supported, "extrapolation": outside & supported},
-                            index=index)
+        return {"p10": np.exp(low), "p50": np.exp(mid), "p90": np.exp(high),
+                "supported": supported, "extrapolation": outside & supported}
 
     def contributions(self, features: pd.DataFrame) -> pd.DataFrame:
         """SHAP values of the median model: how much each feature moves log(measured /
         analytical) for each row (columns = FEATURES; the rest is the bias)."""
-        x = features[list(FEATURES)].to_numpy(dtype=float)
-        median = self.trees.contributions(x, QUANTILES.index(0.5))[:, :-1]
-        return pd.DataFrame(median, columns=list(FEATURES), index=features.index)
+        import pandas as pd
+
+        return pd.DataFrame(self.contribution_matrix(features[list(FEATURES)].to_numpy(
+            dtype=float)), columns=list(FEATURES), index=features.index)
+
+    def contribution_matrix(self, x: np.ndarray) -> np.ndarray:
+        """`contributions` for a matrix of the `FEATURES` columns (rows × FEATURES)."""
+        return self.trees.contributions(x, QUANTILES.index(0.5))[:, :-1]
 
     def save(self, directory: Path, name: str = "throughput") -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -144,6 +160,7 @@ def write_metadata(path: Path, meta: dict) -> None:
 def train_throughput(features: pd.DataFrame, families: np.ndarray, model_families: np.ndarray,
                      *, seed: int = 0, metadata: dict | None = None) -> ThroughputSurrogate:
     """Fit the quantile trees on rows with `features`, `analytical` and `measured` columns."""
+    import pandas as pd
     import xgboost as xgb
 
     y = np.log(features["measured"].to_numpy() / features["analytical"].to_numpy())

@@ -9,17 +9,20 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import ParallelConfig
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration, load_calibration
-from advisor.perf.columns import Columns, config_columns
+from advisor.perf.columns import Columns, columns_of, config_columns
 from advisor.perf.memory import MemoryBreakdown, memory_arrays
 from advisor.perf.step import COMPONENTS, DEFAULT_FRAMEWORK, step_arrays
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SOURCE = "analytical"
 
@@ -105,6 +108,7 @@ def analytical_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame
                      framework: str = DEFAULT_FRAMEWORK) -> pd.DataFrame:
     """Memory, step-time breakdown, power and thermal columns for every row of `configs`
     (run by `framework`'s kernels: Megatron-Core unless said)."""
+    import pandas as pd
     return pd.DataFrame(analytical_arrays(model, platform, config_columns(configs),
                                           calibration=calibration, framework=framework),
                         index=configs.index)
@@ -112,12 +116,16 @@ def analytical_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame
 
 def analytical_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
                       calibration: Calibration | None = None,
-                      framework: str = DEFAULT_FRAMEWORK) -> dict[str, np.ndarray]:
-    """`analytical_table`'s columns, from and to arrays."""
+                      framework: str = DEFAULT_FRAMEWORK,
+                      memory: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """`analytical_table`'s columns, from and to arrays. `memory`: the memory model's columns
+    for these rows where the caller has them already (search runs it over the whole space to
+    know what fits), so it does not run twice."""
     calibration = calibration or load_calibration()
     step = step_arrays(model, platform, cols, calibration=calibration, framework=framework)
-    memory = memory_arrays(model, platform=platform, cols=cols)
-    return step | memory
+    if memory is None:
+        memory = memory_arrays(model, platform=platform, cols=cols)
+    return step | dict(memory)
 
 
 def predict_config(model: ModelSpec, platform: Platform, config: ParallelConfig, *,
@@ -133,10 +141,12 @@ def predict_configs(model: ModelSpec, platform: Platform, configs: list[Parallel
                     framework: str = DEFAULT_FRAMEWORK) -> list[Breakdown]:
     """The analytical predictions for several configurations of one model and platform, from
     one vectorised run of the model."""
-    table = analytical_table(model, platform, pd.DataFrame([c.to_dict() for c in configs]),
-                             calibration=calibration, framework=framework)
-    return [breakdown_from_row(config, row)
-            for config, row in zip(configs, table.to_dict("records"), strict=True)]
+    table = analytical_arrays(model, platform, columns_of(configs), calibration=calibration,
+                              framework=framework)
+    n = len(configs)
+    table = {k: np.broadcast_to(v, (n,)) for k, v in table.items()}
+    return [breakdown_from_row(config, {k: v[i] for k, v in table.items()})
+            for i, config in enumerate(configs)]
 
 
 def breakdown_from_row(config: ParallelConfig, row: Mapping, *,

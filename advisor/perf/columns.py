@@ -1,18 +1,23 @@
 """Tables of configurations as NumPy columns.
 
-The perf model reads a frame's columns once and works on arrays from there: pandas' cost per
-column access (microseconds) dominated a prediction for one configuration. Public functions
-still take and return DataFrames; the `*_arrays` functions behind them take `Columns`.
+The perf model reads a table's columns once and works on arrays from there: pandas' cost per
+column access (microseconds) dominated a prediction for one configuration. The `*_table`
+functions take and return DataFrames (the I/O edge); the `*_arrays` functions behind them take
+`Columns` (a `Table`'s columns, or any mapping of arrays).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from advisor.core.parallel import PARALLEL_FIELDS
+from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
+from advisor.core.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Columns = Mapping[str, np.ndarray]
 """One array per column, all of the same length (`ParallelConfig` fields, optional
@@ -20,11 +25,28 @@ Columns = Mapping[str, np.ndarray]
 _READ = (*PARALLEL_FIELDS, "framework")
 
 
-def config_columns(configs: pd.DataFrame | Columns) -> dict[str, np.ndarray]:
+def config_columns(configs: pd.DataFrame | Table | Columns) -> dict[str, np.ndarray]:
     """The columns the perf model reads, as arrays (a mapping of arrays is taken as it is)."""
-    if isinstance(configs, pd.DataFrame):
-        return {k: configs[k].to_numpy() for k in _READ if k in configs}
-    return dict(configs)
+    if isinstance(configs, Mapping):
+        return dict(configs)
+    if isinstance(configs, Table):
+        return {k: configs[k] for k in _READ if k in configs}
+    return {k: configs[k].to_numpy() for k in _READ if k in configs}
+
+
+def columns_of(configs: Sequence[ParallelConfig]) -> dict[str, np.ndarray]:
+    """The `ParallelConfig` fields of `configs` as columns (strings as objects, as a frame of
+    them holds them)."""
+    out = {}
+    for name in PARALLEL_FIELDS:
+        values = [getattr(c, name) for c in configs]
+        if values and isinstance(values[0], str):
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            out[name] = column
+        else:
+            out[name] = np.array(values)
+    return out
 
 
 def num_rows(cols: Columns) -> int:

@@ -41,15 +41,16 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import PRECISIONS, ParallelConfig
 from advisor.core.platform import Platform
 from advisor.perf.columns import (
     Columns,
+    columns_of,
     config_columns,
     num_rows,
     per_value,
@@ -58,6 +59,9 @@ from advisor.perf.columns import (
 )
 from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.layout import stage_layout
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ACT_BYTES = 2.0
 """Activations are stored in 16-bit (FP8 recipes keep BF16 activations between layers)."""
@@ -126,8 +130,8 @@ COLUMNS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_b
 def estimate_memory(model: ModelSpec, *, parallel: ParallelConfig,
                     platform: Platform) -> MemoryBreakdown:
     """Per-GPU memory for one configuration."""
-    table = memory_table(model, platform=platform, configs=pd.DataFrame([parallel.to_dict()]))
-    row = table.iloc[0]
+    table = memory_arrays(model, platform=platform, cols=columns_of([parallel]))
+    row = {k: np.asarray(v).ravel()[0] for k, v in table.items()}
     return MemoryBreakdown(**{c: (bool(row[c]) if c == "fits" else int(row[c]) if c == "stage"
                                   else float(row[c])) for c in COLUMNS})
 
@@ -137,6 +141,7 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
 
     Returns a frame aligned with `configs` with the `MemoryBreakdown` columns.
     """
+    import pandas as pd
     return pd.DataFrame(memory_arrays(model, platform=platform, cols=config_columns(configs)),
                         index=configs.index)
 

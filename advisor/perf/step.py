@@ -39,9 +39,9 @@ two and assembles the step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import PRECISIONS
@@ -68,6 +68,9 @@ from advisor.perf.power import POWER_COLUMNS, power_thermal
 from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
 from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
 from advisor.perf.timeline import StageTimeline
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OVERLAP_EFFICIENCY = 0.8
 """Share of the concurrent compute that communication can hide behind when overlap is on (the
@@ -101,6 +104,7 @@ def step_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
     """Step time, throughput and the breakdown for every row of `configs` (`ParallelConfig`
     columns, plus an optional `framework` column overriding `framework` per row). Returns a
     frame aligned with `configs`."""
+    import pandas as pd
     return pd.DataFrame(step_arrays(model, platform, config_columns(configs),
                                     calibration=calibration, framework=framework),
                         index=configs.index)

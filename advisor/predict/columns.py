@@ -10,14 +10,18 @@ dominates them.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import ConfigError
+from advisor.core.table import Table
 from advisor.data import framework_defaults
 from advisor.data.predict_input import RECOMPUTE_SPELLINGS
 from advisor.perf.columns import Columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JOB_COLUMNS = ("model", "gpu")
 """What every row names besides its `ParallelConfig` (`platform` is taken for `gpu`)."""
@@ -30,6 +34,8 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
     """Every column `predict` needs as an array (ParallelConfig defaults for empty cells; model
     and gpu as names or keys into the returned `ModelSpec` / `Platform` objects), and the
     input's index."""
+    import pandas as pd
+
     from advisor.core.model import ModelSpec
     from advisor.core.parallel import PARALLEL_FIELDS
     from advisor.core.platform import Platform
@@ -105,6 +111,36 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
     return cols, frame.index, objects
 
 
+def table_columns(table: Table) -> dict[str, np.ndarray]:
+    """`as_columns` for a `Table` that sets every `ParallelConfig` field (what `space_table`
+    gives): the same arrays, without the frame."""
+    from advisor.core.parallel import PARALLEL_FIELDS
+
+    n = len(table)
+    defaults = _config_defaults()
+    cols: dict[str, np.ndarray] = {}
+    for name in PARALLEL_FIELDS:
+        default, values = defaults[name], table[name]
+        if isinstance(default, bool):
+            cols[name] = values.astype(bool)
+        elif isinstance(default, int):
+            cols[name] = values.astype(float).astype(int)
+        else:
+            cols[name] = np.empty(n, dtype=object)
+            cols[name][:] = [str(v).lower() for v in values.tolist()]
+    recompute = cols["recompute"]
+    for spelling, mode in RECOMPUTE_SPELLINGS.items():
+        if spelling != mode and (recompute == spelling).any():
+            cols["recompute"] = recompute = np.where(recompute == spelling, mode,
+                                                     recompute).astype(object)
+    cols["framework"] = np.full(n, "megatron", dtype=object)
+    cols["software"] = np.full(n, "", dtype=object)
+    # Every field is set: nothing is assumed.
+    cols["etp_unset"] = np.zeros(n, dtype=bool)
+    cols["assumed"] = np.full(n, "", dtype=object)
+    return cols
+
+
 def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],
                               source: np.ndarray | None) -> None:
     """Fill the cells a frame left unset as `predict --input` does (`framework_defaults`),
@@ -147,6 +183,7 @@ def _derive_dp(cols: dict[str, np.ndarray], gpus: np.ndarray, *, missing: np.nda
 def group_rows(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
     """((model, gpu, framework), row positions) for each distinct key, in order of first
     appearance (as `groupby(sort=False, dropna=False)`)."""
+    import pandas as pd
     keys = [cols[k] for k in ("model", "gpu", "framework")]
     n = len(keys[0])
     if n == 1:
@@ -168,6 +205,8 @@ def group_rows(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
 
 def resolve(model_key, gpu_key, objects: dict):
     """The `ModelSpec` and `Platform` a row names (objects passed in win over the catalog)."""
+    import pandas as pd
+
     from advisor.catalog import load_model, load_platform
 
     if pd.isna(model_key) or pd.isna(gpu_key):
@@ -231,6 +270,8 @@ def _plain(values: np.ndarray, dtype, default) -> np.ndarray | None:
 def _pair_columns(pairs: list) -> tuple[dict[str, np.ndarray], pd.Index, dict] | pd.DataFrame:
     """The columns of a list of (ParallelConfig, Job) pairs; a DataFrame of them where some
     value is not of its field's plain type (the DataFrame path converts those)."""
+    import pandas as pd
+
     from advisor.core.model import ModelSpec
     from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
     from advisor.core.platform import Platform

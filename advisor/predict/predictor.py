@@ -14,26 +14,30 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
 from advisor.core.space import invalid_rows, validate
+from advisor.core.table import Table
 from advisor.learn.bands import Z90, analytical_log_sd
 from advisor.perf.analytical import (
     BREAKDOWN_PREFIX,
     Breakdown,
     analytical_arrays,
-    analytical_table,
     breakdown_from_row,
 )
-from advisor.perf.columns import Columns, take
+from advisor.perf.columns import Columns, config_columns, take
 from advisor.perf.finetune import is_lora
-from advisor.predict.columns import as_columns, group_rows, resolve
+from advisor.predict.columns import as_columns, group_rows, resolve, table_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class Predictor:
         components, memory, per-stage power and thermal), prefixed `analytical_`:
         `Prediction.from_row(row, config)` reads one row as a typed `Prediction` with its
         `Breakdown`, so nothing runs the analytical model twice."""
+        import pandas as pd
         cols, index, objects = as_columns(configs)
         if not len(index):
             return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
@@ -164,10 +169,8 @@ class Predictor:
                 parts.append(self._predict_group(
                     model, platform, framework, cols if len(groups) == 1 else take(cols, rows),
                     rows, breakdown=breakdown))
-            except (AdvisorError, KeyError, ValueError, TypeError) as e:
-                message = str(e) if isinstance(e, AdvisorError) else (
-                    f"cannot predict this row: {type(e).__name__}: {e}")
-                parts.append(pd.DataFrame({"pred_error": message}, index=rows))
+            except _ROW_ERRORS as e:
+                parts.append(pd.DataFrame({"pred_error": _row_error(e)}, index=rows))
         if len(parts) == 1 and parts[0].index.is_monotonic_increasing:
             out = parts[0]           # every row, in order: nothing to put back in place
         else:
@@ -178,31 +181,65 @@ class Predictor:
         out.index = index
         return out
 
+    def predict_table(self, model, platform, configs: Table, *, breakdown: bool = False,
+                      memory: Mapping[str, np.ndarray] | None = None) -> Table:
+        """`predict` for configurations of `model` on `platform` (run by Megatron-Core) given
+        as a `Table` that sets every `ParallelConfig` field, as `space_table` gives them: the
+        same columns (`pred_*`, then `analytical_*` with `breakdown`, then `pred_assumed`) as
+        a `Table`. No DataFrame is built (rows the space rules refuse go through `predict`).
+        `memory`: the memory model's columns for these rows, where the caller ran it."""
+        cols = _default_etp(model, table_columns(configs))
+        invalid = invalid_rows(model, platform, cols, framework="megatron")
+        if invalid.any():
+            frame = configs.to_frame().assign(model=model, gpu=platform)
+            return Table.from_frame(self.predict(frame, breakdown=breakdown))
+        try:
+            out = self._predict_arrays(model, platform, "megatron",
+                                       {k: v for k, v in cols.items() if k not in _BOOKKEEPING},
+                                       breakdown=breakdown, memory=memory)
+        except _ROW_ERRORS as e:    # as `predict` answers: every row gets the error
+            return Table({"pred_error": np.full(len(configs), _row_error(e), dtype=object)})
+        out["pred_assumed"] = cols["assumed"]
+        return Table(out, num_rows=len(configs))
+
     def contributions(self, model, platform, configs: pd.DataFrame, *,
                       framework: str = "megatron") -> pd.DataFrame | None:
         """The surrogate's SHAP values (log-ratio units, one column per feature) for
         configurations of one model on one platform (rows `predict(..., breakdown=True)`
         returned reuse their analytical columns); None without a surrogate (callers use them
         only for rows whose `pred_source` is surrogate)."""
-        from advisor.learn.features import group_features
+        import pandas as pd
 
         if self.surrogate is None:
             return None
-        given = [c for c in configs.columns if c.startswith(BREAKDOWN_PREFIX)]
-        table = (configs[given].rename(columns=lambda c: c[len(BREAKDOWN_PREFIX):])
-                 .reset_index(drop=True) if given else None)
-        configs = configs[list(PARALLEL_FIELDS)].reset_index(drop=True)
-        if table is None:
-            table = analytical_table(model, platform, configs, calibration=self.calibration,
-                                     framework=framework)
-        feats = group_features(model, platform, configs, table, framework=framework,
-                               software="")
-        return self.surrogate.contributions(feats)
+        shap = self.contribution_table(model, platform, Table.from_frame(configs),
+                                       framework=framework)
+        return pd.DataFrame(shap.columns, index=configs.index)
+
+    def contribution_table(self, model, platform, configs: Table, *,
+                           framework: str = "megatron") -> Table | None:
+        """`contributions` for a `Table` of configurations, as a `Table`."""
+        from advisor.learn.features import FEATURES, TABLE_COLUMNS, feature_matrix
+
+        if self.surrogate is None:
+            return None
+        given = [c for c in configs.names if c.startswith(BREAKDOWN_PREFIX)]
+        cols = config_columns(configs.select(PARALLEL_FIELDS))
+        if given:
+            table = {k: configs[BREAKDOWN_PREFIX + k] for k in TABLE_COLUMNS}
+        else:
+            table = analytical_arrays(model, platform, cols, calibration=self.calibration,
+                                      framework=framework)
+        x = feature_matrix(model, platform, cols, table, framework=framework, software="")
+        shap = self.surrogate.contribution_matrix(x)
+        return Table({name: shap[:, j] for j, name in enumerate(FEATURES)},
+                     num_rows=len(configs))
 
     def _predict_group(self, model, platform, framework: str, cols: Columns,
                        rows: np.ndarray, *, breakdown: bool = False) -> pd.DataFrame:
         """Predictions for configurations of one model on one platform run by one framework;
         `rows` are their positions in the input."""
+        import pandas as pd
         cols = _default_etp(model, cols)
         invalid = invalid_rows(model, platform, cols, framework=framework)
         if invalid.any():
@@ -222,13 +259,14 @@ class Predictor:
         return pd.DataFrame(out, index=rows)
 
     def _predict_arrays(self, model, platform, framework: str, cols: Columns, *,
-                        breakdown: bool = False) -> dict[str, np.ndarray]:
+                        breakdown: bool = False,
+                        memory: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         from advisor.learn.features import feature_matrix
 
         # The group's framework for every row (not a per-row column: the group has one).
         perf_cols = {k: v for k, v in cols.items() if k != "framework"}
         table = analytical_arrays(model, platform, perf_cols, calibration=self.calibration,
-                                  framework=framework)
+                                  framework=framework, memory=memory)
         tps = table["tokens_per_sec_per_gpu"]
         n = len(tps)
         source = np.full(n, "analytical", dtype=object)
@@ -243,9 +281,8 @@ class Predictor:
                  if self.surrogate is not None or self.power else None)
         if self.surrogate is not None:
             # Columns by iteration: looking one up builds the frame's label index (~0.1 ms).
-            ratio = {k: v.to_numpy() for k, v in self.surrogate.predict_ratio(
-                feats, np.full(n, platform.family),
-                np.full(n, model.family or model.name)).items()}
+            ratio = self.surrogate.ratio_arrays(feats, np.full(n, platform.family),
+                                                np.full(n, model.family or model.name))
             # No measured LoRA run trained the trees: those rows keep the analytical prior.
             ok = ratio["supported"] & ~is_lora(cols, n)
             learned = np.where(ok, tps * ratio["p50"], tps)
@@ -299,26 +336,32 @@ class Predictor:
         out["pred_power_source"] = np.full(n, "analytical", dtype=object)
         if not self.power:
             return out
-        from advisor.learn.features import FEATURES
-        from advisor.learn.power_surrogate import power_features
+        from advisor.learn.power_surrogate import power_feature_table
 
-        frame = power_features(pd.DataFrame(feats, columns=list(FEATURES)), platform,
-                               pd.DataFrame({k: np.broadcast_to(table[k], (n,)) for k in (
-                                   "avg_power_w", "peak_power_w", "gemm_power_demand_w",
-                                   "throttle_risk", "throttle_risk_power",
-                                   "throttle_risk_thermal", "temp_rear_c")}))
+        frame = power_feature_table(feats, platform, {k: np.broadcast_to(table[k], (n,)) for k in (
+            "avg_power_w", "peak_power_w", "gemm_power_demand_w", "throttle_risk",
+            "throttle_risk_power", "throttle_risk_thermal", "temp_rear_c")})
         families = np.full(n, platform.family)
         model_families = np.full(n, model.family or model.name)
         for column, surrogate in self.power.items():
-            q = surrogate.predict(frame, families, model_families)
-            ok = q["supported"].to_numpy() & ~lora
+            q = surrogate.predict_arrays(frame, families, model_families)
+            ok = q["supported"] & ~lora
             fallback = out[f"pred_{column}"]
-            out[f"pred_{column}"] = np.where(ok, q["p50"].to_numpy(), fallback)
-            out[f"pred_{column}_p10"] = np.where(ok, q["p10"].to_numpy(), np.nan)
-            out[f"pred_{column}_p90"] = np.where(ok, q["p90"].to_numpy(), np.nan)
+            out[f"pred_{column}"] = np.where(ok, q["p50"], fallback)
+            out[f"pred_{column}_p10"] = np.where(ok, q["p10"], np.nan)
+            out[f"pred_{column}_p90"] = np.where(ok, q["p90"], np.nan)
             if column == "avg_power_w":
                 out["pred_power_source"] = np.where(ok, "surrogate", "analytical")
         return out
+
+
+_ROW_ERRORS = (AdvisorError, KeyError, ValueError, TypeError)
+"""What predicting a group of rows can raise that becomes their `pred_error`."""
+
+
+def _row_error(e: Exception) -> str:
+    return str(e) if isinstance(e, AdvisorError) else (
+        f"cannot predict this row: {type(e).__name__}: {e}")
 
 
 _BOOKKEEPING = ("assumed", "etp_unset")

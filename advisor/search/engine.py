@@ -1,27 +1,34 @@
 """Search engines over a job's configuration space: score everything when that is cheap, Optuna
 otherwise. The only module that knows Optuna.
 
-Both engines return the same thing: a table of scored configurations (`ParallelConfig` columns
-plus the `Predictor`'s `pred_*` columns and the constraint violations), which `recommend` ranks.
+Both engines return the same thing: a `Table` of scored configurations (`ParallelConfig`
+columns plus the `Predictor`'s `pred_*` columns and the constraint violations), which
+`recommend` ranks.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import SEARCH_ORDER as KNOBS
 from advisor.core.knobs import overlap
 from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
-from advisor.perf.memory import memory_table
+from advisor.core.table import Table
+from advisor.perf.columns import config_columns
+from advisor.perf.memory import memory_arrays, memory_table
 from advisor.search.objective import Constraints
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ENGINES = ("auto", "exhaustive", "optuna")
 EXHAUSTIVE_LIMIT = 150_000
@@ -41,7 +48,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class SearchResult:
-    scored: pd.DataFrame
+    scored: Table
     """Configurations that fit in memory, with `pred_*` columns and one `violates_*` column per
     constraint (≤ 0 = met)."""
     engine: str
@@ -103,46 +110,51 @@ class SearchEngine:
 
 
 def search(job: Job, *, predictor, constraints: Constraints, objective: str,
-           space: pd.DataFrame, pins: dict | None = None,
+           space: Table, pins: dict | None = None,
            engine: SearchEngine | None = None, progress: Progress | None = None,
            risk: str = "expected") -> SearchResult:
-    """Score `space` (an `enumerate_space` table with `pins` applied) as `engine` says
-    (default: `SearchEngine()`, auto)."""
+    """Score `space` (a `space_table` with `pins` applied) as `engine` says (default:
+    `SearchEngine()`, auto)."""
     engine = engine or SearchEngine()
-    memory = memory_table(job.model, platform=job.platform, configs=space)
-    fitting = space[memory["fits"].to_numpy()]
+    memory = {k: np.broadcast_to(v, (len(space),)) for k, v in memory_arrays(
+        job.model, platform=job.platform, cols=config_columns(space)).items()}
+    fits = memory["fits"]
+    fitting = space.take(fits)
     if engine.resolve(len(fitting)) == "exhaustive":
-        scored = score_configs(job, fitting, predictor=predictor, constraints=constraints)
+        # The memory model's answer for the fitting rows goes with them: it runs once.
+        scored = score_configs(job, fitting, predictor=predictor, constraints=constraints,
+                               memory={k: v[fits] for k, v in memory.items()})
         return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
                             num_space=len(space))
     return _optuna(job, space, engine, predictor=predictor, constraints=constraints,
                    objective=objective, pins=pins or {}, progress=progress, risk=risk)
 
 
-def score_configs(job: Job, configs: pd.DataFrame, *, predictor,
-                  constraints: Constraints) -> pd.DataFrame:
-    """`configs` with the Predictor's columns and one `violates_*` column per constraint."""
+def score_configs(job: Job, configs: Table, *, predictor, constraints: Constraints,
+                  memory: dict[str, np.ndarray] | None = None) -> Table:
+    """`configs` with the Predictor's columns and one `violates_*` column per constraint
+    (`memory`: the memory model's columns for `configs`, where the caller ran it)."""
     if configs.empty:
-        return configs.reset_index(drop=True)
-    frame = configs[list(PARALLEL_FIELDS)].assign(model=job.model, gpu=job.platform)
+        return configs
     # With the analytical breakdown: recommend explains its choices from these columns
     # instead of running the analytical model again.
-    predicted = predictor.predict(frame, breakdown=True)
-    errors = predicted["pred_error"].to_numpy()
+    predicted = predictor.predict_table(job.model, job.platform,
+                                        configs.select(PARALLEL_FIELDS), breakdown=True,
+                                        memory=memory)
+    errors = predicted["pred_error"]
     if (errors != "").all():
         # The space holds valid layouts only: all of them refused is the job's or the
         # platform's problem (a cluster file naming an unknown chassis, say), not theirs.
         raise AdvisorError(f"no layout of {job.model.name} on {job.platform.name} could be "
                            f"predicted: {errors[0]}")
-    out = pd.concat([configs.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
+    columns = configs.columns
+    columns.update((k, predicted[k]) for k in predicted.names if k != "pred_error")
     # Rows the Predictor refuses keep NaN predictions (and are never feasible).
-    out = out.reindex(columns=[*out.columns.drop("pred_error", errors="ignore"),
-                               *(c for c in _PREDICTED if c not in out.columns)])
+    columns.update((c, np.full(len(configs), np.nan)) for c in _PREDICTED if c not in columns)
+    out = Table(columns, num_rows=len(configs))
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
     violations = constraints.violations(out, capacity_gb)
-    for name in violations:
-        out[f"violates_{name}"] = violations[name].to_numpy()
-    return out
+    return out.with_columns({f"violates_{name}": values for name, values in violations.items()})
 
 
 _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
@@ -150,15 +162,16 @@ _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
               "pred_energy_j_per_token", "pred_fits")
 
 
-def violation_columns(scored: pd.DataFrame) -> list[str]:
-    return [c for c in scored.columns if c.startswith("violates_")]
+def violation_columns(scored: Table) -> list[str]:
+    return [c for c in scored.names if c.startswith("violates_")]
 
 
-def feasible(scored: pd.DataFrame) -> np.ndarray:
+def feasible(scored: Table) -> np.ndarray:
     """Rows that were predicted and meet every constraint (NaN counts as a violation)."""
-    cols = violation_columns(scored)
-    ok = scored["pred_tokens_per_sec_per_gpu"].notna().to_numpy()
-    return ok & (scored[cols].to_numpy() <= 0).all(axis=1) if cols else ok
+    ok = ~np.isnan(np.asarray(scored["pred_tokens_per_sec_per_gpu"], dtype=float))
+    for col in violation_columns(scored):
+        ok &= scored[col] <= 0
+    return ok
 
 
 # --- Optuna -----------------------------------------------------------------------------------
@@ -260,6 +273,7 @@ class _Nearest:
     def __init__(self, space: pd.DataFrame) -> None:
         # Each knob's values as small integers, and each row as one integer in mixed radix:
         # a big MoE space has millions of rows, too many for a dict of tuples.
+        import pandas as pd
         self.codes: dict[str, dict] = {}
         row_codes: dict[str, np.ndarray] = {}
         for k in KNOBS:
@@ -307,7 +321,7 @@ class _Nearest:
         return int(rows[np.argmin(distance)])
 
 
-def _optuna(job: Job, space: pd.DataFrame, engine: SearchEngine, *, predictor,
+def _optuna(job: Job, space: Table, engine: SearchEngine, *, predictor,
             constraints: Constraints, objective: str, pins: dict, progress: Progress | None,
             risk: str = "expected") -> SearchResult:
     import optuna
@@ -330,12 +344,12 @@ def _optuna(job: Job, space: pd.DataFrame, engine: SearchEngine, *, predictor,
     except Exception as e:
         raise AdvisorError(f"cannot open the Optuna study {name} in {_redact(storage or '')}:"
                            f" {str(e).splitlines()[0][:160]}") from None
-    keyed = _with_overlap(space)
+    keyed = _with_overlap(space.to_frame())
     choices, nearest = _choices(keyed), _Nearest(keyed)
     for preset in _presets(job, keyed, choices):
         study.enqueue_trial(preset, skip_if_exists=True)
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
-    cache: dict[int, pd.Series] = {}
+    cache: dict[int, dict] = {}
     row_of_trial: dict[int, int] = {}
     done = 0
     while done < trials:
@@ -347,9 +361,9 @@ def _optuna(job: Job, space: pd.DataFrame, engine: SearchEngine, *, predictor,
                                f"({str(e).splitlines()[0]}); pass a new `study_name`.") from None
         new = sorted({r for r in rows if r not in cache})
         if new:
-            part = score_configs(job, space.iloc[new], predictor=predictor,
+            part = score_configs(job, space.take(new), predictor=predictor,
                                  constraints=constraints)
-            for r, (_, row) in zip(new, part.iterrows(), strict=True):
+            for r, row in zip(new, part.rows(), strict=True):
                 cache[r] = row
         for trial, r in zip(batch, rows, strict=True):
             row_of_trial[trial.number] = r
@@ -364,10 +378,10 @@ def _optuna(job: Job, space: pd.DataFrame, engine: SearchEngine, *, predictor,
                     else nearest({**_fixed(choices), **t.params})
                     for t in study.get_trials(deepcopy=False,
                                               states=(optuna.trial.TrialState.COMPLETE,))})
-    scored = score_configs(job, space.iloc[tried], predictor=predictor,
+    scored = score_configs(job, space.take(tried), predictor=predictor,
                            constraints=constraints)
-    fits = scored["pred_fits"].astype(bool).to_numpy() if len(scored) else np.zeros(0, bool)
-    return SearchResult(scored[fits].reset_index(drop=True), "optuna", num_valid=len(tried),
+    fits = scored["pred_fits"].astype(bool) if len(scored) else np.zeros(0, bool)
+    return SearchResult(scored.take(fits), "optuna", num_valid=len(tried),
                         num_fit=int(fits.sum()), num_trials=done, study_name=name,
                         num_space=len(space))
 
@@ -384,17 +398,17 @@ def _scales(constraints: Constraints, capacity_gb: float) -> dict[str, float]:
             "throttle_risk": 1.0}
 
 
-def _tell(study, trial, row: pd.Series | None, objective: str, directions: list[str], *,
+def _tell(study, trial, row: dict | None, objective: str, directions: list[str], *,
           scales: dict[str, float], risk: str = "expected") -> None:
     """Invalid layouts are infeasible trials with the worst values, so TPE learns to avoid
     them; constraint values are the predicted excess as a fraction of the limit (≤ 0 = met)."""
-    if row is None or pd.isna(row.get("pred_tokens_per_sec_per_gpu")):
+    if row is None or math.isnan(row.get("pred_tokens_per_sec_per_gpu", math.nan)):
         trial.set_constraint("valid", INVALID)
         worst = [0.0 if d == "maximize" else 1e9 for d in directions]
         study.tell(trial, worst)
         return
     trial.set_constraint("valid", 0.0)
-    for col in row.index:
+    for col in row:
         if col.startswith("violates_"):
             name = col.removeprefix("violates_")
             trial.set_constraint(name, float(row[col]) / scales.get(name, 1.0))

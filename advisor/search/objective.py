@@ -1,7 +1,7 @@
 """What a recommendation optimises and what it must respect: objectives, user constraints, and
 the Pareto fronts of throughput against peak power and energy.
 
-Everything here works on the `pred_*` columns the `Predictor` returns, vectorised.
+Everything here works on the `pred_*` columns the `Predictor` returns (a `Table`), vectorised.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import ConfigError
+from advisor.core.table import Table
 
 OBJECTIVES = ("throughput", "energy", "balanced", "cost")
 """throughput: most tokens/s per GPU. energy: most tokens per joule. balanced: the largest
@@ -55,11 +55,11 @@ class Constraints:
             raise ConfigError(f"`memory_margin` is a fraction of GPU memory in [0, 1), got "
                               f"{self.memory_margin}; 0.1 keeps 10 % free.")
 
-    def violations(self, scored: pd.DataFrame, capacity_gb: float) -> pd.DataFrame:
-        """One column per constraint: by how much each row exceeds it (≤ 0 = met). Optuna's
+    def violations(self, scored: Table, capacity_gb: float) -> dict[str, np.ndarray]:
+        """One array per constraint: by how much each row exceeds it (≤ 0 = met). Optuna's
         `trial.set_constraint` takes exactly these values."""
         usable = capacity_gb * (1.0 - self.memory_margin)
-        out = pd.DataFrame({"memory_gb": scored["pred_memory_gb"] - usable}, index=scored.index)
+        out = {"memory_gb": scored["pred_memory_gb"] - usable}
         if self.max_power_w is not None:
             out["peak_power_w"] = scored["pred_peak_power_w"] - self.max_power_w
         if self.max_throttle_risk is not None:
@@ -98,27 +98,26 @@ recipes is 2-6 % per layout, more between layouts). The recommendation says when
 decided, and by how much the layout it beat is predicted faster."""
 
 
-def throughput_basis(scored: pd.DataFrame, risk: str = "expected") -> np.ndarray:
+def throughput_basis(scored: Table, risk: str = "expected") -> np.ndarray:
     """Tokens/s per GPU that ranking uses: the median, or the p10 where `risk` is averse (and
     the Predictor gives one)."""
     check_risk(risk)
-    tps = scored["pred_tokens_per_sec_per_gpu"].to_numpy(float)
-    low = scored.get("pred_tokens_per_sec_per_gpu_p10")
-    if risk == "expected" or low is None:
+    tps = _floats(scored, "pred_tokens_per_sec_per_gpu")
+    if risk == "expected" or "pred_tokens_per_sec_per_gpu_p10" not in scored:
         return tps
-    return np.minimum(low.to_numpy(float), tps)
+    return np.minimum(_floats(scored, "pred_tokens_per_sec_per_gpu_p10"), tps)
 
 
-def score(scored: pd.DataFrame, objective: str, risk: str = "expected") -> np.ndarray:
+def score(scored: Table, objective: str, risk: str = "expected") -> np.ndarray:
     """Higher is better, for every row (NaN where the row could not be predicted).
 
     `risk="expected"` scores the predicted median; `"averse"` the pessimistic p10, so a layout
     the measured data does not support (a wide band) cannot win on its median.
     """
     check_objective(objective)
-    tps = scored["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    tps = _floats(scored, "pred_tokens_per_sec_per_gpu")
     basis = throughput_basis(scored, risk)
-    tokens_per_j = (1.0 / scored["pred_energy_j_per_token"].to_numpy(float)) * (basis / tps)
+    tokens_per_j = (1.0 / _floats(scored, "pred_energy_j_per_token")) * (basis / tps)
     if objective in ("throughput", "cost"):  # one platform: one price per GPU-hour
         return basis
     if objective == "energy":
@@ -128,38 +127,44 @@ def score(scored: pd.DataFrame, objective: str, risk: str = "expected") -> np.nd
     return (basis / np.nanmax(basis)) * (tokens_per_j / np.nanmax(tokens_per_j))
 
 
-def conventional_order(scored: pd.DataFrame) -> np.ndarray:
+def conventional_order(scored: Table) -> np.ndarray:
     """Lower = more conventional: no context parallelism, then no FSDP, then a smaller
     micro-batch, then less recompute (each costs memory or adds communication the model
     prices but real runs often pay more for)."""
-    recompute = scored["recompute"].map({"none": 0, "selective": 1, "full": 2}).to_numpy()
-    return ((scored["cp"].to_numpy() > 1) * 1000 + (scored["dp_sharding"] == "full").to_numpy()
-            * 100 + np.log2(scored["mbs"].to_numpy(float)) * 10 + recompute)
+    recompute = np.array([RECOMPUTE_ORDER.get(r, np.nan) for r in scored["recompute"].tolist()])
+    return ((scored["cp"] > 1) * 1000 + (scored["dp_sharding"] == "full") * 100
+            + np.log2(_floats(scored, "mbs")) * 10 + recompute)
 
 
-def rank(scored: pd.DataFrame, objective: str, risk: str = "expected") -> pd.DataFrame:
+RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+
+
+def rank(scored: Table, objective: str, risk: str = "expected") -> Table:
     """Rows best first. Rows within `TIE_TOLERANCE` of the best score come first, the most
     conventional of them first; the rest follow by score; exact ties go to more memory
     headroom."""
     values = score(scored, objective, risk)
     near = values >= (1.0 - TIE_TOLERANCE) * np.nanmax(values) if len(values) else values > 0
-    out = scored.assign(score=values, near_best=near,
-                        _order=np.where(near, conventional_order(scored), 0))
-    out = out.sort_values(["near_best", "_order", "score", "pred_memory_gb"],
-                          ascending=[False, True, False, True], kind="stable")
-    return out.drop(columns="_order").reset_index(drop=True)
+    out = scored.with_columns({"score": values, "near_best": near,
+                               "_order": np.where(near, conventional_order(scored), 0)})
+    out = out.sort(["near_best", "_order", "score", "pred_memory_gb"],
+                   ascending=[False, True, False, True])
+    return out.drop(["_order"])
 
 
-def pareto_front(scored: pd.DataFrame, cost: str) -> pd.DataFrame:
+def pareto_front(scored: Table, cost: str) -> Table:
     """Rows no other row beats on both throughput (higher) and `cost` (lower), by throughput.
 
     `cost` is a column such as `pred_peak_power_w` or `pred_energy_j_per_token`.
     """
     if scored.empty:
         return scored
-    order = scored.sort_values(["pred_tokens_per_sec_per_gpu", cost],
-                               ascending=[False, True], kind="stable")
-    costs = order[cost].to_numpy(float)
+    order = scored.sort(["pred_tokens_per_sec_per_gpu", cost], ascending=[False, True])
+    costs = _floats(order, cost)
     best_so_far = np.minimum.accumulate(np.concatenate([[np.inf], costs[:-1]]))
     keep = costs < best_so_far
-    return order[keep].reset_index(drop=True)
+    return order.take(keep)
+
+
+def _floats(table: Table, name: str) -> np.ndarray:
+    return np.asarray(table[name], dtype=float)

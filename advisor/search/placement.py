@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
@@ -98,20 +97,20 @@ def candidate_splits(model: ModelSpec, config: ParallelConfig) -> list[ParallelC
     return out
 
 
-def _metric(table: pd.DataFrame, objective: str) -> np.ndarray:
+def _metric(table: dict[str, np.ndarray], objective: str) -> np.ndarray:
     tps = np.array(table["tokens_per_sec_per_gpu"], dtype=float)
     per_mj = np.array(table["samples_per_mj"], dtype=float)
     return {"throughput": tps, "energy": per_mj, "balanced": tps * per_mj, "cost": tps}[objective]
 
 
-def _allowed(table: pd.DataFrame, constraints: Constraints) -> np.ndarray:
-    ok = table["fits"].to_numpy(bool) & (
-        table["total_bytes"].to_numpy(float)
-        <= table["capacity_bytes"].to_numpy(float) * (1.0 - constraints.memory_margin))
+def _allowed(table: dict[str, np.ndarray], constraints: Constraints) -> np.ndarray:
+    ok = np.asarray(table["fits"], dtype=bool) & (
+        np.asarray(table["total_bytes"], dtype=float)
+        <= np.asarray(table["capacity_bytes"], dtype=float) * (1.0 - constraints.memory_margin))
     if constraints.max_power_w is not None:
-        ok &= table["peak_power_w"].to_numpy(float) <= constraints.max_power_w
+        ok &= np.asarray(table["peak_power_w"], dtype=float) <= constraints.max_power_w
     if constraints.max_throttle_risk is not None:
-        ok &= table["throttle_risk"].to_numpy(float) <= constraints.max_throttle_risk
+        ok &= np.asarray(table["throttle_risk"], dtype=float) <= constraints.max_throttle_risk
     return ok
 
 
@@ -138,7 +137,8 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
                       min_gain: float = MIN_GAIN) -> Placement | None:
     """The uneven split of `config` that the analytical model predicts best for `objective`,
     if it beats the even split by at least `min_gain` and meets `constraints`; else None."""
-    from advisor.perf.analytical import analytical_table
+    from advisor.perf.analytical import analytical_arrays
+    from advisor.perf.columns import columns_of
 
     if objective not in METRICS:
         raise ConfigError(f"objective {objective!r} is unknown; use one of "
@@ -147,8 +147,9 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
     if not candidates:
         return None
     even = config.replace(first_stage_layers=0, last_stage_layers=0)
-    frame = pd.DataFrame([c.to_dict() for c in (even, *candidates)])
-    table = analytical_table(model, platform, frame, calibration=calibration)
+    configs = (even, *candidates)
+    table = {k: np.broadcast_to(v, (len(configs),)) for k, v in analytical_arrays(
+        model, platform, columns_of(configs), calibration=calibration).items()}
     values = _metric(table, objective)
     values[1:] = np.where(_allowed(table, constraints or Constraints())[1:], values[1:], -np.inf)
     best = int(np.argmax(values[1:])) + 1
@@ -158,8 +159,8 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
     chosen = candidates[best - 1]
 
     def straggler(i: int, c: ParallelConfig) -> str:
-        return straggler_words(model, platform, c, int(table["straggler_stage"].iloc[i]),
-                               int(table["straggler_slot"].iloc[i]))
+        return straggler_words(model, platform, c, int(table["straggler_stage"][i]),
+                               int(table["straggler_slot"][i]))
 
     return Placement(
         config=chosen,

@@ -9,14 +9,15 @@ its prediction, explanation and warnings, plus the Pareto fronts and the trade-o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, NAMES, overlap
 from advisor.core.parallel import Job, ParallelConfig, make_job
-from advisor.core.space import config_from_row, enumerate_space, tp_choices
+from advisor.core.space import config_from_row, space_table, tp_choices
+from advisor.core.table import Table
 from advisor.explain.rationale import (
     contributions_in_words,
     describe,
@@ -38,6 +39,9 @@ from advisor.search.objective import (
     throughput_basis,
 )
 from advisor.search.placement import Placement, propose_placement
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Infeasible(AdvisorError):
@@ -78,9 +82,11 @@ class Recommendation:
     num_feasible: int
     choices: list[Choice]
     tradeoffs: list[str]
-    pareto_power: pd.DataFrame
-    pareto_energy: pd.DataFrame
-    ranked: pd.DataFrame = field(repr=False)
+    power_front: Table = field(repr=False)
+    """The Pareto front of throughput against peak power (`objective.pareto_front`)."""
+    energy_front: Table = field(repr=False)
+    """... against energy per token."""
+    ranked_table: Table = field(repr=False)
     """Every feasible scored configuration, best first."""
     num_trials: int = 0
     study_name: str = ""
@@ -88,6 +94,21 @@ class Recommendation:
     ranking: list[str] = field(default_factory=list)
     """How the order was decided, in words: the basis (median or p10), and where a tie rule or
     the risk-averse basis put a layout ahead of a faster one."""
+
+    @property
+    def ranked(self) -> pd.DataFrame:
+        """`ranked_table` as a DataFrame."""
+        return self.ranked_table.to_frame()
+
+    @property
+    def pareto_power(self) -> pd.DataFrame:
+        """`power_front` as a DataFrame."""
+        return self.power_front.to_frame()
+
+    @property
+    def pareto_energy(self) -> pd.DataFrame:
+        """`energy_front` as a DataFrame."""
+        return self.energy_front.to_frame()
 
 
 def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected",
@@ -113,33 +134,34 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     if result.num_fit == 0 or scored.empty:
         raise Infeasible(tried + "fits; raise `trials` or use `search` exhaustive." if tried
                          else no_fit_message(job, pins))
-    scored = scored[scored["pred_tokens_per_sec_per_gpu"].notna()]
+    scored = scored.take(~np.isnan(np.asarray(scored["pred_tokens_per_sec_per_gpu"],
+                                              dtype=float)))
     ok = feasible(scored)
     if not ok.any():
         message = constraint_message(scored, constraints)
         raise Infeasible(tried + "meets the constraints; raise `trials` or use `search` "
                          "exhaustive. Among them: " + message if tried else message)
-    ranked = rank(scored[ok], objective, risk)
+    ranked = rank(scored.take(ok), objective, risk)
     # One row per layout: variants that differ only in VP, micro-batch, recompute, sharding
     # or overlap show up in the trade-offs instead of crowding the list.
-    head = ranked.drop_duplicates(list(LAYOUT)).head(top)
+    head = ranked.first_of_each(LAYOUT).head(top)
     shap = _contributions(head, job, predictor)
     choices = [_choice(i + 1, row, job, predictor, shap[i], objective=objective,
                        constraints=constraints)
-               for i, (_, row) in enumerate(head.iterrows())]
-    best = ranked.iloc[0]
+               for i, row in enumerate(head.rows())]
+    best = ranked.row(0)
     lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
     return Recommendation(
         job=job, objective=objective, constraints=constraints, pins=pins, engine=result.engine,
         num_valid=result.num_valid, num_fit=result.num_fit, num_feasible=int(ok.sum()),
         choices=choices, tradeoffs=lines,
-        pareto_power=pareto_front(ranked, "pred_peak_power_w"),
-        pareto_energy=pareto_front(ranked, "pred_energy_j_per_token"),
-        ranked=ranked, num_trials=result.num_trials, study_name=result.study_name,
+        power_front=pareto_front(ranked, "pred_peak_power_w"),
+        energy_front=pareto_front(ranked, "pred_energy_j_per_token"),
+        ranked_table=ranked, num_trials=result.num_trials, study_name=result.study_name,
         risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk))
 
 
-def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) -> list[str]:
+def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list[str]:
     """How `ranked`'s order was decided: the basis, and any layout the tie rule or the
     risk-averse basis put behind #1 although it is predicted faster."""
     what = {"throughput": "throughput", "energy": "tokens per joule",
@@ -153,16 +175,17 @@ def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) 
              f"less recompute)."]
     if ranked.empty:
         return notes
-    best = ranked.iloc[0]
-    median = ranked["pred_tokens_per_sec_per_gpu"].to_numpy(float)
-    fastest = ranked.iloc[int(np.nanargmax(median))]
+    best = ranked.row(0)
+    median = np.asarray(ranked["pred_tokens_per_sec_per_gpu"], dtype=float)
+    at = int(np.nanargmax(median))
+    fastest = ranked.row(at)
     gain = float(fastest["pred_tokens_per_sec_per_gpu"]) / float(
         best["pred_tokens_per_sec_per_gpu"]) - 1
     if gain < 0.005 or objective not in ("throughput", "cost"):
         return notes
     if risk == "averse":
-        low_best, low_fast = (float(x) for x in throughput_basis(
-            pd.DataFrame([best, fastest]), "averse"))
+        low_best, low_fast = (float(x) for x in throughput_basis(ranked.take([0, at]),
+                                                                 "averse"))
         notes.append(f"Traded for certainty: {short(fastest, job.model)} is predicted "
                      f"{gain:.1%} faster on the median, but its p10 is {low_fast:,.0f} against "
                      f"#1's {low_best:,.0f} tokens/s per GPU (a wider band: the measured data "
@@ -174,7 +197,7 @@ def ranking_notes(ranked: pd.DataFrame, job: Job, *, objective: str, risk: str) 
     return notes
 
 
-def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: str, *,
+def _choice(position: int, row: dict, job: Job, predictor, contributions: str, *,
             objective: str, constraints: Constraints) -> Choice:
     prediction = Prediction.from_row(row, config_from_row(row))
     placement = propose_placement(job.model, job.platform, prediction.config,
@@ -187,14 +210,14 @@ def _choice(position: int, row: pd.Series, job: Job, predictor, contributions: s
                   contributions=contributions, placement=placement)
 
 
-def _contributions(rows: pd.DataFrame, job: Job, predictor) -> list[str]:
+def _contributions(rows: Table, job: Job, predictor) -> list[str]:
     """The surrogate's SHAP contributions in words, for rows it predicted ('' otherwise)."""
-    supported = (rows["pred_source"] == "surrogate").to_numpy()
-    shap = (predictor.contributions(job.model, job.platform, rows) if supported.any()
+    supported = rows["pred_source"] == "surrogate"
+    shap = (predictor.contribution_table(job.model, job.platform, rows) if supported.any()
             else None)
     if shap is None:
         return [""] * len(rows)
-    return [contributions_in_words(shap.iloc[i], moe=job.model.is_moe) if supported[i] else ""
+    return [contributions_in_words(shap.row(i), moe=job.model.is_moe) if supported[i] else ""
             for i in range(len(rows))]
 
 
@@ -204,14 +227,14 @@ PINNABLE = NAMES
 """Every knob can be pinned (`overlap`: any of the three overlap switches on)."""
 
 
-def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
+def pinned_space(job: Job, pins: dict) -> Table:
     """The job's valid configurations with `pins` applied; a pin that leaves nothing is a
     `ConfigError` naming the pin and the values the others allow."""
     unknown = sorted(set(pins) - set(PINNABLE))
     if unknown:
         raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
                           f"{', '.join(PINNABLE)}.")
-    space = enumerate_space(job)
+    space = space_table(job)
     if space.empty:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []
@@ -224,9 +247,9 @@ def pinned_space(job: Job, pins: dict) -> pd.DataFrame:
                 f"`{name}` {_show(value)} is not valid for {job.model.name} on "
                 f"{job.num_gpus} GPUs (seq {job.seq_len}, gbs {job.gbs}){given}; valid: "
                 f"{', '.join(_show(v) for v in allowed)}.")
-        space = space[(column == value).to_numpy()]
+        space = space.take(column == value)
         applied.append(f"`{name}` {_show(value)}")
-    return space.reset_index(drop=True)
+    return space
 
 
 def _show(value: object) -> str:
@@ -267,7 +290,8 @@ MAX_GPUS = 65_536
 def smallest_fitting_gpus(job: Job) -> int | None:
     """The fewest GPUs (a power of two, or whole nodes) on which some configuration fits, with
     the job's sequence length and global batch when those allow, else the default batch."""
-    from advisor.perf.memory import memory_table
+    from advisor.perf.columns import config_columns
+    from advisor.perf.memory import memory_arrays
 
     node = job.platform.num_gpus_per_node
 
@@ -275,14 +299,14 @@ def smallest_fitting_gpus(job: Job) -> int | None:
         try:
             trial = make_job(job.model, job.platform, num_gpus=n, seq_len=job.seq_len,
                              gbs=max(job.gbs, n // 2), precision=job.precision)
-            space = enumerate_space(trial)
+            space = space_table(trial)
         except AdvisorError:
             return False
-        if space.empty:
+        light = space.take((space["recompute"] == "full") & (space["mbs"] == 1))
+        if light.empty:
             return False
-        light = space[(space["recompute"] == "full") & (space["mbs"] == 1)]
-        return bool(memory_table(job.model, platform=job.platform,
-                                 configs=light)["fits"].any())
+        return bool(np.any(memory_arrays(job.model, platform=job.platform,
+                                         cols=config_columns(light))["fits"]))
 
     n, previous = job.num_gpus * 2, job.num_gpus
     while n <= MAX_GPUS and not fits(n):
@@ -296,12 +320,12 @@ def smallest_fitting_gpus(job: Job) -> int | None:
     return n
 
 
-def constraint_message(scored: pd.DataFrame, constraints: Constraints) -> str:
+def constraint_message(scored: Table, constraints: Constraints) -> str:
     """Which constraint rules everything out, and how close the best candidate comes."""
     cols = violation_columns(scored)
     parts = []
     for col in cols:
-        values = scored[col].to_numpy()
+        values = scored[col]
         if (values > 0).all():
             name = col.removeprefix("violates_")
             best = values.min()

@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, overlap
 from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE
+from advisor.core.table import Table
 from advisor.explain.rationale import describe, tradeoff
 from advisor.search.engine import feasible, score_configs, violation_columns
 from advisor.search.objective import TIE_TOLERANCE, rank
@@ -71,7 +71,7 @@ class LayoutVerdict:
     gap: float | None
     """How much higher #1 scores than the layout's best variant (0.05 = #1 is 5 % better)."""
     why: str
-    best_variant: pd.Series | None = None
+    best_variant: dict | None = None
     """The layout's best-scoring variant (recompute, sharding, overlap chosen by advisor)."""
 
     def describe(self, model) -> str:
@@ -118,13 +118,13 @@ def rank_layout(rec: Recommendation, layout: dict, *, predictor) -> LayoutVerdic
     ok = feasible(scored)
     if not ok.any():
         return LayoutVerdict(layout, None, None, None, _infeasible(scored, rec))
-    columns = [c for c in rec.ranked.columns if c in scored.columns]
-    pool = pd.concat([rec.ranked[columns], scored[ok][columns]], ignore_index=True)
-    ranked = rank(pool.drop_duplicates(list(PARALLEL_FIELDS)), rec.objective, rec.risk)
+    columns = [c for c in rec.ranked_table.names if c in scored]
+    pool = Table.concat([rec.ranked_table.select(columns), scored.take(ok).select(columns)])
+    ranked = rank(pool.first_of_each(PARALLEL_FIELDS), rec.objective, rec.risk)
     mine = _matching(ranked, pins)
     position = _position(ranked, mine, LAYOUT)
     exact = _position(ranked, mine, (*LAYOUT, "vp", "mbs"))
-    best, own = ranked.iloc[0], ranked.iloc[mine]
+    best, own = ranked.row(0), ranked.row(mine)
     gap = float(best["score"]) / float(own["score"]) - 1
     why = ""
     if mine != 0:
@@ -137,34 +137,35 @@ def rank_layout(rec: Recommendation, layout: dict, *, predictor) -> LayoutVerdic
     return LayoutVerdict(layout, position, exact, gap, why, best_variant=own)
 
 
-def _matching(ranked: pd.DataFrame, pins: dict) -> int:
+def _matching(ranked: Table, pins: dict) -> int:
     """Index of the best-ranked row with every pin."""
     match = np.ones(len(ranked), dtype=bool)
     for key, value in pins.items():
         column = overlap(ranked) if key == "overlap" else ranked[key]
-        match &= (column == value).to_numpy()
+        match &= column == value
     return int(match.argmax())
 
 
-def _position(ranked: pd.DataFrame, index: int, key: tuple[str, ...]) -> int:
+def _position(ranked: Table, index: int, key: tuple[str, ...]) -> int:
     """1 + the number of distinct `key` groups that first appear above row `index`, not
     counting the row's own group."""
-    above = ranked.iloc[:index]
-    own = tuple(ranked.iloc[index][list(key)])
-    groups = {tuple(r) for r in above[list(key)].itertuples(index=False)}
+    own = tuple(ranked[k][index].item() if hasattr(ranked[k][index], "item")
+                else ranked[k][index] for k in key)
+    groups = set(zip(*(ranked[k][:index].tolist() for k in key), strict=True))
     return len(groups - {own}) + 1
 
 
-def _infeasible(scored: pd.DataFrame, rec: Recommendation) -> str:
+def _infeasible(scored: Table, rec: Recommendation) -> str:
     capacity = rec.job.platform.memory_capacity_bytes / 1e9
     cols = violation_columns(scored)
-    values = scored[cols]
-    memory = values.get("violates_memory_gb")
-    if memory is None or (memory > 0).all() or scored["pred_tokens_per_sec_per_gpu"].isna().all():
-        least = scored["pred_memory_gb"].min()
+    memory = scored.get("violates_memory_gb")
+    memory_gb = np.asarray(scored["pred_memory_gb"], dtype=float)
+    if memory is None or (memory > 0).all() or np.isnan(
+            np.asarray(scored["pred_tokens_per_sec_per_gpu"], dtype=float)).all():
+        least = np.nanmin(memory_gb) if not np.isnan(memory_gb).all() else np.nan
         return (f"the memory model says it does not fit: at least {least:.0f} GB per GPU of "
                 f"{capacity:.0f} GB with any recompute and sharding")
-    broken = [c.removeprefix("violates_") for c in cols if (values[c] > 0).all()]
-    best = scored.loc[(memory <= 0), :].iloc[0]
+    broken = [c.removeprefix("violates_") for c in cols if (scored[c] > 0).all()]
+    best = scored.row(int(np.flatnonzero(memory <= 0)[0]))
     return (f"it fits ({describe(best, rec.job.model)}) but breaks the constraint"
             f"{'s' if len(broken) > 1 else ''} on {', '.join(broken) or 'all of them at once'}")

@@ -206,6 +206,19 @@ def test_cli_start_imports_no_heavy_modules():
     assert out.stdout.strip() == "[]"
 
 
+def test_recommend_imports_no_pandas():
+    """The default recommend runs on `Table`s from the space to the terminal: pandas (about a
+    third of a second to import) loads only for the I/O edges (CSV, parquet, library
+    DataFrames), nor do XGBoost's package or Optuna load (the trees are walked natively)."""
+    code = ("import sys\nfrom advisor.cli import app\nfrom typer.testing import CliRunner\n"
+            "r = CliRunner().invoke(app, ['recommend', '-m', '70b', '-g', '64', '-p', 'h200'])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow', 'xgboost', 'optuna', 'torch') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_platform_without_published_runs_says_uncalibrated():
     r = run("predict", "-m", "8b", "-p", "mi250", "-g", "8", "--tp", "2", "--json")
     assert r.exit_code == 0, r.output

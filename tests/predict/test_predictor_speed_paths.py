@@ -8,8 +8,11 @@ import pytest
 from advisor import catalog
 from advisor.core.parallel import ParallelConfig, make_job
 from advisor.core.space import config_from_row, enumerate_space
+from advisor.core.table import Table
 from advisor.learn.features import FEATURES
 from advisor.perf.analytical import analytical_table
+from advisor.perf.columns import config_columns
+from advisor.perf.memory import memory_arrays
 from advisor.perf.step import per_value
 from advisor.predict.columns import SMALL
 from advisor.predict.predictor import Predictor
@@ -111,3 +114,31 @@ def test_pairs_with_unusual_values_take_the_frame_path(predictor, job):
     out = predictor.predict([(config, job), (plain, job)])
     assert out["pred_error"].eq("").all()
     assert out.iloc[0].equals(out.iloc[1])
+
+
+def test_a_table_predicts_as_the_frame(predictor, job, space):
+    """`predict_table` (what search calls, no DataFrame) gives every column `predict` gives,
+    bit for bit, with or without the memory columns handed in."""
+    table = Table.from_frame(space)
+    frame = predictor.predict(_named(space, job), breakdown=True)
+    for memory in (None, memory_arrays(job.model, platform=job.platform,
+                                       cols=config_columns(table))):
+        got = predictor.predict_table(job.model, job.platform, table, breakdown=True,
+                                      memory=memory)
+        pd.testing.assert_frame_equal(got.to_frame(), frame, check_exact=True)
+
+
+def test_a_table_with_an_invalid_row_predicts_as_the_frame(predictor, job, space):
+    bad = space.iloc[:5].copy()
+    bad.loc[2, "tp"] = 3                                 # divides no model's heads here
+    got = predictor.predict_table(job.model, job.platform, Table.from_frame(bad))
+    want = predictor.predict(_named(bad, job))
+    pd.testing.assert_frame_equal(got.to_frame(), want, check_exact=True)
+    assert got["pred_error"][2] and not got["pred_error"][0]
+
+
+def test_contribution_table_is_the_frame_s_shap(predictor, job, space):
+    rows = space.iloc[:30]
+    frame = predictor.contributions(job.model, job.platform, rows)
+    table = predictor.contribution_table(job.model, job.platform, Table.from_frame(rows))
+    pd.testing.assert_frame_equal(table.to_frame(), frame, check_exact=True)

@@ -1,10 +1,10 @@
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advisor.core.errors import ConfigError
+from advisor.core.table import Table
 from advisor.search.objective import Constraints, pareto_front, rank, score
 
 
@@ -14,7 +14,7 @@ def _frame(tps, cost, **extra):
             "pred_energy_j_per_token": cost, "pred_memory_gb": np.full(n, 50.0),
             "cp": np.ones(n, int), "mbs": np.ones(n, int), "dp_sharding": ["optimizer"] * n,
             "recompute": ["none"] * n}
-    return pd.DataFrame(base | extra)
+    return Table({k: np.asarray(v) for k, v in (base | extra).items()})
 
 
 @settings(max_examples=60, deadline=None)
@@ -29,8 +29,9 @@ def test_pareto_front_is_exactly_the_non_dominated_set(points):
 
 
 def test_constraint_violations_are_signed_excess():
-    frame = pd.DataFrame({"pred_memory_gb": [100.0, 130.0], "pred_peak_power_w": [600, 720],
-                          "pred_throttle_risk": [0.1, 0.5]})
+    frame = Table({"pred_memory_gb": np.array([100.0, 130.0]),
+                   "pred_peak_power_w": np.array([600, 720]),
+                   "pred_throttle_risk": np.array([0.1, 0.5])})
     v = Constraints(max_power_w=650, max_throttle_risk=0.2, memory_margin=0.1).violations(
         frame, capacity_gb=140.0)
     assert v["memory_gb"].tolist() == pytest.approx([100 - 126, 130 - 126])
@@ -50,8 +51,8 @@ def test_score_is_expected_by_default_and_pessimistic_when_averse():
                    pred_tokens_per_sec_per_gpu_p10=[95.0, 60.0])
     assert score(frame, "throughput").tolist() == [100.0, 110.0]  # the median decides
     assert score(frame, "throughput", "averse").tolist() == [95.0, 60.0]  # wide band loses
-    assert rank(frame, "throughput")["pred_tokens_per_sec_per_gpu"].iloc[0] == 110.0
-    assert rank(frame, "throughput", "averse")["pred_tokens_per_sec_per_gpu"].iloc[0] == 100.0
+    assert rank(frame, "throughput")["pred_tokens_per_sec_per_gpu"][0] == 110.0
+    assert rank(frame, "throughput", "averse")["pred_tokens_per_sec_per_gpu"][0] == 100.0
     energy = score(frame, "energy")
     assert energy[0] > energy[1]
     # On one platform the price per GPU-hour is one number: cost ranks as throughput.
@@ -74,6 +75,6 @@ def test_near_ties_go_to_the_conventional_layout():
 def test_each_objective_ranks_its_own_best_first():
     # Fast but power-hungry, slow but frugal, and a knee between them.
     frame = _frame([100.0, 60.0, 90.0], [2.0, 0.9, 1.2])
-    assert rank(frame, "throughput")["pred_tokens_per_sec_per_gpu"].iloc[0] == 100.0
-    assert rank(frame, "energy")["pred_energy_j_per_token"].iloc[0] == 0.9
-    assert rank(frame, "balanced")["pred_tokens_per_sec_per_gpu"].iloc[0] == 90.0
+    assert rank(frame, "throughput")["pred_tokens_per_sec_per_gpu"][0] == 100.0
+    assert rank(frame, "energy")["pred_energy_j_per_token"][0] == 0.9
+    assert rank(frame, "balanced")["pred_tokens_per_sec_per_gpu"][0] == 90.0
