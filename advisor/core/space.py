@@ -1,8 +1,9 @@
 """The space of valid parallel configurations for a job, and the rules that define it.
 
 `validate` checks one configuration against the model and platform and says which rule failed;
-`enumerate_space` lists every configuration that passes, as a table whose columns are the
-`ParallelConfig` fields (so the memory and performance models can score it vectorised).
+`space_table` lists every configuration that passes, as a `Table` whose columns are the
+`ParallelConfig` fields (so the memory and performance models can score it vectorised);
+`enumerate_space` gives the same as a DataFrame.
 """
 
 from __future__ import annotations

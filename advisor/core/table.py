@@ -78,6 +78,8 @@ class Table:
     def take(self, rows: np.ndarray | Sequence[int]) -> Table:
         """The rows at positions `rows` (in that order), or where a boolean mask is true."""
         rows = np.asarray(rows)
+        if rows.dtype == bool and rows.all() and len(rows) == self._n:
+            return self                      # every row: nothing to copy (columns are shared)
         if rows.dtype != bool:
             rows = rows.astype(np.intp, copy=False)
         return Table({k: v[rows] for k, v in self._cols.items()},

@@ -244,6 +244,7 @@ def choose_recompute(rows: list[ParsedRow]) -> None:
     full; full where nothing fits), as tuned recipes turn it on only when needed. One memory
     model run per mode and (model, platform), not one per row."""
     import pandas as pd
+
     groups: dict[tuple[int, int], list[ParsedRow]] = {}
     for r in rows:
         if r.config is not None and r.recompute_unknown:

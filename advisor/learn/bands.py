@@ -48,6 +48,7 @@ def grouped_scale(groups: np.ndarray, needs_when_held_out) -> tuple[float, dict]
     on the rows not `held` and returns the held-out rows' `half_widths_needed` (only rows the
     fold's surrogate supports: an unsupported row gets the analytical band)."""
     import pandas as pd
+
     labels = pd.unique(groups)
     if len(labels) < MIN_GROUPS:
         return 1.0, {"band_scale_groups": int(len(labels)),

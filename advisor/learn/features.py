@@ -60,6 +60,7 @@ def group_features(model: ModelSpec, platform: Platform, configs: pd.DataFrame,
     """Features for configurations of one model on one platform; `table` is their
     `analytical_table` (aligned)."""
     import pandas as pd
+
     table_cols = {k: table[k].to_numpy() for k in TABLE_COLUMNS}
     x = feature_matrix(model, platform, config_columns(configs), table_cols,
                        framework=framework, software=software)
@@ -154,6 +155,7 @@ def reference_groups(ref: Reference, calibration: Calibration
 def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
     """Features, the analytical prediction and the measured value for every reference row."""
     import pandas as pd
+
     parts = [feats.assign(analytical=table["tokens_per_sec_per_gpu"].to_numpy())
              for _, feats, table in reference_groups(ref, calibration)]
     out = pd.concat(parts).loc[ref.rows.index]

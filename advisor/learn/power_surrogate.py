@@ -136,6 +136,7 @@ def _power_extra(platform: Platform, table) -> dict[str, np.ndarray | float]:
 def reference_power_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
     """`power_features` for every reference row, in `ref.rows` order."""
     import pandas as pd
+
     parts = [power_features(feats, platform, table)
              for platform, feats, table in reference_groups(ref, calibration)]
     return pd.concat(parts).loc[ref.rows.index]

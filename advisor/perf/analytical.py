@@ -1,7 +1,8 @@
 """The analytical model as one call: memory, step time with its breakdown, power and thermal.
 
-`analytical_table` is vectorised over a frame of configurations (what search and the surrogates
-use); `predict_config` wraps it for one configuration and returns its typed `Breakdown`.
+`analytical_arrays` is vectorised over columns of configurations (what the Predictor and search
+use; `analytical_table` takes and gives DataFrames, for training and evaluation);
+`predict_config` wraps it for one configuration and returns its typed `Breakdown`.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def analytical_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame
     """Memory, step-time breakdown, power and thermal columns for every row of `configs`
     (run by `framework`'s kernels: Megatron-Core unless said)."""
     import pandas as pd
+
     return pd.DataFrame(analytical_arrays(model, platform, config_columns(configs),
                                           calibration=calibration, framework=framework),
                         index=configs.index)

@@ -142,6 +142,7 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
     Returns a frame aligned with `configs` with the `MemoryBreakdown` columns.
     """
     import pandas as pd
+
     return pd.DataFrame(memory_arrays(model, platform=platform, cols=config_columns(configs)),
                         index=configs.index)
 

@@ -105,6 +105,7 @@ def step_table(model: ModelSpec, platform: Platform, configs: pd.DataFrame, *,
     columns, plus an optional `framework` column overriding `framework` per row). Returns a
     frame aligned with `configs`."""
     import pandas as pd
+
     return pd.DataFrame(step_arrays(model, platform, config_columns(configs),
                                     calibration=calibration, framework=framework),
                         index=configs.index)

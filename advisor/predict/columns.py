@@ -125,9 +125,8 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
             cols[name] = values.astype(bool)
         elif isinstance(default, int):
             cols[name] = values.astype(float).astype(int)
-        else:
-            cols[name] = np.empty(n, dtype=object)
-            cols[name][:] = [str(v).lower() for v in values.tolist()]
+        else:   # lower-cased in C: as `str(v).lower()` for every value
+            cols[name] = np.char.lower(values.astype(str)).astype(object)
     recompute = cols["recompute"]
     for spelling, mode in RECOMPUTE_SPELLINGS.items():
         if spelling != mode and (recompute == spelling).any():
@@ -184,6 +183,7 @@ def group_rows(cols: Columns) -> list[tuple[tuple, np.ndarray]]:
     """((model, gpu, framework), row positions) for each distinct key, in order of first
     appearance (as `groupby(sort=False, dropna=False)`)."""
     import pandas as pd
+
     keys = [cols[k] for k in ("model", "gpu", "framework")]
     n = len(keys[0])
     if n == 1:

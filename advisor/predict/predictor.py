@@ -158,6 +158,7 @@ class Predictor:
         `Prediction.from_row(row, config)` reads one row as a typed `Prediction` with its
         `Breakdown`, so nothing runs the analytical model twice."""
         import pandas as pd
+
         cols, index, objects = as_columns(configs)
         if not len(index):
             return pd.DataFrame({"pred_error": pd.Series(dtype=str)}, index=index)
@@ -240,6 +241,7 @@ class Predictor:
         """Predictions for configurations of one model on one platform run by one framework;
         `rows` are their positions in the input."""
         import pandas as pd
+
         cols = _default_etp(model, cols)
         invalid = invalid_rows(model, platform, cols, framework=framework)
         if invalid.any():

@@ -274,6 +274,7 @@ class _Nearest:
         # Each knob's values as small integers, and each row as one integer in mixed radix:
         # a big MoE space has millions of rows, too many for a dict of tuples.
         import pandas as pd
+
         self.codes: dict[str, dict] = {}
         row_codes: dict[str, np.ndarray] = {}
         for k in KNOBS:

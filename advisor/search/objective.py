@@ -131,7 +131,10 @@ def conventional_order(scored: Table) -> np.ndarray:
     """Lower = more conventional: no context parallelism, then no FSDP, then a smaller
     micro-batch, then less recompute (each costs memory or adds communication the model
     prices but real runs often pay more for)."""
-    recompute = np.array([RECOMPUTE_ORDER.get(r, np.nan) for r in scored["recompute"].tolist()])
+    mode = scored["recompute"]
+    recompute = np.full(len(mode), np.nan)
+    for name, order in RECOMPUTE_ORDER.items():
+        recompute[mode == name] = order
     return ((scored["cp"] > 1) * 1000 + (scored["dp_sharding"] == "full") * 100
             + np.log2(_floats(scored, "mbs")) * 10 + recompute)
 
