@@ -126,7 +126,14 @@ def chassis_names() -> tuple[str, ...]:
 @functools.cache
 def models() -> dict[str, ModelSpec]:
     """Every catalog model by name."""
-    out: dict[str, ModelSpec] = {}
+    return {name: _model(name) for name in _model_tables()}
+
+
+@functools.cache
+def _model_tables() -> dict[str, tuple[str, dict, Path]]:
+    """Every catalog model's TOML table, by lower-case name: (name as written, table, file).
+    Read, not yet checked: `load_model` builds (and checks) only the model it is asked for."""
+    out: dict[str, tuple[str, dict, Path]] = {}
     for entry in sorted(_ROOT.joinpath("models").iterdir(), key=lambda p: p.name):
         if not entry.name.endswith(".toml"):
             continue
@@ -135,12 +142,17 @@ def models() -> dict[str, ModelSpec]:
         if not isinstance(table, dict) or not table:
             raise CatalogError(f"{path}: expected [models.<name>] tables.")
         for name, data in table.items():
-            spec = model_from_dict(data, name=name, path=path)
-            if spec.name in out:
-                raise CatalogError(f"{path}: model {spec.name} is also defined in "
-                                   f"{out[spec.name].path}.")
-            out[spec.name] = spec
+            if name.lower() in out:
+                raise CatalogError(f"{path}: model {name.lower()} is also defined in "
+                                   f"{out[name.lower()][2]}.")
+            out[name.lower()] = (name, data, path)
     return out
+
+
+@functools.cache
+def _model(name: str) -> ModelSpec:
+    written, data, path = _model_tables()[name]
+    return model_from_dict(data, name=written, path=path)
 
 
 def model_from_dict(data: dict[str, Any], *, name: str, path: Path | str) -> ModelSpec:
@@ -195,11 +207,16 @@ def model_from_dict(data: dict[str, Any], *, name: str, path: Path | str) -> Mod
 
 
 def _model_index() -> dict[str, str]:
+    """Name, display name and aliases (lower case) → the model's name."""
     index: dict[str, str] = {}
-    for m in models().values():
-        for key in (m.name, m.display_name, *m.aliases):
+    for name, (_, data, _) in _model_tables().items():
+        aliases = data.get("aliases", []) if isinstance(data, dict) else None
+        display = data.get("display_name", "") if isinstance(data, dict) else None
+        if not isinstance(aliases, list) or not isinstance(display, str):
+            _model(name)        # raises the CatalogError that says what is wrong
+        for key in (name, display, *(str(a) for a in aliases)):
             if key:
-                index[key.lower()] = m.name
+                index[key.lower()] = name
     return index
 
 
@@ -261,7 +278,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         raise UnknownNameError(f"unknown model {shown(name_or_path)}.{suggest(key, index)} "
                                f"See `advisor catalog models`, or pass a Hugging Face "
                                f"config.json path.")
-    return models()[index[key]]
+    return _model(index[key])
 
 
 def _is_dir(name: str) -> bool:
@@ -280,4 +297,4 @@ def find_model(name: str) -> ModelSpec | None:
         except AdvisorError:
             return None
     key = _model_index().get(str(name).strip().lower())
-    return models()[key] if key else None
+    return _model(key) if key else None
