@@ -125,8 +125,11 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
             cols[name] = values.astype(bool)
         elif isinstance(default, int):
             cols[name] = values.astype(float).astype(int)
-        else:   # lower-cased in C: as `str(v).lower()` for every value
-            cols[name] = np.char.lower(values.astype(str)).astype(object)
+        else:   # `str(v).lower()` of every value, computed once per distinct value
+            values = values.tolist()
+            lower = {v: str(v).lower() for v in set(values)}
+            cols[name] = np.empty(n, dtype=object)
+            cols[name][:] = [lower[v] for v in values]
     recompute = cols["recompute"]
     for spelling, mode in RECOMPUTE_SPELLINGS.items():
         if spelling != mode and (recompute == spelling).any():
