@@ -112,10 +112,13 @@ class Table:
         return self.take(order)
 
     def first_of_each(self, keys: Sequence[str]) -> Table:
-        """The first row of each distinct combination of `keys`, in order."""
+        """The first row of each distinct combination of `keys`, in order (NaNs count as
+        equal, as in pandas' `drop_duplicates`)."""
         seen: set[tuple] = set()
         keep = []
-        for i, key in enumerate(zip(*(self._cols[k].tolist() for k in keys), strict=True)):
+        columns = [[_NAN if v != v else v for v in self._cols[k].tolist()]
+                   if self._cols[k].dtype.kind in "fcO" else self._cols[k].tolist() for k in keys]
+        for i, key in enumerate(zip(*columns, strict=True)):
             if key not in seen:
                 seen.add(key)
                 keep.append(i)
@@ -141,6 +144,10 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self._n} rows: {', '.join(self._cols)})"
+
+
+_NAN = object()
+"""What a NaN key becomes in `first_of_each` (NaN is not equal to itself)."""
 
 
 def _plain(value):

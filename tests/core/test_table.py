@@ -37,7 +37,7 @@ def test_sort_is_pandas_stable_multi_column_sort(rows, keys, ascending):
 @given(ROWS)
 def test_first_of_each_is_drop_duplicates(rows):
     table, frame = _both(rows)
-    keys = ["flag", "size", "label"]
+    keys = ["flag", "size", "score", "label"]
     want = frame.drop_duplicates(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(table.first_of_each(keys).to_frame(), want, check_exact=True)
 
