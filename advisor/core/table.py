@@ -93,7 +93,8 @@ class Table:
         return Table({k: self._cols[k] for k in names}, num_rows=self._n)
 
     def drop(self, names: Sequence[str]) -> Table:
-        return Table({k: v for k, v in self._cols.items() if k not in set(names)},
+        dropped = set(names)
+        return Table({k: v for k, v in self._cols.items() if k not in dropped},
                      num_rows=self._n)
 
     def with_columns(self, columns: Mapping[str, np.ndarray | object]) -> Table:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from advisor.core.errors import ConfigError
+from advisor.core.parallel import RECOMPUTE
 from advisor.core.table import Table
 
 OBJECTIVES = ("throughput", "energy", "balanced", "cost")
@@ -133,13 +134,10 @@ def conventional_order(scored: Table) -> np.ndarray:
     prices but real runs often pay more for)."""
     mode = scored["recompute"]
     recompute = np.full(len(mode), np.nan)
-    for name, order in RECOMPUTE_ORDER.items():
+    for order, name in enumerate(RECOMPUTE):     # none, selective, full
         recompute[mode == name] = order
     return ((scored["cp"] > 1) * 1000 + (scored["dp_sharding"] == "full") * 100
             + np.log2(_floats(scored, "mbs")) * 10 + recompute)
-
-
-RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
 
 def rank(scored: Table, objective: str, risk: str = "expected") -> Table:
