@@ -15,6 +15,7 @@ from advisor.cli import app
 from advisor.core.parallel import make_job
 from advisor.core.space import enumerate_space
 from advisor.data.dataset import append, validate
+from advisor.learn.features import FEATURES
 from advisor.learn.fit import reference_from_frame
 from advisor.learn.power_surrogate import (
     POWER_FEATURES,
@@ -23,6 +24,8 @@ from advisor.learn.power_surrogate import (
     load_power_surrogate,
     load_power_surrogates,
     power_band_scale,
+    power_feature_table,
+    power_features,
     reference_power_features,
     train_power,
 )
@@ -102,6 +105,29 @@ def test_surrogates_learn_what_the_prior_misses_on_held_out_runs(campaign):
             assert error < 0.3 * np.abs(risk - measured[held]).mean(), column
             assert error < 0.3 * np.abs(measured[~held].mean() - measured[held]).mean(), column
             assert out[["p10", "p50", "p90"]].stack().between(0, 1).all()
+
+
+def test_the_predictor_s_array_route_is_the_frame_route(campaign):
+    """What the Predictor calls (`power_feature_table`, `predict_arrays`: no DataFrame) gives
+    bit for bit what `power_features` and `predict` give from frames."""
+    rows, feats = campaign
+    fam, mfam = np.full(NUM_RUNS, "hopper"), np.full(NUM_RUNS, "llama")
+    s = train_power("avg_power_w", feats, rows["avg_power_w"].astype(float).to_numpy(), fam,
+                    mfam)
+    analytical = {k: feats[v].to_numpy() for k, v in (
+        ("avg_power_w", "analytical_avg_power_w"), ("peak_power_w", "analytical_peak_power_w"),
+        ("throttle_risk", "throttle_risk"), ("throttle_risk_power", "throttle_risk_power"),
+        ("throttle_risk_thermal", "throttle_risk_thermal"))}
+    h100 = catalog.load_platform("h100")
+    analytical["gemm_power_demand_w"] = feats["gemm_demand_frac"].to_numpy() * h100.tdp_w
+    analytical["temp_rear_c"] = h100.thermal_slowdown_c - feats["thermal_margin_c"].to_numpy()
+    frame = power_features(feats[list(FEATURES)], h100, pd.DataFrame(analytical))
+    table = power_feature_table(feats[list(FEATURES)].to_numpy(), h100, analytical)
+    pd.testing.assert_frame_equal(table.to_frame(), frame, check_exact=True)
+    by_frame = s.predict(frame, fam, mfam)
+    by_table = s.predict_arrays(table, fam, mfam)
+    for column in by_frame.columns:
+        assert np.array_equal(by_frame[column].to_numpy(), by_table[column]), column
 
 
 def test_throttle_fraction_stays_in_unit_interval_outside_the_data(campaign):
