@@ -85,7 +85,7 @@ class ThroughputSurrogate:
 
         names = list(FEATURES)
         if isinstance(features, np.ndarray):
-            x, index = features.astype(float, copy=False), pd.RangeIndex(len(features))
+            x, index = features, pd.RangeIndex(len(features))
         else:
             x = (features.to_numpy(dtype=float) if features.columns.tolist() == names
                  else features[names].to_numpy(dtype=float))

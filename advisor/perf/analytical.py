@@ -18,7 +18,7 @@ from advisor.core.model import ModelSpec
 from advisor.core.parallel import ParallelConfig
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration, load_calibration
-from advisor.perf.columns import Columns, columns_of, config_columns
+from advisor.perf.columns import Columns, columns_of, config_columns, full_length
 from advisor.perf.memory import MemoryBreakdown, memory_arrays
 from advisor.perf.step import COMPONENTS, DEFAULT_FRAMEWORK, step_arrays
 
@@ -145,8 +145,7 @@ def predict_configs(model: ModelSpec, platform: Platform, configs: list[Parallel
     one vectorised run of the model."""
     table = analytical_arrays(model, platform, columns_of(configs), calibration=calibration,
                               framework=framework)
-    n = len(configs)
-    table = {k: np.broadcast_to(v, (n,)) for k, v in table.items()}
+    table = full_length(table, len(configs))
     return [breakdown_from_row(config, {k: v[i] for k, v in table.items()})
             for i, config in enumerate(configs)]
 

@@ -49,6 +49,11 @@ def columns_of(configs: Sequence[ParallelConfig]) -> dict[str, np.ndarray]:
     return out
 
 
+def full_length(cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Every column as `n` rows (the models give a scalar where all rows share a value)."""
+    return {k: np.broadcast_to(v, (n,)) for k, v in cols.items()}
+
+
 def num_rows(cols: Columns) -> int:
     return len(cols["tp"])
 

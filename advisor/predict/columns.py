@@ -86,11 +86,7 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
             raise ConfigError(f"column {name}: {e}") from None
         cols[name] = column.to_numpy()
     if "recompute" in frame:   # the dataset's spellings, read as `predict --input` reads them
-        recompute = cols["recompute"]
-        for spelling, mode in RECOMPUTE_SPELLINGS.items():
-            if spelling != mode and (recompute == spelling).any():
-                cols["recompute"] = recompute = np.where(recompute == spelling, mode,
-                                                         recompute).astype(object)
+        cols["recompute"] = _canonical_recompute(cols["recompute"])
     if "num_gpus" in frame:
         _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
                    .to_numpy(float),
@@ -130,17 +126,21 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
             lower = {v: str(v).lower() for v in set(values)}
             cols[name] = np.empty(n, dtype=object)
             cols[name][:] = [lower[v] for v in values]
-    recompute = cols["recompute"]
-    for spelling, mode in RECOMPUTE_SPELLINGS.items():
-        if spelling != mode and (recompute == spelling).any():
-            cols["recompute"] = recompute = np.where(recompute == spelling, mode,
-                                                     recompute).astype(object)
+    cols["recompute"] = _canonical_recompute(cols["recompute"])
     cols["framework"] = np.full(n, "megatron", dtype=object)
     cols["software"] = np.full(n, "", dtype=object)
     # Every field is set: nothing is assumed.
     cols["etp_unset"] = np.zeros(n, dtype=bool)
     cols["assumed"] = np.full(n, "", dtype=object)
     return cols
+
+
+def _canonical_recompute(recompute: np.ndarray) -> np.ndarray:
+    """The dataset's recompute spellings as modes, as `predict --input` reads them."""
+    for spelling, mode in RECOMPUTE_SPELLINGS.items():
+        if spelling != mode and (recompute == spelling).any():
+            recompute = np.where(recompute == spelling, mode, recompute).astype(object)
+    return recompute
 
 
 def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],

@@ -32,7 +32,7 @@ from advisor.perf.analytical import (
     analytical_arrays,
     breakdown_from_row,
 )
-from advisor.perf.columns import Columns, config_columns, take
+from advisor.perf.columns import Columns, config_columns, full_length, take
 from advisor.perf.finetune import is_lora
 from advisor.predict.columns import as_columns, group_rows, resolve, table_columns
 
@@ -315,7 +315,7 @@ class Predictor:
             "pred_extrapolation": extrapolation,
             "pred_calibrated": np.full(n, calibrated),
             "pred_error": np.full(n, "", dtype=object),
-            **({BREAKDOWN_PREFIX + k: np.broadcast_to(v, (n,)) for k, v in table.items()}
+            **({BREAKDOWN_PREFIX + k: v for k, v in full_length(table, n).items()}
                if breakdown else {}),
         }
 

@@ -23,7 +23,7 @@ from advisor.core.knobs import SEARCH_ORDER as KNOBS
 from advisor.core.knobs import overlap
 from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.core.table import Table
-from advisor.perf.columns import config_columns
+from advisor.perf.columns import config_columns, full_length
 from advisor.perf.memory import memory_arrays, memory_table
 from advisor.search.objective import Constraints
 
@@ -116,8 +116,8 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
     """Score `space` (a `space_table` with `pins` applied) as `engine` says (default:
     `SearchEngine()`, auto)."""
     engine = engine or SearchEngine()
-    memory = {k: np.broadcast_to(v, (len(space),)) for k, v in memory_arrays(
-        job.model, platform=job.platform, cols=config_columns(space)).items()}
+    memory = full_length(memory_arrays(job.model, platform=job.platform,
+                                       cols=config_columns(space)), len(space))
     fits = memory["fits"]
     fitting = space.take(fits)
     if engine.resolve(len(fitting)) == "exhaustive":

@@ -138,7 +138,7 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
     """The uneven split of `config` that the analytical model predicts best for `objective`,
     if it beats the even split by at least `min_gain` and meets `constraints`; else None."""
     from advisor.perf.analytical import analytical_arrays
-    from advisor.perf.columns import columns_of
+    from advisor.perf.columns import columns_of, full_length
 
     if objective not in METRICS:
         raise ConfigError(f"objective {objective!r} is unknown; use one of "
@@ -148,8 +148,8 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
         return None
     even = config.replace(first_stage_layers=0, last_stage_layers=0)
     configs = (even, *candidates)
-    table = {k: np.broadcast_to(v, (len(configs),)) for k, v in analytical_arrays(
-        model, platform, columns_of(configs), calibration=calibration).items()}
+    table = full_length(analytical_arrays(model, platform, columns_of(configs),
+                                          calibration=calibration), len(configs))
     values = _metric(table, objective)
     values[1:] = np.where(_allowed(table, constraints or Constraints())[1:], values[1:], -np.inf)
     best = int(np.argmax(values[1:])) + 1
