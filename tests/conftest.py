@@ -30,8 +30,8 @@ EXTRAS = {"torch": ("torch", "collect"), "frameworks": ("megatron.core", "framew
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config, items):
-    missing = {marker: extra for marker, (module, extra) in EXTRAS.items()
-               if importlib.util.find_spec(module) is None}
+    missing = {marker: (extra, why) for marker, (module, extra) in EXTRAS.items()
+               if (why := _not_importable(module)) is not None}
     for item in items:
         for fixture in item.fixturenames:
             if fixture in FIXTURE_MARKS:
@@ -47,13 +47,26 @@ def pytest_collection_modifyitems(config, items):
         if service or item.get_closest_marker("frameworks") or (
                 item.get_closest_marker("slow") and _uses_module_fixture(item)):
             item.add_marker(pytest.mark.xdist_group(service or item.nodeid.split("::")[0]))
-        for marker, extra in missing.items():
+        for marker, (extra, detail) in missing.items():
             if item.get_closest_marker(marker) is None:
                 continue
-            why = f"needs the {extra} extra: pip install -e '.[{extra}]'"
+            why = f"needs the {extra} extra: pip install -e '.[{extra}]'{detail}"
             if os.environ.get("CI"):
                 raise pytest.UsageError(f"{item.nodeid} {why} (CI installs every extra)")
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+def _not_importable(module: str) -> str | None:
+    """None when `module` can be found, else a detail for the skip reason ("" when it is simply
+    not installed). `find_spec` of a dotted name imports its parents first, so it raises
+    ModuleNotFoundError when a parent is missing (megatron for megatron.core) and whatever a
+    parent's import raises when that breaks; both mean the extra is unusable, not a crash."""
+    try:
+        return None if importlib.util.find_spec(module) is not None else ""
+    except Exception as e:  # a parent's import may raise anything
+        if isinstance(e, ModuleNotFoundError) and e.name and f"{module}.".startswith(f"{e.name}."):
+            return ""  # the module itself or a parent is not installed
+        return f" (importing {module} failed: {type(e).__name__}: {e})"
 
 
 def _uses_module_fixture(item: pytest.Item) -> bool:
