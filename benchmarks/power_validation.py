@@ -7,6 +7,10 @@ Sources and method: `advisor/perf/power_fit.py`. MAPE in-sample: every source in
 held out: the other sources fit the parameters and this one is predicted. MLPerf node energy
 (`advisor/perf/node_energy.py`) is never in the fit: its in-sample and held-out figures are the
 same prediction (median over each system's 10 runs; host power modelled as stated there).
+
+Then the power-limit response with one workload held out at a time (`workload_holdout_table`):
+each (gpu, model) pipeline of the Zeus sweep, with its Perseus runs, leaves the fit and its
+iteration time ratio (one point per limit) and per-stage average power are predicted.
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from pathlib import Path
 import pandas as pd
 
 from advisor.perf.node_energy import load_runs, predict_runs, validation_rows
-from advisor.perf.power_fit import FITTED, fit, load_reference, validation_table
+from advisor.perf.power_fit import (
+    FITTED,
+    fit,
+    load_reference,
+    validation_table,
+    workload_holdout_table,
+)
 
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "power"
 POWER_TOML = Path(__file__).resolve().parents[1] / "advisor" / "catalog" / "power.toml"
@@ -33,6 +43,23 @@ def write_fitted(values: dict[str, float], path: Path = POWER_TOML) -> None:
         if count != 1:
             raise SystemExit(f"{path}: no line '{key} = ...' to update")
     path.write_text(text)
+
+
+def print_workload_holdout(table: pd.DataFrame) -> None:
+    """Render `workload_holdout_table` and the median over workloads of the held-out MAPE."""
+    print("\npower limit, one workload held out at a time (MAPE, in-sample / held out)")
+    print(f"{'gpu':15} {'model':18} {'limits':>6} {'points':>6} {'time ratio':>15} "
+          f"{'avg power':>13} {'worst limit (time error)':>25}")
+    for row in table.itertuples():
+        print(f"{row.gpu:15} {row.model:18} {row.num_limits:6d} {row.num_power_points:6d} "
+              f"{row.time_mape_in_sample:6.1f}% /{row.time_mape_held_out:5.1f}% "
+              f"{row.power_mape_in_sample:4.1f}% /{row.power_mape_held_out:4.1f}% "
+              f"{row.worst_limit_w:9.0f} W ({row.worst_time_error_pct:+6.1f}%)")
+    print(f"median over {len(table)} workloads, held out: iteration time ratio "
+          f"{table['time_mape_held_out'].median():.1f}%, average power "
+          f"{table['power_mape_held_out'].median():.1f}% (in-sample "
+          f"{table['time_mape_in_sample'].median():.1f}%, "
+          f"{table['power_mape_in_sample'].median():.1f}%)")
 
 
 def main() -> int:
@@ -58,6 +85,7 @@ def main() -> int:
               f"{r.host_ac_w:.0f} W AC per node; node {r.predicted_node_w:.0f} / "
               f"{r.measured_node_w:.0f} W; {r.predicted_j_per_token:.3f} / "
               f"{r.measured_j_per_token:.3f} J per token")
+    print_workload_holdout(workload_holdout_table(ref))
     params = fit(ref)
     fitted = {k: getattr(params, k) for k in FITTED}
     print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in fitted.items()))

@@ -107,6 +107,8 @@ def load_platform_override(path: Path) -> Platform:
         merged.pop("inter_node_bandwidth_bytes_per_s", None)   # derived from the NICs
     merged["name"] = str(data.get("name", path.stem)).lower()
     merged["aliases"] = data.get("aliases", [])
+    if "chassis" not in merged and base.name in chassis_of_platforms():
+        merged["chassis"] = chassis_of_platforms()[base.name]   # the base's, under a new name
     for key in data:
         if key not in ("sources", "base", "name", "display_name", "aliases", "cooling",
                        "vendor", "device_unit", "peak_flops_per_s", "chassis") \
@@ -116,10 +118,46 @@ def load_platform_override(path: Path) -> Platform:
     return platform_from_dict(merged, path=path)
 
 
+CONDITIONS = ("power_limit_w", "inlet_c", "degraded_nodes", "degraded_power_w")
+"""The platform keys that describe where and how a job runs rather than the hardware: the
+command line (`--power-limit-w`, `--inlet-c`, `--degraded-nodes`, `--degraded-power-w`), a
+cluster file or an input CSV's columns set them."""
+
+
+def with_conditions(platform: Platform, *, given_by: str = "the command line",
+                    **conditions: float | int | None) -> Platform:
+    """`platform` with the `CONDITIONS` that are not None, checked by the same rules as a
+    cluster file (`given_by` becomes their source)."""
+    unknown = set(conditions) - set(CONDITIONS)
+    if unknown:
+        raise TypeError(f"unknown condition(s): {', '.join(sorted(unknown))}")
+    changes = {k: v for k, v in conditions.items() if v is not None}
+    if not changes:
+        return platform
+    merged = {k: v for k, v in platform.to_dict().items() if v is not None}
+    if "num_nics_per_node" in merged:   # derived again from the NICs
+        merged.pop("inter_node_bandwidth_bytes_per_s", None)
+    merged.update(changes)
+    merged["sources"] = {**platform.sources, **{k: given_by for k in changes}}
+    return platform_from_dict(merged, path=Path(given_by))
+
+
 @functools.cache
 def chassis_names() -> tuple[str, ...]:
     """The chassis `advisor/catalog/chassis.toml` describes (`perf.thermal` reads them)."""
-    return tuple(sorted(read_toml(Path(str(_ROOT.joinpath("chassis.toml"))))["chassis"]))
+    return tuple(sorted(_chassis_tables()))
+
+
+@functools.cache
+def chassis_of_platforms() -> dict[str, str]:
+    """Catalog platform name -> the chassis that lists it (`platforms = [...]`)."""
+    return {platform: name for name, table in _chassis_tables().items()
+            for platform in table.get("platforms", ())}
+
+
+@functools.cache
+def _chassis_tables() -> dict[str, dict]:
+    return read_toml(Path(str(_ROOT.joinpath("chassis.toml"))))["chassis"]
 
 
 # ---- models -------------------------------------------------------------------------------

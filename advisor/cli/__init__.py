@@ -16,7 +16,8 @@ app = typer.Typer(
     "(memory, FLOP/s, NVLink and network) and models (layers, heads, experts), enumerates "
     "parallel layouts — TP tensor, PP pipeline, DP data, CP context, EP expert parallelism, "
     "VP virtual pipeline stages, micro-batch, activation recompute, optimizer/FSDP sharding — "
-    "and predicts per-GPU memory, step time, throughput, power and throttle risk for each.",
+    "and predicts per-GPU memory, step time, throughput, power, expected losses and thermal "
+    "risk for each.",
     no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False)
 app.add_typer(catalog_cmd.app, name="catalog")
 app.add_typer(dataset_cmd.app, name="dataset")

@@ -157,3 +157,32 @@ def _jsonable(value: Any) -> Any:
 
 def gb(value: float) -> str:
     return f"{value / 1e9:,.1f}"
+
+
+PowerLimitOpt = Annotated[float | None, typer.Option(
+    "--power-limit-w", min=1, show_default=False,
+    help="GPU power limit in watts, as `nvidia-smi -pl` or `amd-smi set --power-cap` sets it. "
+    "Default: the board's (its TDP, `advisor catalog show PLATFORM`). A lower limit trades "
+    "throughput for energy per token (the Zeus/Perseus lever).")]
+InletOpt = Annotated[float | None, typer.Option(
+    "--inlet-c", show_default=False,
+    help="The room's inlet air temperature (the coolant supply for liquid-cooled racks), °C. "
+    "Default: the chassis' (25 °C air, 35 °C water; advisor/catalog/chassis.toml). Raises "
+    "every GPU's temperature and the thermal risk and loss.")]
+DegradedNodesOpt = Annotated[int | None, typer.Option(
+    "--degraded-nodes", min=1, show_default=False,
+    help="Nodes of the job whose GPUs are held at --degraded-power-w (a power fault, a capped "
+    "PSU): the synchronous job waits for the stage they hold.")]
+DegradedPowerOpt = Annotated[float | None, typer.Option(
+    "--degraded-power-w", min=1, show_default=False,
+    help="The power limit of the degraded nodes' GPUs, watts (with --degraded-nodes).")]
+
+
+def site(platform, *, power_limit_w: float | None = None, inlet_c: float | None = None,
+         degraded_nodes: int | None = None, degraded_power_w: float | None = None):
+    """The platform under the command line's conditions (power limit, inlet, degraded
+    nodes), checked like a cluster file's."""
+    from advisor.catalog import with_conditions
+
+    return with_conditions(platform, power_limit_w=power_limit_w, inlet_c=inlet_c,
+                           degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)

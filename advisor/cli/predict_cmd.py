@@ -11,11 +11,15 @@ from rich.console import Console
 
 from advisor.cli.common import (
     PLATFORM_HELP,
+    DegradedNodesOpt,
+    DegradedPowerOpt,
     FinetuneOpt,
     GbsOpt,
+    InletOpt,
     JsonOpt,
     LoraRankOpt,
     LoraTargetsOpt,
+    PowerLimitOpt,
     PrecisionOpt,
     SeqLenOpt,
     emit_json,
@@ -23,6 +27,7 @@ from advisor.cli.common import (
     guard,
     knob_option,
     make_console,
+    site,
 )
 from advisor.core.errors import AdvisorError
 
@@ -57,7 +62,7 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
-                last_stage_layers=0, finetune=None, predictor=None):
+                last_stage_layers=0, finetune=None, predictor=None, conditions=None):
     """The analytical `Breakdown` of the configuration the flags describe, with notes; and
     `predictor`'s `pred_*` values for it (None without one, or where it cannot predict it).
     The analytical model runs once: the breakdown comes with the predictor's answer."""
@@ -66,7 +71,7 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     from advisor.core.space import validate
     from advisor.perf.analytical import BREAKDOWN_PREFIX, breakdown_from_row, predict_config
 
-    m, p = load_model(model), load_platform(platform)
+    m, p = load_model(model), site(load_platform(platform), **(conditions or {}))
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
                    **(finetune or {}))
     config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,
@@ -108,17 +113,19 @@ def predict(input: Annotated[Path | None, typer.Option(
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
-            no_overlap: NoOverlapOpt = False, models: ModelsOpt = None,
+            no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
+            inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
+            degraded_power_w: DegradedPowerOpt = None, models: ModelsOpt = None,
             analytical: AnalyticalOpt = False,
             per_gpu: Annotated[bool, typer.Option(
                 "--per-gpu", help="Also every GPU: node, slot (front/rear row), pipeline "
-                "stage, average and peak power, peak temperature, clock and throttling; the "
-                "straggler marked.")] = False,
+                "stage, average and peak power, peak temperature, clock, the share of the step "
+                "it runs power-capped and its own thermal risk; the straggler marked.")] = False,
             plot: Annotated[Path | None, typer.Option(
                 "--plot", help="Write a per-GPU heat map (nodes × slots, peak temperature, "
                 "stage in each cell) to this PNG.")] = None,
             json_out: JsonOpt = False) -> None:
-    """Predict step time, throughput, memory, power and throttle risk.
+    """Predict step time, throughput, memory, power, temperatures, expected losses and thermal risk.
 
     One configuration from flags (dp = gpus / (tp·pp·cp)):
 
@@ -138,6 +145,8 @@ def predict(input: Annotated[Path | None, typer.Option(
     from advisor.predict.predictor import Predictor
 
     predictor = None if analytical else Predictor.load(models)
+    conditions = {"power_limit_w": power_limit_w, "inlet_c": inlet_c,
+                  "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w}
     if input is None:
         _need(model=model, platform=platform, gpus=gpus)
         m, p, pred, notes, pair, learned = _prediction(
@@ -145,7 +154,8 @@ def predict(input: Annotated[Path | None, typer.Option(
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap,
             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-            finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor)
+            finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
+            conditions=conditions)
         gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
         _print_one(m, p, pred, notes, json_out, learned, gpus if per_gpu else None)
         if plot:
@@ -161,7 +171,7 @@ def predict(input: Annotated[Path | None, typer.Option(
     from advisor.data.predict_input import read_rows
     from advisor.predict.rows import predict_frame
 
-    frame = predict_frame(read_rows(input), predictor)
+    frame = predict_frame(read_rows(input), predictor, conditions=conditions)
     if output:
         try:
             frame.to_csv(output, index=False)
@@ -208,13 +218,13 @@ def _print_gpus(gpus) -> None:
 
     table = Table(title="per GPU (Megatron rank order; * = straggler)")
     for name in ("rank", "node", "slot", "row", "stage", "avg W", "peak W", "peak °C",
-                 "clock", "throttled"):
+                 "clock", "capped", "thermal risk"):
         table.add_column(name, justify="left" if name == "row" else "right")
     for g in gpus.itertuples():
-        throttled = 1 - (1 - g.throttle_frac_power) * (1 - g.throttle_frac_thermal)
         table.add_row(f"{g.rank}{'*' if g.straggler else ''}", str(g.node), str(g.slot), g.row,
                       str(g.stage), f"{g.avg_power_w:.0f}", f"{g.peak_power_w:.0f}",
-                      f"{g.peak_temp_c:.1f}", f"{g.clock_frac:.1%}", f"{throttled:.0%}")
+                      f"{g.peak_temp_c:.1f}", f"{g.clock_frac:.1%}",
+                      f"{g.throttle_frac_power:.0%}", f"{g.throttle_frac_thermal:.0%}")
     make_console().print(table)
 
 
@@ -252,11 +262,22 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
         ("MFU", f"{mfu:.1%}"),
         ("memory per GPU", f"{mem.total_bytes / 1e9:.1f} / {mem.capacity_bytes / 1e9:.1f} GB"
                            f" ({'fits' if mem.fits else 'does NOT fit'})"),
-        ("average power per GPU", f"{pw.avg_power_w:.0f} W"),
-        ("peak power per GPU", f"{pw.peak_power_w:.0f} W"),
+        ("power limit per GPU", f"{pw.power_limit_w:.0f} W" + (
+            "" if pw.power_limit_w == p.tdp_w else f" (board default {p.tdp_w:.0f} W)")),
+        ("average power per GPU", f"{pw.avg_power_w:.0f} W (never above the limit)"),
+        ("peak power per GPU", f"{pw.peak_power_w:.0f} W (highest 50 ms sample)"),
         ("energy per token", f"{pw.energy_j_per_token:.3f} J"),
         ("samples per MJ", f"{pw.samples_per_mj:,.0f}"),
-        ("throttle risk", f"{pw.throttle_risk:.0%} (expected loss {pw.throttle_loss:.1%})"),
+        ("temperature", f"front {pw.temp_front_c:.0f} °C, rear {pw.temp_rear_c:.0f} °C, "
+                        f"bursts {pw.peak_temp_c:.0f} °C (slowdown {p.thermal_slowdown_c:.0f} "
+                        f"°C)"),
+        ("expected loss", f"{pw.throttle_loss:.1%}: power cap {pw.power_cap_loss:.1%}, "
+                          f"slowest of {pred.config.world_size:,} GPUs "
+                          f"{pw.straggler_loss:.1%}, thermal {pw.thermal_loss:.1%}"
+                          + (f", degraded nodes {pw.degraded_loss:.1%}"
+                             if pw.degraded_loss > 0 else "")),
+        ("thermal risk", f"{pw.throttle_risk:.0%} (probability that a GPU reaches its "
+                         f"slowdown point)"),
     ]:
         table.add_row(label, value)
     console = make_console()
@@ -283,7 +304,9 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
-            no_overlap: NoOverlapOpt = False, json_out: JsonOpt = False) -> None:
+            no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
+            inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
+            degraded_power_w: DegradedPowerOpt = None, json_out: JsonOpt = False) -> None:
     """Explain one configuration in words and numbers: where the time goes, what is exposed,
     what limits power, why it might throttle.
 
@@ -297,7 +320,9 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
-        finetune=finetune_job(finetune, lora_rank, lora_targets))
+        finetune=finetune_job(finetune, lora_rank, lora_targets),
+        conditions={"power_limit_w": power_limit_w, "inlet_c": inlet_c,
+                    "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w})
     lines = explain_lines(pred, m, p) + _placement_lines(m, p, pred.config)
     lines += [f"Note: {n}" for n in notes]
     if json_out:

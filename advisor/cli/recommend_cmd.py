@@ -11,14 +11,18 @@ import typer
 from rich.console import Console
 
 from advisor.cli.common import (
+    DegradedNodesOpt,
+    DegradedPowerOpt,
     FinetuneOpt,
     GbsOpt,
     GpusOpt,
+    InletOpt,
     JsonOpt,
     LoraRankOpt,
     LoraTargetsOpt,
     ModelOpt,
     PlatformOpt,
+    PowerLimitOpt,
     PrecisionOpt,
     SeqLenOpt,
     emit_json,
@@ -26,6 +30,7 @@ from advisor.cli.common import (
     guard,
     knob_option,
     make_console,
+    site,
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
 from advisor.core.errors import ConfigError
@@ -40,9 +45,18 @@ PriceOpt = Annotated[str | None, typer.Option(
     "on-demand rate where it has one (h100, h200, b200, gb200; see advisor catalog "
     "platforms).")]
 MaxPowerOpt = Annotated[float | None, typer.Option(
-    "--max-power-w", min=1, help="Limit on predicted peak power per GPU, in watts.")]
+    "--max-power-w", min=1, help="Limit on the predicted AVERAGE power per GPU over the step, "
+    "watts (what a rack's power budget sustains; never above the GPU's power limit).")]
+MaxPeakPowerOpt = Annotated[float | None, typer.Option(
+    "--max-peak-power-w", min=1, help="Limit on the predicted PEAK power per GPU, watts: the "
+    "highest 50 ms NVML instantaneous sample, which may pass the power limit briefly.")]
+MaxJobPowerOpt = Annotated[float | None, typer.Option(
+    "--max-job-power-w", min=1, help="Limit on the predicted average power of all the job's "
+    "GPUs together, watts.")]
 MaxRiskOpt = Annotated[float | None, typer.Option(
-    "--max-throttle-risk", min=0, max=1, help="Limit on predicted throttle probability (0-1).")]
+    "--max-throttle-risk", min=0, max=1, help="Limit on the predicted probability that a GPU "
+    "of the job reaches its slowdown temperature (0-1), over the room's inlet and the "
+    "GPU-to-GPU spread.")]
 RiskOpt = Annotated[str, typer.Option(
     "--risk", help="expected: rank on the predicted median (the default: what 'fastest' "
     "means). averse: rank on the pessimistic p10, so a layout the measured data supports "
@@ -69,8 +83,11 @@ def recommend(
         gbs: GbsOpt = None, precision: PrecisionOpt = "bf16", finetune: FinetuneOpt = "none",
         lora_rank: LoraRankOpt = 16, lora_targets: LoraTargetsOpt = "attention",
         objective: ObjectiveOpt = "throughput", risk: RiskOpt = "expected",
-        max_power_w: MaxPowerOpt = None,
+        max_power_w: MaxPowerOpt = None, max_peak_power_w: MaxPeakPowerOpt = None,
+        max_job_power_w: MaxJobPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
+        power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
+        degraded_nodes: DegradedNodesOpt = None, degraded_power_w: DegradedPowerOpt = None,
         tp: _pin("tp") = None, pp: _pin("pp") = None, cp: _pin("cp") = None,
         dp: _pin("dp") = None, ep: _pin("ep") = None, etp: _pin("etp") = None,
         vp: _pin("vp") = None, mbs: _pin("mbs") = None, recompute: _pin("recompute") = None,
@@ -105,11 +122,12 @@ def recommend(
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
         json_out: JsonOpt = False) -> None:
     """Recommend how to train MODEL on GPUS × PLATFORM: the best parallel layouts, predicted
-    throughput (with a p10-p90 band), memory, power, energy and throttle risk, why, and the
-    launch command.
+    throughput (with a p10-p90 band), memory, power, energy, expected losses and thermal risk,
+    why, and the launch command.
 
         advisor recommend --model 70b --gpus 64 --platform h200
         advisor recommend -m 70b -g 64 -p h200 --objective energy --max-power-w 650 --emit megatron
+        advisor recommend -m 70b -g 64 -p h200 --inlet-c 35 --max-throttle-risk 0.5
         advisor recommend -m 405b -g 1024 -p h100 --tp 8 --recompute none --top 3
 
         advisor recommend -m 405b -g 1024 -p h100 --layout "tp8 pp8 vp4"
@@ -120,7 +138,8 @@ def recommend(
     the expected (median) prediction (--risk averse: the p10); layouts within 5 % of the best
     count as a tie that the most conventional one wins (no context parallelism, no FSDP,
     smaller micro-batch, less recompute). Knobs you pin (--tp 8, --recompute none, ...) are
-    held fixed.
+    held fixed. The energy, balanced and cost objectives also search the GPU power limit
+    (unless --power-limit-w sets it) and show #1 across the limits tried.
     """
     from advisor.catalog import load_model, load_platform
     from advisor.core.parallel import make_job
@@ -136,11 +155,14 @@ def recommend(
     pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
                                   overlap=overlap).items() if v is not None}
-    m, p = load_model(model), load_platform(platform)
+    m = load_model(model)
+    p = site(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,
+             degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
                    **finetune_job(finetune, lora_rank, lora_targets))
-    constraints = Constraints(max_power_w=max_power_w, max_throttle_risk=max_throttle_risk,
-                              **_margin(memory_margin))
+    constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
+                              max_job_power_w=max_job_power_w,
+                              max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)
     start = time.perf_counter()
     with _progress(enabled=not json_out) as progress:
@@ -154,7 +176,7 @@ def recommend(
 
         verdict = rank_layout(rec, probe, predictor=predictor)
     elapsed = time.perf_counter() - start
-    launch, launch_note = _emit(emit, rec, job) if emit else (None, "")
+    launch, launch_note = _emit(emit, rec, rec.job) if emit else (None, "")
     if plot:
         from advisor.cli.plots import plot_candidates
 
@@ -189,14 +211,16 @@ def compare(
         finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
         lora_targets: LoraTargetsOpt = "attention",
         objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
+        max_peak_power_w: MaxPeakPowerOpt = None, max_job_power_w: MaxJobPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
+        power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
         gpu_hour_price: PriceOpt = None,
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
         json_out: JsonOpt = False) -> None:
     """Scale-up against scale-out: the best configuration of MODEL on each side, throughput per
-    job and per GPU, energy per token, peak power per node and throttle risk, and a verdict
-    with its reason (communication- or compute-bound, memory allowing smaller TP, expert
-    all-to-all staying local).
+    job and per GPU, energy per token, GPU power per node, the slowest-GPU loss and thermal
+    risk, and a verdict with its reason (communication- or compute-bound, memory allowing
+    smaller TP, expert all-to-all staying local, more GPUs waiting for a slower slowest one).
 
         advisor compare --model 70b --platforms h200:32,h100:64
         advisor compare -m mixtral-8x22b --platforms h200:32,h100:64 --objective energy
@@ -211,9 +235,11 @@ def compare(
     from advisor.search.compare import parse_prices, parse_sides
     from advisor.search.objective import Constraints
 
-    sides = [(load_platform(name), n) for name, n in parse_sides(platforms)]
-    constraints = Constraints(max_power_w=max_power_w, max_throttle_risk=max_throttle_risk,
-                              **_margin(memory_margin))
+    sides = [(site(load_platform(name), power_limit_w=power_limit_w, inlet_c=inlet_c), n)
+             for name, n in parse_sides(platforms)]
+    constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
+                              max_job_power_w=max_job_power_w,
+                              max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)
     result = run(load_model(model), sides, seq_len=seq_len, gbs=gbs, precision=precision,
                  objective=objective, constraints=constraints, predictor=predictor,

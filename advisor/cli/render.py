@@ -10,6 +10,7 @@ from rich.table import Table as RichTable
 
 from advisor.core.table import Table
 from advisor.explain.rationale import describe, settings, short
+from advisor.perf.thermal import chassis_for, inlet_temperature
 from advisor.search.compare import Comparison
 from advisor.search.recommend import Choice, Recommendation
 from advisor.search.why_not import LayoutVerdict
@@ -29,6 +30,14 @@ def _headline(rec: Recommendation, seconds: float) -> str:
     search = ("exhaustive search" if rec.engine == "exhaustive" else
               f"Optuna, {rec.num_trials} trials this run in study {rec.study_name}")
     limits = rec.constraints.describe()
+    if j.platform.power_limit_w is not None:
+        limits.append(f"GPU power limit {j.platform.limit_w:.0f} W"
+                      + (" (chosen by the search)" if rec.limit_tradeoff else ""))
+    if j.platform.inlet_c is not None:
+        limits.append(f"inlet {j.platform.inlet_c:.0f} °C")
+    if j.platform.degraded_nodes:
+        limits.append(f"{j.platform.degraded_nodes} node(s) degraded to "
+                      f"{j.platform.degraded_power_w:.0f} W")
     pins = ", ".join(f"{k}={v}" for k, v in rec.pins.items())
     return (f"{j.model.display_name or j.model.name} on {j.num_gpus} × "
             f"{j.platform.display_name}, seq {j.seq_len}, gbs {j.gbs}, {j.precision}; objective "
@@ -46,8 +55,8 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
     capacity = rec.job.platform.memory_capacity_bytes / 1e9
     table = RichTable(title="Recommended configurations", title_justify="left",
                       box=box.SIMPLE_HEAD)
-    for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)", "W avg\npeak",
-                "J/tok", "throttle\nrisk/loss"):
+    for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)",
+                "W avg\npeak 50ms", "J/tok", "exp. loss\ncap/N/heat", "thermal\nrisk"):
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for c in rec.choices:
         p = c.prediction
@@ -57,13 +66,18 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
                       f"{p.mfu:.0%}", f"{p.memory_gb:.0f}\n({free:.0%})",
                       f"{p.avg_power_w:.0f}\n{p.peak_power_w:.0f}",
                       f"{p.energy_j_per_token:.2f}",
-                      f"{p.throttle_risk:.0%}\n−{p.breakdown.power.throttle_loss:.1%}")
+                      f"−{p.breakdown.power.throttle_loss:.1%}\n"
+                      f"{p.breakdown.power.loss_split()}", _risk(p.throttle_risk))
     console.print(table)
     sources = sorted({c.prediction.source for c in rec.choices})
-    console.print(f"Throughput from the {' and '.join(sources)} model; power and throttle risk "
+    console.print(f"Throughput from the {' and '.join(sources)} model; power and thermal "
                   f"analytical.", style="dim")
+    console.print(power_legend(rec.job.platform, rec.job.num_gpus), style="dim")
     for note in rec.ranking:
         console.print(note, style="dim")
+    if rec.degraded is not None:
+        console.print("\nDegraded nodes: " + rec.degraded.describe(),
+                      style="yellow" if rec.degraded.leave_out else None)
     if layout is not None:
         console.print("\nWhy not this layout? " + layout.describe(rec.job.model))
     for c in rec.choices:
@@ -72,8 +86,30 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
         console.print("\nTrade-offs against #1:", style="bold")
         for line in rec.tradeoffs:
             console.print(f"  • {line}")
+    _print_limits(console, rec)
     _print_front(console, rec.power_front, "pred_peak_power_w", "peak W", rec)
     _print_front(console, rec.energy_front, "pred_energy_j_per_token", "J/token", rec)
+
+
+def _risk(probability: float) -> str:
+    """A probability as a person reads it: "<1%" rather than a misleading "0%"."""
+    if probability < 0.005:
+        return "<1%" if probability > 0.0005 else "0%"
+    return f"{probability:.0%}"
+
+
+def power_legend(platform, num_gpus: int) -> str:
+    """What the power and loss columns mean, for this platform and room."""
+    chassis = chassis_for(platform)
+    inlet = inlet_temperature(chassis, platform)
+    return (f"W avg: mean draw per GPU over the step (never above the {platform.limit_w:.0f} W "
+            f"limit); peak 50ms: the highest 50 ms NVML instantaneous sample, which may pass "
+            f"the limit briefly. Expected loss, a share of the step on the GPU that sets the "
+            f"pace: cap = clocks below maximum under the power limit (ordinary for a busy GPU), "
+            f"N = waiting for the slowest of {num_gpus:,} GPUs (speeds differ by GPU), heat = "
+            f"thermal slowdown weighted by its probability. Thermal risk: the probability that "
+            f"a GPU reaches its {platform.thermal_slowdown_c:.0f} °C slowdown point, "
+            f"inlet {inlet:.0f} °C ({chassis.name}).")
 
 
 def _print_choice(console: Console, c: Choice) -> None:
@@ -85,6 +121,26 @@ def _print_choice(console: Console, c: Choice) -> None:
         console.print(f"  placement: {c.placement.describe()} (analytical).", style="cyan")
     for w in c.warnings:
         console.print(f"  warning: {w}.", style="yellow")
+
+
+def _print_limits(console: Console, rec: Recommendation) -> None:
+    """#1 across the power limits the search tried: the time–energy trade-off."""
+    if not rec.limit_tradeoff:
+        return
+    board = rec.limit_tradeoff[0]
+    table = RichTable(title=f"#1 across GPU power limits (the {rec.objective} objective "
+                      f"searched them; set with nvidia-smi -pl / amd-smi set --power-cap)",
+                      title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("limit W", "tok/s/GPU", "J/token", "W avg", "time", "energy"):
+        table.add_column(col, justify="right")
+    chosen = rec.job.platform.limit_w
+    for point in rec.limit_tradeoff:
+        table.add_row(f"{point.power_limit_w:.0f}{' ✓' if point.power_limit_w == chosen else ''}",
+                      f"{point.tokens_per_sec_per_gpu:,.0f}",
+                      f"{point.energy_j_per_token:.3f}", f"{point.avg_power_w:.0f}",
+                      f"{point.step_time_s / board.step_time_s - 1:+.1%}",
+                      f"{point.energy_j_per_token / board.energy_j_per_token - 1:+.1%}")
+    console.print(table)
 
 
 def _print_front(console: Console, front: Table, cost: str, label: str,
@@ -119,6 +175,10 @@ def _front_json(front: Table, cost: str, model) -> list[dict]:
              cost.removeprefix("pred_"): _clean(r[cost])} for r in front.rows()]
 
 
+def _inlet(platform) -> float:
+    return inlet_temperature(chassis_for(platform), platform)
+
+
 def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str | None,
                         seconds: float, launch_note: str = "",
                         layout: LayoutVerdict | None = None) -> dict:
@@ -128,6 +188,10 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "seq_len": j.seq_len, "gbs": j.gbs, "precision": j.precision,
         "objective": rec.objective, "risk": rec.risk, "ranking": rec.ranking,
         "constraints": rec.constraints.__dict__, "pins": rec.pins,
+        "power_limit_w": j.platform.limit_w, "inlet_c": _inlet(j.platform),
+        "power_semantics": {"avg_power_w": "mean per GPU over the step, never above the limit",
+                            "peak_power_w": "highest 50 ms NVML instantaneous sample per GPU; "
+                                            "may exceed the limit briefly"},
         "engine": rec.engine, "num_valid": rec.num_valid, "num_fit": rec.num_fit,
         "num_feasible": rec.num_feasible, "num_trials": rec.num_trials,
         "study_name": rec.study_name, "seconds": round(seconds, 3),
@@ -137,9 +201,14 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
             "breakdown_s": c.prediction.breakdown.step.components(), "reasons": c.reasons,
             "warnings": c.warnings, "contributions": c.contributions,
             "throttle_loss": c.prediction.breakdown.power.throttle_loss,
+            "expected_loss": c.prediction.breakdown.power.losses(),
+            "thermal_risk": c.prediction.throttle_risk,
+            "power_limit_w": c.prediction.breakdown.power.power_limit_w,
             "placement": c.placement.to_dict() if c.placement else None}
             for c in rec.choices],
         "tradeoffs": rec.tradeoffs,
+        "power_limit_tradeoff": [p.to_dict() for p in rec.limit_tradeoff],
+        "degraded_nodes": rec.degraded.to_dict() if rec.degraded else None,
         "pareto_peak_power": _front_json(rec.power_front, "pred_peak_power_w", j.model),
         "pareto_energy": _front_json(rec.energy_front, "pred_energy_j_per_token", j.model),
         "launch": ({"framework": emitter, "command": launch, "note": launch_note} if launch
@@ -161,7 +230,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
     table = RichTable(title="Best configuration per side", title_justify="left",
                       box=box.SIMPLE_HEAD)
     for col in ("side and configuration", "tok/s job\nper GPU", "MFU", "J/tok",
-                "$/Mtok\n($/GPU-h)", "peak W\n/node", "risk", "comm\n+bubble"):
+                "$/Mtok\n($/GPU-h)", "GPU W /node\navg·peak", "slowest\nGPU", "thermal\nrisk",
+                "comm\n+bubble"):
         table.add_column(col, justify="left" if col.startswith("side") else "right",
                          no_wrap=col.startswith("side"))
     for s in result.sides:
@@ -173,8 +243,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
                       f"{p.mfu:.0%}", f"{s.energy_j_per_token:.3f}",
                       ("n/a" if s.usd_per_million_tokens is None else
                        f"{s.usd_per_million_tokens:.2f}\n({s.gpu_hour_usd:.2f})"),
-                      f"{s.peak_power_per_node_w:,.0f}", f"{p.throttle_risk:.0%}",
-                      f"{s.comm_share:.0%}")
+                      f"{p.avg_power_w * s.gpus_per_node:,.0f}\n{s.peak_power_per_node_w:,.0f}",
+                      f"−{s.straggler_loss:.1%}", _risk(p.throttle_risk), f"{s.comm_share:.0%}")
     console.print(table)
     console.print("Verdict:", style="bold")
     for line in result.verdict:
@@ -194,6 +264,9 @@ def comparison_json(result: Comparison) -> dict:
             "gpu_hour_usd": s.gpu_hour_usd, "usd_per_million_tokens": s.usd_per_million_tokens,
             "peak_power_per_node_w": s.peak_power_per_node_w,
             "throttle_risk": s.best.prediction.throttle_risk,
+            "avg_power_per_node_gpus_w": s.best.prediction.avg_power_w * s.gpus_per_node,
+            "straggler_loss": s.straggler_loss,
+            "expected_loss": s.best.prediction.breakdown.power.losses(),
             "comm_share": s.comm_share, "reasons": s.best.reasons,
             "warnings": s.best.warnings} for s in result.sides],
     }

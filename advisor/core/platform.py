@@ -46,6 +46,7 @@ class Platform:
     """Per device, one direction, across the scale-out network."""
     inter_node_latency_s: float
     thermal_slowdown_c: float
+    """GPU temperature at which the firmware lowers clocks (nvidia-smi's "GPU Slowdown Temp")."""
     memory_max_c: float
     cooling: str
     """`air` or `liquid`."""
@@ -62,12 +63,31 @@ class Platform:
     chassis: str | None = None
     """How the node's devices sit in the cooling path (`advisor/catalog/chassis.toml`); None
     takes `hgx-air` for air cooling and `cold-plate` for liquid."""
+    thermal_shutdown_c: float | None = None
+    """GPU temperature at which the board shuts down (nvidia-smi's "GPU Shutdown Temp"), where
+    published: no steady temperature may reach it."""
+    power_limit_w: float | None = None
+    """The GPU power limit in force (`nvidia-smi -pl`, `amd-smi set --power-cap`); None: the
+    board's default, `tdp_w`. A cluster file, `--power-limit-w` or the search sets it."""
+    inlet_c: float | None = None
+    """The room's inlet air (or the coolant supply, liquid cooling) at the chassis; None: the
+    chassis' default (`advisor/catalog/chassis.toml`)."""
+    degraded_nodes: int | None = None
+    """Nodes of the job whose GPUs are held at `degraded_power_w` (a power fault, a capped
+    PSU: finding 6 of Go et al., MICRO'25); None or absent: none."""
+    degraded_power_w: float | None = None
+    """The power limit of the degraded nodes' GPUs."""
     gpu_hour_usd: float | None = None
     """On-demand rental price of one device for an hour (US dollars), where a public rate card
     gives one: the default of `--gpu-hour-price` for the cost objective."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False, repr=False)
+
+    @property
+    def limit_w(self) -> float:
+        """The power limit in force: `power_limit_w` where set, else the board's `tdp_w`."""
+        return self.power_limit_w or self.tdp_w
 
     @property
     def memory_capacity_bytes(self) -> float:
@@ -168,6 +188,8 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
             values[key] = number
             _need_source(sources, key, where)
     _derive_network(values, data, where)
+    _check_thermal_limits(values, where)
+    _check_power_limits(values, where)
     return Platform(**values, sources=dict(sources), path=where)
 
 
@@ -196,6 +218,55 @@ def _derive_network(values: dict[str, Any], data: dict[str, Any], where: str) ->
                            f"({nics} × {nic_bw:g} / {values['num_gpus_per_node']} = "
                            f"{derived:g}); drop one or make them agree.")
     values["inter_node_bandwidth_bytes_per_s"] = derived
+
+
+POWER_LIMIT_FLOOR_SHARE = 0.25
+"""The lowest power limit accepted, as a share of `tdp_w`. The vendors' tools refuse caps far
+below the board's default: nvidia-smi -q reports "Min Power Limit" 100 W of 400 W on
+A100-SXM4-40GB (0.25) and 200 W of 700 W on H100 and H200 SXM (0.29;
+github.com/thamada/nvidia-smi nvsim/H100SXMx8_smi.py, github.com/thamada/gls gls/H200_smi.py).
+Conservative: AMD's amd-smi documentation shows MI300X "MIN_POWER: 100 W" of 750 W
+(github.com/amd/MxGPU-Virtualization smi-lib/docs/how_to/amdsmi_cli_usage.md), so caps of
+100-187 W there are refused until the catalog carries each part's own minimum."""
+
+MOST_INLET_C = 60.0
+"""The warmest inlet accepted. ASHRAE TC 9.9's air classes top out at A4 (45 °C allowable) and
+its liquid classes at W+ (supply above 45 °C); 60 °C leaves room for warm-water cooling while
+refusing a °F value or a die temperature given as the inlet. The floor, above 0 °C, is
+`_positive`'s."""
+
+
+def _check_thermal_limits(values: dict[str, Any], where: str) -> None:
+    """The board slows its clocks before it shuts down; the inlet is a room's, in °C."""
+    slowdown, shutdown = values.get("thermal_slowdown_c"), values.get("thermal_shutdown_c")
+    if slowdown is not None and shutdown is not None and shutdown <= slowdown:
+        raise CatalogError(f"{where}: thermal_shutdown_c ({shutdown:g} °C) must exceed "
+                           f"thermal_slowdown_c ({slowdown:g} °C): the board slows its clocks "
+                           f"before it shuts down; take both from nvidia-smi -q (GPU Shutdown/"
+                           f"Slowdown Temp) or amd-smi static --limit.")
+    inlet = values.get("inlet_c")
+    if inlet is not None and inlet > MOST_INLET_C:
+        raise CatalogError(f"{where}: inlet_c = {inlet:g} °C is outside 0-{MOST_INLET_C:g} °C; "
+                           f"give the air (or coolant supply) temperature at the chassis inlet "
+                           f"in °C, e.g. 25.")
+
+
+def _check_power_limits(values: dict[str, Any], where: str) -> None:
+    """Power limits lie between the floor and the board's `tdp_w`; degraded nodes come with
+    their power limit."""
+    if ("degraded_nodes" in values) != ("degraded_power_w" in values):
+        raise CatalogError(f"{where}: degraded_nodes and degraded_power_w go together; give "
+                           f"both (how many nodes, and their GPUs' power limit) or neither.")
+    tdp = values["tdp_w"]
+    floor = POWER_LIMIT_FLOOR_SHARE * tdp
+    for key, unset in (("power_limit_w", "leave it out to run at tdp_w"),
+                       ("degraded_power_w", "leave it and degraded_nodes out")):
+        limit = values.get(key)
+        if limit is not None and not floor <= limit <= tdp:
+            raise CatalogError(f"{where}: {key} = {limit:g} W is outside {floor:g}-{tdp:g} W "
+                               f"({POWER_LIMIT_FLOOR_SHARE:g} × tdp_w to tdp_w of "
+                               f"{values.get('name', 'this platform')}); set {key} within that "
+                               f"range, or {unset}.")
 
 
 LARGEST_QUANTITY = 1e20

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from advisor.catalog import load_model, load_platform
+from advisor.catalog import CONDITIONS, load_model, load_platform, with_conditions
 from advisor.core import limits
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.model import ModelSpec
@@ -198,15 +198,18 @@ def _framework_defaults(row: Mapping, *, tp: int, sharding: str,
     return out
 
 
-def parse_row(row: dict, catalog: dict) -> ParsedRow:
+def parse_row(row: dict, catalog: dict, conditions: Mapping | None = None) -> ParsedRow:
     """A row's configuration and job, checked against the model and platform; errors are
     captured, never raised (one bad cell must not fail the file). `catalog` keeps the models
     and platforms already loaded, so that rows naming the same share one object (and one
-    vectorised group in the Predictor)."""
+    vectorised group in the Predictor). The platform runs under the row's own `CONDITIONS`
+    columns (`power_limit_w`, `inlet_c`, ...) where filled, else under `conditions` (the
+    command line's)."""
     out = ParsedRow()
     try:
         model = _cached(catalog, load_model, str(row["model"]))
-        platform = _cached(catalog, load_platform, str(row["gpu"]))
+        platform = _conditions(catalog, _cached(catalog, load_platform, str(row["gpu"])),
+                               row, conditions or {})
         config, out.assumed = parse_run_row(row, model)
         framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
         out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])),
@@ -220,6 +223,24 @@ def parse_row(row: dict, catalog: dict) -> ParsedRow:
     except (ValueError, TypeError, OverflowError, OSError) as e:
         out.error = f"cannot read this row: {type(e).__name__}: {e}"
     return out
+
+
+def _conditions(catalog: dict, platform: Platform, row: Mapping,
+                defaults: Mapping) -> Platform:
+    """`platform` under the row's conditions (its cells where filled, else `defaults`), one
+    object per distinct set of them."""
+    given = {}
+    for key in CONDITIONS:
+        cell = row.get(key)
+        if cell is None or (isinstance(cell, float) and math.isnan(cell)) or str(cell).strip() \
+                == "":
+            given[key] = defaults.get(key)
+        else:
+            given[key] = int(float(cell)) if key == "degraded_nodes" else float(cell)
+    key = ("conditions", platform.name, tuple(given.items()))
+    if key not in catalog:
+        catalog[key] = with_conditions(platform, given_by="the input row", **given)
+    return catalog[key]
 
 
 def _cached(catalog: dict, load, name: str):

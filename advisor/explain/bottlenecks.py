@@ -83,12 +83,13 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
         f"activations {m.activations_bytes / 1e9:.1f} GB).")
     busy = (s.compute_s + s.recompute_s) / s.step_time_s
     limit = (f"the GEMM phases ask for {p.gemm_power_demand_w:.0f} W against a "
-             f"{platform.tdp_w:.0f} W limit, so the power cap binds"
-             if p.gemm_power_demand_w > platform.tdp_w else
+             f"{p.power_limit_w:.0f} W limit, so the power cap binds"
+             if p.gemm_power_demand_w > p.power_limit_w else
              f"the GEMM phases draw {p.gemm_power_demand_w:.0f} W, under the "
-             f"{platform.tdp_w:.0f} W limit")
+             f"{p.power_limit_w:.0f} W limit")
     lines.append(
-        f"Power: {p.avg_power_w:.0f} W average, {p.peak_power_w:.0f} W peak per GPU; the GPUs "
+        f"Power: {p.avg_power_w:.0f} W average (never above the limit), {p.peak_power_w:.0f} W "
+        f"peak per GPU (the highest 50 ms sample, which may pass the limit briefly); the GPUs "
         f"compute {busy:.0%} of the step and {limit}. {p.energy_j_per_token:.3f} J per token, "
         f"{p.samples_per_mj:,.0f} samples per MJ.")
     lines.append(_throttle_line(p, platform, prediction))
@@ -96,25 +97,39 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
         "These are analytical predictions"
         + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
            "has no measured runs)")
-        + "; the power model is fitted on measured A40/A100 power (shared/reference/power) and "
-          "the chassis thermals are placeholders (advisor/catalog/chassis.toml) until campaigns "
+        + "; the power model is fitted on measured A40/A100 power (shared/reference/power), "
+          "the spreads between GPUs on 392 V100s (shared/reference/thermal), and the chassis "
+          "thermals are partly placeholders (advisor/catalog/chassis.toml) until campaigns "
           "measure them.")
     return lines
 
 
 def _throttle_line(p, platform, prediction) -> str:
-    """Name the mechanism: bursts against the power cap, overlap heating, bubbles, the rear-slot
-    straggler, thermal slowdown."""
-    from advisor.perf.thermal import chassis_for
+    """Name the mechanisms and the expected losses: bursts against the power cap, overlap
+    heating, bubbles, the rear-slot straggler, the slowest of N GPUs, thermal slowdown."""
+    from advisor.perf.thermal import chassis_for, inlet_temperature
 
     chassis = chassis_for(platform)
     row = chassis.row[p.straggler_slot] if p.straggler_slot < chassis.num_slots else "front"
     mechanisms = []
-    if p.gemm_power_demand_w > platform.tdp_w:
+    if p.gemm_power_demand_w > p.power_limit_w:
         mechanisms.append(
             f"the sustained compute bursts ask for {p.gemm_power_demand_w:.0f} W against the "
-            f"{platform.tdp_w:.0f} W cap, so clocks drop to {p.min_clock_frac:.0%} of maximum "
-            f"while they run ({p.throttle_risk_power:.0%} of the step)")
+            f"{p.power_limit_w:.0f} W limit, so clocks drop to {p.min_clock_frac:.0%} of "
+            f"maximum while they run ({p.throttle_risk_power:.0%} of the step): "
+            f"{p.power_cap_loss:.1%} of the step")
+    if p.straggler_loss > 0.0005:
+        mechanisms.append(f"capped GPUs differ in speed and the synchronous step waits for the "
+                          f"slowest of {prediction.config.world_size:,}: {p.straggler_loss:.1%}")
+    if p.thermal_loss > 0.0005 or p.throttle_risk > 0.01:
+        mechanisms.append(f"a {p.throttle_risk:.0%} chance that a GPU reaches the "
+                          f"{platform.thermal_slowdown_c:.0f} °C slowdown point (inlet "
+                          f"{inlet_temperature(chassis, platform):.0f} °C): "
+                          f"{p.thermal_loss:.1%} expected")
+    if p.degraded_loss > 0:
+        mechanisms.append(f"{platform.degraded_nodes} degraded node(s) held at "
+                          f"{platform.degraded_power_w:.0f} W slow the stage they hold: "
+                          f"{p.degraded_loss:.1%}")
     if prediction.config.overlap_grad_reduce or prediction.config.tp_comm_overlap:
         mechanisms.append("overlapped communication adds its draw on top of the compute "
                           "(overlap heats)")
@@ -122,20 +137,14 @@ def _throttle_line(p, platform, prediction) -> str:
     if bubble >= 0.1:
         mechanisms.append(f"the pipeline idles {bubble:.0%} of the step in its bubble, so the "
                           f"average ({p.avg_power_w:.0f} W) sits well below the bursts")
-    if p.throttle_risk_thermal > 0.01:
-        mechanisms.append(f"GPUs reach the {platform.thermal_slowdown_c:.0f} °C slowdown "
-                          f"limit and clock down to hold it ({p.throttle_risk_thermal:.0%} of "
-                          f"the step)")
     position = (f"front GPUs about {p.temp_front_c:.0f} °C, rear GPUs about "
                 f"{p.temp_rear_c:.0f} °C, bursts peak at {p.peak_temp_c:.0f} °C "
                 f"({platform.cooling}-cooled, chassis {chassis.name})")
-    straggler = (f"The straggler is a {row}-slot GPU (slot {p.straggler_slot}) of stage "
+    straggler = (f"The pace is set by a {row}-slot GPU (slot {p.straggler_slot}) of stage "
                  f"{p.straggler_stage}"
                  + (": it breathes the front GPUs' exhaust, leaks more and keeps less of the "
-                    "cap for its clock" if row == "rear" else "")
-                 + f"; the synchronous step waits for it, {p.throttle_loss:.1%} of throughput "
-                   f"lost to throttling.")
+                    "limit for its clock" if row == "rear" else "") + ".")
+    head = f"Expected loss {p.throttle_loss:.1%} of throughput"
     if not mechanisms:
-        return f"Throttle risk {p.throttle_risk:.0%}: {position}. {straggler}"
-    return (f"Throttle risk {p.throttle_risk:.0%} (share of the step the most throttled GPU "
-            f"runs below full clock): {'; '.join(mechanisms)}; {position}. {straggler}")
+        return f"{head}: {position}. {straggler}"
+    return f"{head}: {'; '.join(mechanisms)}; {position}. {straggler}"

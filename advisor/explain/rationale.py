@@ -140,7 +140,7 @@ def _fmt(knob: str, value: object) -> str:
 
 
 def tradeoff(pick: Row, other: Row) -> str:
-    """`MBS=2 would add 1 % throughput for 9 % more peak power and higher throttle risk`."""
+    """`MBS=2 would add 1 % throughput for 9 % more peak power and higher thermal risk`."""
     a, b = knob_values(pick), knob_values(other)
 
     def rel(col: str) -> float:
@@ -156,7 +156,7 @@ def tradeoff(pick: Row, other: Row) -> str:
              if abs(energy) >= 0.005 else ""]
     risk = float(other["pred_throttle_risk"]) - float(pick["pred_throttle_risk"])
     if abs(risk) >= 0.02:
-        costs.append(f"{'higher' if risk > 0 else 'lower'} throttle risk "
+        costs.append(f"{'higher' if risk > 0 else 'lower'} thermal risk "
                      f"({float(other['pred_throttle_risk']):.0%})")
     if float(other["pred_memory_gb"]) > float(pick["pred_memory_gb"]) * 1.05:
         costs.append(f"{float(other['pred_memory_gb']):.0f} GB per GPU")
@@ -206,6 +206,29 @@ def contributions_in_words(contributions: Row, limit: int = 3, *,
             + " (surrogate SHAP contributions)")
 
 
+def thermal_remedies(row: Row, platform: Platform) -> list[str]:
+    """What lowers this layout's hottest temperature, only where it applies to it."""
+    out = []
+    if int(row["mbs"]) > 1:
+        out.append(f"micro-batch 1 instead of {int(row['mbs'])} (shorter bursts, lower peaks: "
+                   f"Go et al. MICRO'25 finding 3)")
+    if bool(row.get("tp_comm_overlap", False)) or bool(row.get("overlap_grad_reduce", False)):
+        out.append("turning off compute/communication overlap (overlap heats: finding 4)")
+    if int(row["pp"]) > 1:
+        out.append("an uneven pipeline split that lightens the hot rear-slot stages "
+                   "(`advisor explain` shows the placement)")
+    out.append(f"a power limit below {platform.limit_w:.0f} W (--power-limit-w)")
+    out.append("a cooler inlet (--inlet-c gives the room's)")
+    return out
+
+
+def thermal_warning(row: Row, platform: Platform) -> str:
+    """The thermal risk in words, with the remedies that apply to this layout."""
+    return (f"thermal risk {float(row['pred_throttle_risk']):.0%}: that likely a GPU of the job "
+            f"reaches its {platform.thermal_slowdown_c:.0f} °C slowdown point and clocks down; "
+            f"lowered by {_join(thermal_remedies(row, platform))}")
+
+
 def warnings(row: Row, platform: Platform, model: ModelSpec, *,
              surrogate: bool = True) -> list[str]:
     out = []
@@ -217,8 +240,7 @@ def warnings(row: Row, platform: Platform, model: ModelSpec, *,
                    f"{' or uneven expert routing' if model.is_moe else ''} could run out of "
                    f"memory")
     if float(row["pred_throttle_risk"]) >= HIGH_THROTTLE_RISK:
-        out.append(f"throttle risk {float(row['pred_throttle_risk']):.0%}: expect clocks to "
-                   f"drop on the hottest GPUs; a smaller micro-batch or recompute lowers peaks")
+        out.append(thermal_warning(row, platform))
     if not bool(row.get("pred_calibrated", True)):
         out.append(f"{platform.family} is uncalibrated: no measured run calibrated it, so "
                    f"throughput and MFU use the calibrated families' average efficiencies; "

@@ -62,8 +62,12 @@ class StepTimeBreakdown:
 @dataclass(frozen=True)
 class PowerThermal:
     avg_power_w: float
+    """Mean draw per GPU over the step; never above the power limit."""
     peak_power_w: float
+    """The highest 50 ms NVML instantaneous sample of any GPU (may pass the limit briefly)."""
     gemm_power_demand_w: float
+    """The hungriest GPU's draw at full clock (its die's leakage included): above the limit,
+    the power cap binds."""
     energy_j_per_token: float
     samples_per_mj: float
     """The paper's efficiency metric: sequences per megajoule over all GPUs."""
@@ -75,19 +79,43 @@ class PowerThermal:
     """Hottest temperature any GPU reaches during a burst (held at the slowdown limit)."""
     min_clock_frac: float
     """Lowest clock of any GPU relative to its maximum."""
+    power_limit_w: float
+    """The power limit in force (the board's default or the one set)."""
     throttle_risk: float
-    """Share of the step the most throttled GPU runs below its maximum clock (power cap or
-    thermal slowdown), 0..1."""
+    """Probability that some GPU of the job reaches its slowdown temperature, over the room's
+    inlet and the GPU-to-GPU spread (`advisor/perf/variability.py`), 0..1."""
     throttle_risk_power: float
-    """... from the power cap alone."""
+    """Share of the step the pace-setting GPU runs power-capped (ordinary, not a risk)."""
     throttle_risk_thermal: float
-    """... from thermal slowdown alone."""
+    """The thermal slowdown probability (= `throttle_risk`)."""
+    power_cap_loss: float
+    """Share of the step lost to clocks below maximum under the power cap."""
+    straggler_loss: float
+    """Share of the step spent waiting for the slowest of the job's GPUs."""
+    thermal_loss: float
+    """Expected share of the step lost to thermal slowdown."""
+    degraded_loss: float
+    """Share of the step lost to the cluster's degraded nodes."""
     throttle_loss: float
-    """Fraction of the unthrottled throughput lost to throttling (the straggler's clock)."""
+    """All of them: the fraction of the unthrottled throughput the step loses."""
     straggler_stage: int
     """Pipeline stage of the GPU that sets the pace."""
     straggler_slot: int
     """Its slot in the node (`advisor/catalog/chassis.toml`)."""
+
+    def losses(self) -> dict[str, float]:
+        """The expected losses by cause (shares of the step) and their total."""
+        return {"power_cap": self.power_cap_loss, "slowest_gpu": self.straggler_loss,
+                "thermal": self.thermal_loss, "degraded_nodes": self.degraded_loss,
+                "total": self.throttle_loss}
+
+    def loss_split(self) -> str:
+        """`cap/slowest/heat` in percent, e.g. "4.3/3.5/1.0" (a degraded node's share added
+        where there is one)."""
+        parts = [self.power_cap_loss, self.straggler_loss, self.thermal_loss]
+        if self.degraded_loss > 0:
+            parts.append(self.degraded_loss)
+        return "/".join(f"{100 * x:.1f}" for x in parts)
 
 
 @dataclass(frozen=True)

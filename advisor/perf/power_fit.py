@@ -9,12 +9,17 @@ Sources (`shared/reference/power`, read its README):
 * `stage_profiles` — GPT-3 175B / BLOOM stage forward and backward time and power against a
   locked SM clock (A100 SXM, A40): the DVFS relations time(f) and power(f).
 * `zeus_power_limit` — the same pipelines under one GPU power limit from 300 W down (Zeus):
-  iteration time and per-GPU power against the limit, predicted from the 300 W step's timeline.
+  iteration time and per-GPU power against the limit, predicted from the 300 W step's timeline
+  (itself capped where the demand exceeds 300 W; see `predict_zeus`).
 
-Each source's error is the median absolute percentage error of its targets. The fit minimises
+Each source's error is the mean absolute percentage error (MAPE) of its targets. The fit minimises
 the sum over sources of their mean squared log errors (each source weighs the same), with a
 weak pull towards the placeholder values so that a parameter no remaining source constrains
 (when one is held out) stays where it was rather than drifting.
+
+`workload_holdout_table` holds out one workload at a time instead: one (gpu, model) pipeline of
+the Zeus sweep, with every row measured on it (see `without_workload`), to judge the power-limit
+response on a job the fit has never seen.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ DESIGN_W = {"a40": 300.0, "a100-pcie-80gb": 400.0}
 except A100 PCIe, which caps the GA100 die of the A100 SXM4 (400 W, NVIDIA A100 datasheet) at
 300 W. The products' shares are of their SXM/OAM limits (tdp_w), which are their design power."""
 SOURCES = ("perseus", "stage_profiles", "zeus_power_limit")
+BASE_LIMIT_W = 300.0
+"""The Zeus sweeps' reference step: the highest limit NVML allowed (shared/reference/power)."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,9 @@ def load_reference(folder: Path) -> PowerReference:
     zeus["busy_s"] = zeus["fwd_time_s"] + zeus["bwd_time_s"]
     steps = zeus.groupby(["gpu", "model", "power_limit_w", "stage"], as_index=False)[
         ["busy_s", "iter_time_s", "avg_power_w"]].median()
-    base = steps[steps["power_limit_w"] == 300].drop(columns=["power_limit_w", "avg_power_w"])
-    steps = steps[steps["power_limit_w"] < 300].merge(
+    base = steps[steps["power_limit_w"] == BASE_LIMIT_W].drop(
+        columns=["power_limit_w", "avg_power_w"])
+    steps = steps[steps["power_limit_w"] < BASE_LIMIT_W].merge(
         base, on=["gpu", "model", "stage"], suffixes=("", "_300"))
     job_iter = steps.groupby(["gpu", "model", "power_limit_w"])["iter_time_s"].transform("max")
     job_base = steps.groupby(["gpu", "model", "power_limit_w"])["iter_time_s_300"].transform("max")
@@ -132,14 +140,22 @@ def predict_profiles(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.nd
 def predict_zeus(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(iteration time ratio per job, per-stage average power) under a power limit, from the
     300 W step's timeline: busy power capped at the limit lowers the clock, which stretches
-    compute; the slowest stage's stretch sets the pipeline."""
+    compute; the slowest stage's stretch sets the pipeline.
+
+    The 300 W step is itself a capped step wherever the demand exceeds 300 W (A100 PCIe: the
+    GA100 die's design power is 400 W), so its measured busy time is the full-clock time
+    already stretched by slowdown(φ₃₀₀). A limit's busy time is that time times
+    slowdown(φ_limit) / slowdown(φ₃₀₀), and the ratio is iteration(limit) / iteration(300 W),
+    both modelled (comparing against an unthrottled 300 W step overstates every stretch).
+    """
     tdp = d["design_w"].to_numpy()
     limit = d["limit_w"].to_numpy()
     demand = p.busy_share * tdp
     static = p.static_share * tdp
-    phi = np.where(demand > limit, p.capped_clock(static, demand, limit), 1.0)
+    phi = p.capped_clock(static, demand, limit)          # 1 where the demand fits
+    phi_base = p.capped_clock(static, demand, BASE_LIMIT_W)
     busy = d["busy300_s"].to_numpy()
-    stretched = busy * p.slowdown(phi)
+    stretched = busy * p.slowdown(phi) / p.slowdown(phi_base)
     frame = d.assign(extra=stretched - busy)
     job = ["gpu", "model", "limit_w"]
     extra = frame.groupby(job)["extra"].transform("max").to_numpy()
@@ -212,4 +228,77 @@ def validation_table(ref: PowerReference) -> pd.DataFrame:
             rows.append({"source": held, "target": target, "points": len(values),
                          "mape_in_sample": mape(values),
                          "mape_held_out": mape(outside[target])})
+    return pd.DataFrame(rows)
+
+
+def workloads(ref: PowerReference) -> list[tuple[str, str]]:
+    """The (gpu, model) pipelines of the Zeus power-limit sweep in the fit, sorted.
+
+    The 3D (dp 2, tp 2) GPT-3 6.7B job is not one: `load_reference` keeps pure pipelines only.
+    """
+    pairs = ref.zeus[["gpu", "model"]].drop_duplicates()
+    return sorted(pairs.itertuples(index=False, name=None))
+
+
+def without_workload(ref: PowerReference, gpu: str, model: str) -> PowerReference:
+    """`ref` less every row measured on the (gpu, model) workload.
+
+    That is its Zeus power-limit steps (the held-out targets) and its Perseus all-max-frequency
+    runs (the same job on the same GPUs, clocks unlocked). Stage profiles are dropped where model
+    and GPU match exactly, which none does: they are GPT-3 175B / BLOOM 176B stages, on A40 and
+    A100 SXM (not PCIe), i.e. other jobs that share a family and a GPU with some workloads.
+    """
+    def keep(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[(frame["gpu"] != gpu) | (frame["model"] != model)]
+
+    return PowerReference(perseus=keep(ref.perseus), profiles=keep(ref.profiles),
+                          zeus=keep(ref.zeus))
+
+
+def limit_errors(p: PowerParams, zeus: pd.DataFrame) -> pd.DataFrame:
+    """Log errors (predicted / measured) of one workload's Zeus steps under `p`.
+
+    Returns:
+        One row per (limit, stage): limit_w, time_log_error (the job's iteration time ratio,
+        the same on every stage of a limit) and power_log_error (the stage's average power).
+    """
+    time_ratio, power_w = predict_zeus(p, zeus)
+    return pd.DataFrame({
+        "limit_w": zeus["limit_w"].to_numpy(),
+        "time_log_error": np.log(time_ratio / zeus["iter_ratio"].to_numpy()),
+        "power_log_error": np.log(power_w / zeus["avg_power_w"].to_numpy())})
+
+
+def holdout_row(inside: pd.DataFrame, outside: pd.DataFrame) -> dict[str, float]:
+    """One workload's figures from its `limit_errors` in-sample (`inside`) and held out."""
+    per_limit = outside.groupby("limit_w")["time_log_error"].first()
+    worst = per_limit.abs().idxmax()
+    return {"num_limits": len(per_limit), "num_power_points": len(outside),
+            "time_mape_in_sample": mape(inside.groupby("limit_w")["time_log_error"].first()),
+            "time_mape_held_out": mape(per_limit.to_numpy()),
+            "power_mape_in_sample": mape(inside["power_log_error"].to_numpy()),
+            "power_mape_held_out": mape(outside["power_log_error"].to_numpy()),
+            "worst_limit_w": float(worst),
+            "worst_time_error_pct": float(np.expm1(per_limit[worst]) * 100)}
+
+
+def workload_holdout_table(ref: PowerReference) -> pd.DataFrame:
+    """Power-limit response, one workload held out at a time.
+
+    For each (gpu, model) of `workloads`, fit on `without_workload` and predict the workload's
+    iteration time ratio under each limit (one point per limit) and each stage's average power
+    (one per limit and stage); the in-sample figures use the fit on everything.
+
+    Returns:
+        One row per workload: gpu, model, num_limits, num_power_points, time and power MAPE
+        (%) in-sample and held out, the limit with the largest held-out time error
+        (worst_limit_w) and that error, signed (worst_time_error_pct; > 0: predicted slower).
+    """
+    full = fit(ref)
+    rows = []
+    for gpu, model in workloads(ref):
+        zeus = ref.zeus[(ref.zeus["gpu"] == gpu) & (ref.zeus["model"] == model)]
+        held = fit(without_workload(ref, gpu, model))
+        rows.append({"gpu": gpu, "model": model,
+                     **holdout_row(limit_errors(full, zeus), limit_errors(held, zeus))})
     return pd.DataFrame(rows)

@@ -7,12 +7,15 @@ skew). Pipeline stages land in slots by Megatron's rank order (tp fastest, then 
 a stage of a whole node or more has GPUs in every slot.
 
 Temperatures are first-order: steady = inlet (+ the upstream GPU's preheat) + R · average
-power, with R = rise at the power limit / power limit; the peak follows a burst of power above
-the average for as long as the burst lasts against the die's time constant.
+power, with R the chassis' thermal resistance (°C per W: each platform's heat sink or cold
+plate); the peak follows a burst of power above the average for as long as the burst lasts
+against the die's time constant. The inlet is the room's (`Platform.inlet_c`, from
+`--inlet-c` or a cluster file) where given, else the chassis' default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from importlib import resources
@@ -35,13 +38,16 @@ class Chassis:
     row: tuple[str, ...]
     """Per slot, `front` or `rear`."""
     inlet_c: float
-    rise_at_tdp_c: float
-    """Steady rise above inlet of a GPU on fresh air drawing its power limit."""
+    """Default supply air (coolant) temperature."""
+    resistance_c_per_w: float
+    """Steady rise above its inlet per watt of a GPU's average power."""
     preheat_share: float
     """A downstream GPU's inlet warms by this share of its upstream GPU's rise."""
     time_constant_s: float
     package_skew_c: float
     """Extra temperature of the second device of a two-device package."""
+    platforms: tuple[str, ...] = ()
+    """Catalog platforms built into this chassis."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def placeholders(self) -> list[str]:
@@ -54,20 +60,23 @@ def chassis_catalog() -> dict[str, Chassis]:
     """Every chassis in `advisor/catalog/chassis.toml` by name."""
     import tomllib
 
-    text = resources.files("advisor.catalog").joinpath("chassis.toml").read_text()
+    text = resources.files("advisor.catalog").joinpath("chassis.toml").read_text(
+        encoding="utf-8")
     out = {}
     for name, entry in tomllib.loads(text)["chassis"].items():
         entry = dict(entry)
         sources = entry.pop("sources", {})
         try:
             chassis = Chassis(name=name, upstream=tuple(entry.pop("upstream")),
-                              row=tuple(entry.pop("row")), sources=sources, **entry)
+                              row=tuple(entry.pop("row")),
+                              platforms=tuple(entry.pop("platforms", ())), sources=sources,
+                              **entry)
         except (TypeError, KeyError) as e:
             raise CatalogError(f"chassis.toml [chassis.{name}]: {e}") from None
         if not (len(chassis.upstream) == len(chassis.row) == chassis.num_slots):
             raise CatalogError(f"chassis.toml [chassis.{name}]: upstream and row need one "
                                f"entry per slot ({chassis.num_slots}).")
-        for key in ("inlet_c", "rise_at_tdp_c", "preheat_share", "time_constant_s",
+        for key in ("inlet_c", "resistance_c_per_w", "preheat_share", "time_constant_s",
                     "package_skew_c", "upstream"):
             if not str(sources.get(key, "")).strip():
                 raise CatalogError(f"chassis.toml [chassis.{name}]: {key} has no source.")
@@ -76,10 +85,12 @@ def chassis_catalog() -> dict[str, Chassis]:
 
 
 def chassis_for(platform: Platform) -> Chassis:
-    """The platform's chassis (by its `chassis` key, else by its cooling), resized to its
-    devices per node when a cold-plate tray holds another count."""
-    name = platform.chassis or ("cold-plate" if platform.cooling == "liquid" else "hgx-air")
+    """The platform's chassis (its `chassis` key, else the chassis that lists it, else by its
+    cooling), resized to its devices per node when a tray holds another count."""
     catalog = chassis_catalog()
+    listed = [c.name for c in catalog.values() if platform.name in c.platforms]
+    name = platform.chassis or (listed[0] if listed else None) or (
+        "cold-plate" if platform.cooling == "liquid" else "hgx-air")
     if name not in catalog:
         raise CatalogError(f"{platform.name}: chassis {name!r} is unknown; use one of "
                            f"{', '.join(sorted(catalog))}.")
@@ -94,11 +105,7 @@ def chassis_for(platform: Platform) -> Chassis:
         row = tuple(["front"] * (n - half) + ["rear"] * half)
     else:
         upstream, row = (-1,) * n, ("front",) * n
-    return Chassis(name=name, description=chassis.description, num_slots=n, upstream=upstream,
-                   row=row, inlet_c=chassis.inlet_c, rise_at_tdp_c=chassis.rise_at_tdp_c,
-                   preheat_share=chassis.preheat_share,
-                   time_constant_s=chassis.time_constant_s,
-                   package_skew_c=chassis.package_skew_c, sources=chassis.sources)
+    return dataclasses.replace(chassis, num_slots=n, upstream=upstream, row=row)
 
 
 @dataclass(frozen=True)
@@ -167,22 +174,23 @@ def slot_map(chassis: Chassis, *, gpus_per_stage: np.ndarray, pp: int,
                    skewed=skewed)
 
 
-def thermal_resistance(chassis: Chassis, platform: Platform) -> float:
-    """°C per W: the chassis' rise at the power limit spread over this part's limit."""
-    return chassis.rise_at_tdp_c / platform.tdp_w
+def inlet_temperature(chassis: Chassis, platform: Platform) -> float:
+    """The supply air (coolant) temperature: the platform's (room's) where set, else the
+    chassis default."""
+    return chassis.inlet_c if platform.inlet_c is None else float(platform.inlet_c)
 
 
-def steady_temperature(chassis: Chassis, resistance: float, avg_power_w: np.ndarray,
+def steady_temperature(chassis: Chassis, inlet_c: float, avg_power_w: np.ndarray,
                        slots: SlotMap) -> np.ndarray:
     """Steady temperature of every entry: inlet, plus the upstream GPU's preheat, plus its own
     rise; the skewed device of a package on top."""
-    own_rise = resistance * avg_power_w
+    own_rise = chassis.resistance_c_per_w * avg_power_w
     n, pp, k = own_rise.shape
     flat = own_rise.reshape(n, pp * k)
     up_rise = np.take_along_axis(flat, slots.upstream_entry, axis=1).reshape(n, pp, k)
     preheat = np.where(slots.breathes_exhaust, chassis.preheat_share * up_rise, 0.0)
     skew = np.where(slots.skewed, chassis.package_skew_c, 0.0)
-    return chassis.inlet_c + preheat + own_rise + skew
+    return inlet_c + preheat + own_rise + skew
 
 
 def burst_reach(chassis: Chassis, burst_s: np.ndarray) -> np.ndarray:
@@ -191,8 +199,8 @@ def burst_reach(chassis: Chassis, burst_s: np.ndarray) -> np.ndarray:
     return 1.0 - np.exp(-np.maximum(burst_s, 0.0) / chassis.time_constant_s)
 
 
-def burst_heating(resistance: float, burst_w: np.ndarray, avg_w: np.ndarray,
+def burst_heating(chassis: Chassis, burst_w: np.ndarray, avg_w: np.ndarray,
                   reach: np.ndarray) -> np.ndarray:
     """How far above its steady temperature a GPU climbs during one burst of `burst_w` that
     gets `reach` (`burst_reach`) of the way to the step it would settle to."""
-    return resistance * np.maximum(burst_w - avg_w, 0.0) * reach
+    return chassis.resistance_c_per_w * np.maximum(burst_w - avg_w, 0.0) * reach

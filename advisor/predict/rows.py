@@ -30,7 +30,8 @@ LEARNED_OVERRIDES = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tf
 """Columns a learned prediction replaces (given to 4 decimals)."""
 
 
-def predict_frame(frame: pd.DataFrame, predictor=None) -> pd.DataFrame:
+def predict_frame(frame: pd.DataFrame, predictor=None, *,
+                  conditions: dict | None = None) -> pd.DataFrame:
     """Add the prediction columns: memory (`pred_memory_gb`, `pred_capacity_gb`, `pred_fits`),
     `PREDICTION_COLUMNS` (from `predictor` where given and supported, else analytical), the
     throughput band `pred_tokens_per_sec_per_gpu_p10/_p90`, `pred_extrapolation`,
@@ -38,9 +39,10 @@ def predict_frame(frame: pd.DataFrame, predictor=None) -> pd.DataFrame:
 
     Rows are read one by one (a bad row gets `pred_error`, the others are predicted) and
     predicted together: one vectorised `Predictor` call (analytical only without a
-    `predictor`)."""
+    `predictor`). `conditions` (power limit, inlet, degraded nodes) apply to rows whose own
+    columns for them are empty."""
     catalog: dict = {}
-    rows = [parse_row(row, catalog) for row in frame.to_dict("records")]
+    rows = [parse_row(row, catalog, conditions) for row in frame.to_dict("records")]
     choose_recompute(rows)
     ok = [i for i, r in enumerate(rows) if r.config is not None]
     learned = predictor is not None

@@ -53,9 +53,18 @@ class Side:
         return self.best.prediction.energy_j_per_token
 
     @property
+    def gpus_per_node(self) -> int:
+        return min(self.num_gpus, self.platform.num_gpus_per_node)
+
+    @property
     def peak_power_per_node_w(self) -> float:
-        per_node = min(self.num_gpus, self.platform.num_gpus_per_node)
-        return self.best.prediction.peak_power_w * per_node
+        """The node's GPUs at their peak 50 ms samples together (GPUs only, no host)."""
+        return self.best.prediction.peak_power_w * self.gpus_per_node
+
+    @property
+    def straggler_loss(self) -> float:
+        """Share of the step spent waiting for the slowest of the side's GPUs."""
+        return self.best.prediction.breakdown.power.straggler_loss
 
     @property
     def comm_share(self) -> float:
@@ -170,6 +179,7 @@ def verdict(sides: list[Side], winner: Side, model: ModelSpec) -> list[str]:
     """Sentences: who wins by how much on throughput, why, and who needs less energy."""
     fastest = max(sides, key=lambda s: s.tokens_per_sec)
     lines = [_pair(fastest, other, model) for other in sides if other is not fastest]
+    lines.extend(_slowest_line(sides))
     greenest = min(sides, key=lambda s: s.energy_j_per_token)
     others = [s for s in sides if s is not greenest]
     saving = 1 - greenest.energy_j_per_token / min(s.energy_j_per_token for s in others)
@@ -191,6 +201,17 @@ def verdict(sides: list[Side], winner: Side, model: ModelSpec) -> list[str]:
     if winner is not fastest:
         lines.insert(0, f"Best for this objective: {winner.label}.")
     return lines
+
+
+def _slowest_line(sides: list[Side]) -> list[str]:
+    """The scale-out cost of waiting for the slowest GPU, where the sides' GPU counts differ."""
+    if len({s.num_gpus for s in sides}) < 2:
+        return []
+    parts = ", ".join(f"{s.straggler_loss:.1%} of the step on {s.label}"
+                      for s in sorted(sides, key=lambda s: s.num_gpus))
+    return [f"Slowest GPU: a synchronous step waits for the slowest of its GPUs (power-capped "
+            f"GPUs of one model differ by about ±2.6 % in speed), and more GPUs have a slower "
+            f"slowest one: {parts} (included in the throughput above)."]
 
 
 def _pair(fast: Side, slow: Side, model: ModelSpec) -> str:

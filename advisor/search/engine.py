@@ -25,7 +25,7 @@ from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.core.table import Table
 from advisor.perf.columns import config_columns, full_length
 from advisor.perf.memory import memory_arrays, memory_table
-from advisor.search.objective import Constraints
+from advisor.search.objective import POWER_BOUNDS, Constraints
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,7 +158,7 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
 
 
 _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
-              "pred_memory_gb", "pred_peak_power_w", "pred_throttle_risk",
+              "pred_memory_gb", "pred_avg_power_w", "pred_peak_power_w", "pred_throttle_risk",
               "pred_energy_j_per_token", "pred_fits")
 
 
@@ -395,8 +395,9 @@ def _fixed(choices: dict[str, list]) -> dict:
 def _scales(constraints: Constraints, capacity_gb: float) -> dict[str, float]:
     """Divisors that make every violation a fraction of its limit (GB and W are not
     comparable, and TPE ranks infeasible trials by their summed violation)."""
-    return {"memory_gb": capacity_gb, "peak_power_w": constraints.max_power_w or 1.0,
-            "throttle_risk": 1.0}
+    return {"memory_gb": capacity_gb, "throttle_risk": 1.0,
+            **{violation: getattr(constraints, name) or 1.0
+               for name, (violation, _) in POWER_BOUNDS.items()}}
 
 
 def _tell(study, trial, row: dict | None, objective: str, directions: list[str], *,

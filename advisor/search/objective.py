@@ -34,21 +34,37 @@ than 1 %. No campaign has measured peak memory yet, so that bound is all that is
 1 % free covers it, and --memory-margin 0 gives back the last percent."""
 
 
+POWER_BOUNDS = {
+    "max_power_w": ("power_w", "average power per GPU"),
+    "max_peak_power_w": ("peak_power_w", "peak power per GPU (highest 50 ms sample)"),
+    "max_job_power_w": ("job_power_w", "average power of the job's GPUs together"),
+}
+"""Each power constraint: the violation it is recorded under and what it bounds."""
+
+
 @dataclass(frozen=True)
 class Constraints:
     """Limits every recommended configuration must meet (None = no limit)."""
 
     max_power_w: float | None = None
-    """Predicted peak power per GPU (the instantaneous draw a power-capped facility sees)."""
+    """Predicted average power per GPU over the step (what a rack's power budget sustains;
+    never above the GPU's power limit)."""
+    max_peak_power_w: float | None = None
+    """Predicted peak power per GPU: the highest 50 ms NVML instantaneous sample, which may
+    pass the power limit briefly."""
+    max_job_power_w: float | None = None
+    """Predicted average power of all the job's GPUs together."""
     max_throttle_risk: float | None = None
-    """Predicted probability that clocks drop (power cap or thermal slowdown), 0..1."""
+    """Predicted probability that a GPU of the job reaches its slowdown temperature, 0..1."""
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     """Fraction of GPU memory left free on the heaviest stage, on top of the memory model's own
     allowance for the CUDA context and allocator (`DEFAULT_MEMORY_MARGIN`)."""
 
     def __post_init__(self) -> None:
-        if self.max_power_w is not None and self.max_power_w <= 0:
-            raise ConfigError(f"`max_power_w` must be positive, got {self.max_power_w}.")
+        for name in POWER_BOUNDS:
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"`{name}` must be positive, got {value}.")
         if self.max_throttle_risk is not None and not 0 <= self.max_throttle_risk <= 1:
             raise ConfigError(f"`max_throttle_risk` is a probability between 0 and 1, got "
                               f"{self.max_throttle_risk}.")
@@ -61,21 +77,36 @@ class Constraints:
         `trial.set_constraint` takes exactly these values."""
         usable = capacity_gb * (1.0 - self.memory_margin)
         out = {"memory_gb": scored["pred_memory_gb"] - usable}
-        if self.max_power_w is not None:
-            out["peak_power_w"] = scored["pred_peak_power_w"] - self.max_power_w
+        for name, (violation, _) in POWER_BOUNDS.items():
+            limit = getattr(self, name)
+            if limit is not None:
+                out[violation] = power_of(scored, violation) - limit
         if self.max_throttle_risk is not None:
             out["throttle_risk"] = scored["pred_throttle_risk"] - self.max_throttle_risk
         return out
 
     def describe(self) -> list[str]:
         out = []
-        if self.max_power_w is not None:
-            out.append(f"peak power ≤ {self.max_power_w:.0f} W per GPU")
+        for name, (_, what) in POWER_BOUNDS.items():
+            limit = getattr(self, name)
+            if limit is not None:
+                out.append(f"{what} ≤ {limit:,.0f} W")
         if self.max_throttle_risk is not None:
-            out.append(f"throttle risk ≤ {self.max_throttle_risk:.0%}")
+            out.append(f"thermal risk ≤ {self.max_throttle_risk:.0%}")
         if self.memory_margin:
             out.append(f"{self.memory_margin:.0%} of GPU memory kept free")
         return out
+
+
+def power_of(scored: Table, violation: str) -> np.ndarray:
+    """The predicted power a constraint bounds (`POWER_BOUNDS`), per row."""
+    if violation == "peak_power_w":
+        return _floats(scored, "pred_peak_power_w")
+    avg = _floats(scored, "pred_avg_power_w")
+    if violation == "job_power_w":
+        return avg * _floats(scored, "tp") * _floats(scored, "pp") * _floats(
+            scored, "cp") * _floats(scored, "dp")
+    return avg
 
 
 def check_objective(objective: str) -> str:

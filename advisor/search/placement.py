@@ -24,7 +24,7 @@ from advisor.core.parallel import ParallelConfig
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration
 from advisor.perf.layout import stage_layer_counts
-from advisor.search.objective import Constraints
+from advisor.search.objective import POWER_BOUNDS, Constraints
 
 MAX_SHIFT = 4
 """Layers moved at most from the even share at either end: the findings moved one or two, and a
@@ -103,12 +103,18 @@ def _metric(table: dict[str, np.ndarray], objective: str) -> np.ndarray:
     return {"throughput": tps, "energy": per_mj, "balanced": tps * per_mj, "cost": tps}[objective]
 
 
-def _allowed(table: dict[str, np.ndarray], constraints: Constraints) -> np.ndarray:
+def _allowed(table: dict[str, np.ndarray], constraints: Constraints, *,
+             num_gpus: int) -> np.ndarray:
     ok = np.asarray(table["fits"], dtype=bool) & (
         np.asarray(table["total_bytes"], dtype=float)
         <= np.asarray(table["capacity_bytes"], dtype=float) * (1.0 - constraints.memory_margin))
-    if constraints.max_power_w is not None:
-        ok &= np.asarray(table["peak_power_w"], dtype=float) <= constraints.max_power_w
+    for name, (violation, _) in POWER_BOUNDS.items():
+        limit = getattr(constraints, name)
+        if limit is None:
+            continue
+        column = "peak_power_w" if violation == "peak_power_w" else "avg_power_w"
+        scale = num_gpus if violation == "job_power_w" else 1.0
+        ok &= np.asarray(table[column], dtype=float) * scale <= limit
     if constraints.max_throttle_risk is not None:
         ok &= np.asarray(table["throttle_risk"], dtype=float) <= constraints.max_throttle_risk
     return ok
@@ -151,7 +157,8 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
     table = full_length(analytical_arrays(model, platform, columns_of(configs),
                                           calibration=calibration), len(configs))
     values = _metric(table, objective)
-    values[1:] = np.where(_allowed(table, constraints or Constraints())[1:], values[1:], -np.inf)
+    values[1:] = np.where(_allowed(table, constraints or Constraints(),
+                                         num_gpus=config.world_size)[1:], values[1:], -np.inf)
     best = int(np.argmax(values[1:])) + 1
     gain = values[best] / values[0] - 1.0
     if not np.isfinite(gain) or gain < min_gain:

@@ -8,11 +8,13 @@ its prediction, explanation and warnings, plus the Pareto fronts and the trade-o
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from advisor.catalog import with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, NAMES, overlap
 from advisor.core.parallel import Job, ParallelConfig, make_job
@@ -28,8 +30,11 @@ from advisor.explain.rationale import (
     warnings,
 )
 from advisor.predict.predictor import Prediction, Predictor
+from advisor.search import power_limit
+from advisor.search.degraded import DegradedAdvice, route_around
 from advisor.search.engine import SearchEngine, feasible, search, violation_columns
 from advisor.search.objective import (
+    POWER_BOUNDS,
     TIE_TOLERANCE,
     Constraints,
     check_objective,
@@ -39,6 +44,7 @@ from advisor.search.objective import (
     throughput_basis,
 )
 from advisor.search.placement import Placement, propose_placement
+from advisor.search.power_limit import LIMIT_OBJECTIVES, LimitPoint, best_limit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,8 +61,8 @@ class Choice:
     rank: int
     summary: str
     prediction: Prediction
-    """Throughput with p10/p90, memory, power, energy, throttle risk, their source, and the
-    analytical breakdown behind the explanation."""
+    """Throughput with p10/p90, memory, power, energy, expected losses and thermal risk, their
+    source, and the analytical breakdown behind the explanation."""
     reasons: list[str]
     warnings: list[str]
     contributions: str = ""
@@ -94,6 +100,12 @@ class Recommendation:
     ranking: list[str] = field(default_factory=list)
     """How the order was decided, in words: the basis (median or p10), and where a tie rule or
     the risk-averse basis put a layout ahead of a faster one."""
+    limit_tradeoff: list[LimitPoint] = field(default_factory=list)
+    """#1 across the power limits the search tried (energy, balanced and cost objectives
+    without a limit given): empty where the limit was not searched."""
+    degraded: DegradedAdvice | None = None
+    """Where the job's platform marks degraded nodes: the job with them against the healthy
+    nodes alone."""
 
     @property
     def ranked(self) -> pd.DataFrame:
@@ -113,11 +125,42 @@ class Recommendation:
 
 def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected",
               constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
-              predictor=None, engine: SearchEngine | None = None,
-              progress=None) -> Recommendation:
+              predictor=None, engine: SearchEngine | None = None, progress=None,
+              search_power_limit: bool = True) -> Recommendation:
     """Search `job`'s space and return the `top` distinct layouts (see module docstring),
     ranked on the expected (median) prediction, or on the pessimistic p10 with
-    `risk="averse"`."""
+    `risk="averse"`. For the energy, balanced and cost objectives the GPU power limit is a
+    knob too (`advisor.search.power_limit`) unless the job's platform sets one or
+    `search_power_limit` is False: the layouts are then those of the best limit, and
+    `limit_tradeoff` shows #1 across the limits tried. Where the job's platform marks degraded
+    nodes, `degraded` says whether leaving them out is faster."""
+    predictor = predictor or Predictor.load()
+    rec = _recommend(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
+                     top=top, predictor=predictor, engine=engine, progress=progress)
+    advice = route_around(
+        job, rec.choices[0].prediction.tokens_per_sec_per_gpu * job.num_gpus,
+        recommend_job=lambda healthy: _recommend(
+            healthy, objective=objective, risk=risk, constraints=constraints, pins={}, top=1,
+            predictor=predictor, engine=engine, progress=None))
+    rec = dataclasses.replace(rec, degraded=advice)
+    if not (search_power_limit and objective in LIMIT_OBJECTIVES
+            and job.platform.power_limit_w is None):
+        return rec
+    limit = best_limit(job, rec.ranked_table.first_of_each(LAYOUT), predictor,
+                       objective=objective, risk=risk)
+    if limit != job.platform.tdp_w:
+        limited = dataclasses.replace(job, platform=with_conditions(
+            job.platform, power_limit_w=limit, given_by="the search"))
+        rec = _recommend(limited, objective=objective, risk=risk, constraints=constraints,
+                         pins=pins, top=top, predictor=predictor, engine=engine,
+                         progress=progress)
+    points = power_limit.tradeoff(job, rec.ranked_table.head(1), predictor)
+    return dataclasses.replace(rec, limit_tradeoff=points, degraded=advice)
+
+
+def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints | None,
+               pins: dict | None, top: int, predictor, engine: SearchEngine | None,
+               progress) -> Recommendation:
     check_objective(objective)
     check_risk(risk)
     if top < 1:
@@ -329,9 +372,11 @@ def constraint_message(scored: Table, constraints: Constraints) -> str:
         if (values > 0).all():
             name = col.removeprefix("violates_")
             best = values.min()
-            if name == "peak_power_w":
-                parts.append(f"`max_power_w` {constraints.max_power_w:.0f}: the lowest "
-                             f"predicted peak power is {constraints.max_power_w + best:.0f} W")
+            bound = next((k for k, (v, _) in POWER_BOUNDS.items() if v == name), None)
+            if bound is not None:
+                limit = getattr(constraints, bound)
+                parts.append(f"`{bound}` {limit:,.0f}: the lowest predicted "
+                             f"{POWER_BOUNDS[bound][1]} is {limit + best:,.0f} W")
             elif name == "throttle_risk":
                 parts.append(f"`max_throttle_risk` {constraints.max_throttle_risk:g}: the "
                              f"lowest predicted risk is "

@@ -138,7 +138,8 @@ def test_explain_names_the_bottleneck_and_the_thermal_story():
     text = r.output
     assert "Where the time goes" in text and "pipeline bubble" in text
     assert "Biggest loss" in text
-    assert "W average" in text and "W peak" in text and "Throttle risk" in text
+    assert "W average" in text and "W peak" in text and "highest 50 ms sample" in text
+    assert "Expected loss" in text and "slowest of 32" in text
     assert "analytical" in text
 
 

@@ -49,15 +49,16 @@ def test_recommend_emits_launch_commands(emitter, flag):
 def test_recommend_constraints_and_pins_from_flags():
     pinned = [*JOB, "--json", "--tp", "8", "--no-overlap", "--memory-margin", "0.1"]
     free = json.loads(run("recommend", *pinned, "--top", "50").stdout)["choices"]
-    # a limit between the pinned layouts' lowest and highest predicted peak power
-    peaks = sorted(c["predicted"]["peak_power_w"] for c in free)
-    limit = f"{(peaks[0] + peaks[-1]) / 2:.1f}"
-    assert peaks[0] < float(limit) < peaks[-1]
-    r = run("recommend", *pinned, "--max-power-w", limit, "--top", "2")
-    assert r.exit_code == 0, r.output
-    for c in json.loads(r.stdout)["choices"]:
-        assert c["config"]["tp"] == 8 and not c["config"]["tp_comm_overlap"]
-        assert c["predicted"]["peak_power_w"] <= float(limit)
+    # limits between the pinned layouts' lowest and highest predicted average and peak power
+    for flag, key in (("--max-power-w", "avg_power_w"), ("--max-peak-power-w", "peak_power_w")):
+        values = sorted(c["predicted"][key] for c in free)
+        limit = f"{(values[0] + values[-1]) / 2:.1f}"
+        assert values[0] < float(limit) < values[-1]
+        r = run("recommend", *pinned, flag, limit, "--top", "2")
+        assert r.exit_code == 0, r.output
+        for c in json.loads(r.stdout)["choices"]:
+            assert c["config"]["tp"] == 8 and not c["config"]["tp_comm_overlap"]
+            assert c["predicted"][key] <= float(limit)
 
 
 @pytest.mark.plot
@@ -93,7 +94,11 @@ def test_piped_tables_keep_every_column():
     ([*JOB, "--tp", "3"], "--tp 3 is not valid"),
     ([*JOB, "--pp", "1", "--vp", "2"], "--vp 2 is not valid"),
     ([*JOB, "--dp-sharding", "full", "--pp", "2"], "is not valid"),
-    ([*JOB, "--max-power-w", "50"], "--max-power-w 50: the lowest predicted peak power"),
+    ([*JOB, "--max-power-w", "50"], "--max-power-w 50: the lowest predicted average power"),
+    ([*JOB, "--max-peak-power-w", "50"], "--max-peak-power-w 50: the lowest predicted peak"),
+    ([*JOB, "--power-limit-w", "5000"], "power_limit_w"),
+    ([*JOB, "--inlet-c", "90"], "inlet_c"),
+    ([*JOB, "--degraded-nodes", "1"], "degraded"),
     ([*JOB, "--emit", "deepspeed"], "--emit 'deepspeed' is unknown"),
     ([*JOB, "--objective", "speed"], "objective 'speed' is unknown"),
     ([*JOB, "--search", "exhaustive", "--storage", "x.log"], "--storage"),

@@ -145,3 +145,111 @@ def test_model_unknown_key_is_refused():
     with pytest.raises(CatalogError, match="unknown key.*hidden"):
         catalog.model_from_dict({"hidden": 8, "sources": {"architecture": "x"}}, name="x",
                                 path="x.toml")
+
+
+# ---- thermal and power limits -----------------------------------------------------------
+def _cluster(tmp_path, body: str, sources: dict[str, str] | None = None, base: str = "h100"):
+    """A cluster file on `base` with `body` and a source for each of its numbers."""
+    keys = sources if sources is not None else {
+        line.split("=")[0].strip(): "test" for line in body.splitlines() if "=" in line}
+    table = "".join(f'{key} = "{text}"\n' for key, text in keys.items())
+    f = tmp_path / "c.toml"
+    f.write_text(f'base = "{base}"\n{body}\n[sources]\n{table}', encoding="utf-8")
+    return f
+
+
+def _refused(f, message: str) -> str:
+    with pytest.raises(CatalogError, match=message) as e:
+        catalog.load_platform(str(f))
+    text = str(e.value)
+    assert text.startswith(str(f)) and "\n" not in text
+    return text
+
+
+def test_every_platform_shuts_down_above_its_slowdown():
+    for p in catalog.platforms().values():
+        assert p.thermal_shutdown_c is not None, f"{p.name} has no thermal_shutdown_c"
+        assert p.thermal_shutdown_c > p.thermal_slowdown_c, p.name
+        assert p.sources.get("thermal_shutdown_c"), p.name
+
+
+def test_shutdown_must_exceed_slowdown(tmp_path):
+    text = _refused(_cluster(tmp_path, "thermal_shutdown_c = 89"),
+                    r"thermal_shutdown_c \(89 °C\) must exceed thermal_slowdown_c \(89 °C\)")
+    assert "nvidia-smi -q" in text
+
+
+def test_slowdown_raised_past_the_base_shutdown_is_refused(tmp_path):
+    _refused(_cluster(tmp_path, "thermal_slowdown_c = 93"), "thermal_shutdown_c.*must exceed")
+
+
+def test_power_limit_above_tdp_is_refused(tmp_path):
+    text = _refused(_cluster(tmp_path, "power_limit_w = 800"),
+                    r"power_limit_w = 800 W is outside 175-700 W")
+    assert "tdp_w" in text and "leave it out" in text
+
+
+def test_power_limit_below_the_floor_is_refused(tmp_path):
+    _refused(_cluster(tmp_path, "power_limit_w = 70"), r"power_limit_w = 70 W is outside 175-700")
+
+
+def test_power_limit_zero_is_refused(tmp_path):
+    _refused(_cluster(tmp_path, "power_limit_w = 0"), "power_limit_w must be a positive")
+
+
+def test_power_limit_floor_follows_an_overridden_tdp(tmp_path):
+    _refused(_cluster(tmp_path, "tdp_w = 400\npower_limit_w = 500"),
+             r"power_limit_w = 500 W is outside 100-400 W")
+
+
+def test_power_limit_needs_a_source(tmp_path):
+    _refused(_cluster(tmp_path, "power_limit_w = 500", sources={}),
+             "power_limit_w.*sources")
+
+
+def test_degraded_power_needs_degraded_nodes(tmp_path):
+    _refused(_cluster(tmp_path, "degraded_power_w = 400"),
+             "degraded_nodes and degraded_power_w go together")
+
+
+def test_degraded_nodes_need_degraded_power(tmp_path):
+    _refused(_cluster(tmp_path, "degraded_nodes = 1"),
+             "degraded_nodes and degraded_power_w go together")
+
+
+def test_degraded_power_outside_the_power_range_is_refused(tmp_path):
+    text = _refused(_cluster(tmp_path, "degraded_nodes = 1\ndegraded_power_w = 100"),
+                    r"degraded_power_w = 100 W is outside 175-700 W")
+    assert "degraded_nodes out" in text
+
+
+def test_degraded_nodes_must_be_whole(tmp_path):
+    _refused(_cluster(tmp_path, "degraded_nodes = 1.5\ndegraded_power_w = 400"),
+             "degraded_nodes must be a whole number")
+
+
+def test_inlet_above_60_c_is_refused(tmp_path):
+    _refused(_cluster(tmp_path, "inlet_c = 77"), r"inlet_c = 77 °C is outside 0-60 °C")
+
+
+def test_inlet_at_or_below_zero_is_refused(tmp_path):
+    _refused(_cluster(tmp_path, "inlet_c = 0"), "inlet_c must be a positive")
+
+
+def test_cluster_file_sets_power_limit_inlet_and_degraded_nodes(tmp_path):
+    f = _cluster(tmp_path, "power_limit_w = 500\ninlet_c = 35\ndegraded_nodes = 2\n"
+                           "degraded_power_w = 400", base="h200")
+    p = catalog.load_platform(str(f))
+    assert (p.power_limit_w, p.inlet_c, p.degraded_nodes, p.degraded_power_w) == (
+        500, 35, 2, 400)
+    assert isinstance(p.degraded_nodes, int)
+    assert p.limit_w == 500 and p.thermal_shutdown_c == catalog.load_platform(
+        "h200").thermal_shutdown_c
+    assert p.sources["power_limit_w"] == "test"
+
+
+def test_power_limit_range_is_inclusive(tmp_path):
+    f = _cluster(tmp_path, "power_limit_w = 175")
+    assert catalog.load_platform(str(f)).power_limit_w == 175
+    f = _cluster(tmp_path, "power_limit_w = 700")
+    assert catalog.load_platform(str(f)).limit_w == 700

@@ -30,16 +30,23 @@ def test_pareto_front_is_exactly_the_non_dominated_set(points):
 
 def test_constraint_violations_are_signed_excess():
     frame = Table({"pred_memory_gb": np.array([100.0, 130.0]),
-                   "pred_peak_power_w": np.array([600, 720]),
-                   "pred_throttle_risk": np.array([0.1, 0.5])})
-    v = Constraints(max_power_w=650, max_throttle_risk=0.2, memory_margin=0.1).violations(
+                   "pred_avg_power_w": np.array([550.0, 690.0]),
+                   "pred_peak_power_w": np.array([600.0, 720.0]),
+                   "pred_throttle_risk": np.array([0.1, 0.5]),
+                   "tp": np.array([8, 8]), "pp": np.array([2, 1]), "cp": np.array([1, 1]),
+                   "dp": np.array([1, 2])})
+    v = Constraints(max_power_w=650, max_peak_power_w=700, max_job_power_w=10_000,
+                    max_throttle_risk=0.2, memory_margin=0.1).violations(
         frame, capacity_gb=140.0)
     assert v["memory_gb"].tolist() == pytest.approx([100 - 126, 130 - 126])
-    assert v["peak_power_w"].tolist() == [-50, 70]
+    assert v["power_w"].tolist() == [-100, 40]           # average per GPU
+    assert v["peak_power_w"].tolist() == [-100, 20]      # highest 50 ms sample per GPU
+    assert v["job_power_w"].tolist() == [16 * 550 - 10_000, 16 * 690 - 10_000]
     assert v["throttle_risk"].tolist() == pytest.approx([-0.1, 0.3])
 
 
-@pytest.mark.parametrize("kwargs", [{"max_power_w": 0}, {"max_throttle_risk": 1.5},
+@pytest.mark.parametrize("kwargs", [{"max_power_w": 0}, {"max_peak_power_w": -5},
+                                    {"max_job_power_w": float("nan")}, {"max_throttle_risk": 1.5},
                                     {"memory_margin": 1.0}, {"memory_margin": -0.1}])
 def test_constraints_reject_nonsense(kwargs):
     with pytest.raises(ConfigError):

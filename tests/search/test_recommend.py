@@ -1,10 +1,11 @@
+import dataclasses
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from advisor.catalog import load_model, load_platform
+from advisor.catalog import load_model, load_platform, with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.parallel import make_job
 from advisor.core.space import validate
@@ -73,32 +74,52 @@ def test_explanation_speaks_in_knobs(rec70):
     assert best.contributions.startswith("measured runs correct")  # h200 llama: surrogate
 
 
-def _binding_limits(job, predictor) -> tuple[float, float]:
-    """Peak-power and throttle-risk limits that some layouts meet and most do not: those of the
-    layout lowest on both ranks together (so the feasible set is never empty)."""
+def _binding_limits(job, predictor) -> tuple[float, float, float]:
+    """Average-power, peak-power and thermal-risk limits that some layouts meet and most do
+    not: those of the layout lowest on the three ranks together (so the feasible set is never
+    empty)."""
     ranked = recommend(job, predictor=predictor, top=1).ranked
-    order = (ranked["pred_peak_power_w"].rank() + ranked["pred_throttle_risk"].rank())
+    order = (ranked["pred_avg_power_w"].rank() + ranked["pred_peak_power_w"].rank()
+             + ranked["pred_throttle_risk"].rank())
     row = ranked.loc[order.idxmin()]
-    return float(row["pred_peak_power_w"]), float(row["pred_throttle_risk"])
+    return (float(row["pred_avg_power_w"]), float(row["pred_peak_power_w"]),
+            float(row["pred_throttle_risk"]))
 
 
 def test_user_constraints_are_never_violated(job70, predictor):
-    max_power, max_risk = _binding_limits(job70, predictor)
-    rec = recommend(job70, predictor=predictor, top=3,
-                    constraints=Constraints(max_power_w=max_power, max_throttle_risk=max_risk,
-                                            memory_margin=0.2))
-    capacity = job70.platform.memory_capacity_bytes / 1e9
+    hot = dataclasses.replace(job70, platform=with_conditions(job70.platform, inlet_c=35))
+    max_avg, max_peak, max_risk = _binding_limits(hot, predictor)
+    rec = recommend(hot, predictor=predictor, top=3,
+                    constraints=Constraints(max_power_w=max_avg, max_peak_power_w=max_peak,
+                                            max_throttle_risk=max_risk, memory_margin=0.2))
+    capacity = hot.platform.memory_capacity_bytes / 1e9
     assert rec.num_feasible < rec.num_fit  # the limits bind
     for c in rec.choices:
-        assert c.prediction.peak_power_w <= max_power
+        assert c.prediction.avg_power_w <= max_avg
+        assert c.prediction.peak_power_w <= max_peak
         assert c.prediction.throttle_risk <= max_risk
         assert c.prediction.memory_gb <= 0.8 * capacity
-    assert (rec.ranked["pred_peak_power_w"] <= max_power).all()
+    assert (rec.ranked["pred_avg_power_w"] <= max_avg).all()
+    assert (rec.ranked["pred_peak_power_w"] <= max_peak).all()
+
+
+def test_job_power_bounds_the_gpus_together(job70, predictor):
+    ranked = recommend(job70, predictor=predictor, top=1).ranked
+    job_w = ranked["pred_avg_power_w"] * job70.num_gpus
+    limit = float(job_w.median())
+    rec = recommend(job70, predictor=predictor, top=3,
+                    constraints=Constraints(max_job_power_w=limit))
+    assert rec.num_feasible < len(ranked)
+    assert (rec.ranked["pred_avg_power_w"] * job70.num_gpus <= limit).all()
 
 
 def test_impossible_constraint_says_how_close_it_gets(job70, predictor):
-    with pytest.raises(Infeasible, match=r"`max_power_w` 100: the lowest predicted peak power"):
+    with pytest.raises(Infeasible, match=r"`max_power_w` 100: the lowest predicted average "
+                                         r"power per GPU is \d+ W"):
         recommend(job70, predictor=predictor, constraints=Constraints(max_power_w=100))
+    with pytest.raises(Infeasible, match=r"`max_peak_power_w` 100: the lowest predicted peak "
+                                         r"power per GPU \(highest 50 ms sample\) is"):
+        recommend(job70, predictor=predictor, constraints=Constraints(max_peak_power_w=100))
 
 
 def test_pins_are_honoured(job70, predictor):

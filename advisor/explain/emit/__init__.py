@@ -37,7 +37,26 @@ def emit(kind: str, config: ParallelConfig, job: Job) -> str:
     if kind not in EMITTERS:
         raise ConfigError(f"emitter {kind!r} is unknown; use one of {', '.join(EMITTERS)}.")
     module = importlib.import_module(f"advisor.explain.emit.{kind}")
-    return getattr(module, f"{kind}_command")(config, job)
+    return power_limit_comments(job) + getattr(module, f"{kind}_command")(config, job)
+
+
+SET_POWER_LIMIT = {"nvidia": "nvidia-smi -pl {w}", "amd": "amd-smi set --power-cap {w}"}
+"""How each vendor's tool sets a GPU's power limit in watts (as root; on every node)."""
+
+
+def power_limit_comments(job: Job) -> str:
+    """`#` lines saying how to set the power limit the prediction assumed, where it is not the
+    board's default (comments: the emitted command itself runs only the framework)."""
+    limit = job.platform.power_limit_w
+    if limit is None or limit == job.platform.tdp_w:
+        return ""
+    how = SET_POWER_LIMIT.get(job.platform.vendor)
+    if how is None:
+        return f"# Predicted with every GPU's power limit at {limit:.0f} W.\n"
+    return (f"# Predicted with every GPU's power limit at {limit:.0f} W (board default "
+            f"{job.platform.tdp_w:.0f} W): before launching, on every node, as root:\n"
+            f"#   {how.format(w=f'{limit:.0f}')}\n"
+            f"# (and back to {job.platform.tdp_w:.0f} W after the job).\n")
 
 
 def check_fits(config: ParallelConfig, job: Job) -> None:
