@@ -50,6 +50,10 @@ MaxPowerOpt = Annotated[float | None, typer.Option(
 MaxPeakPowerOpt = Annotated[float | None, typer.Option(
     "--max-peak-power-w", min=1, help="Limit on the predicted PEAK power per GPU, watts: the "
     "highest 50 ms NVML instantaneous sample, which may pass the power limit briefly.")]
+MaxNodePowerOpt = Annotated[float | None, typer.Option(
+    "--max-node-power-w", min=1, help="Limit on the predicted average power per node, watts: "
+    "its GPUs' average plus the host's draw (CPUs, fans, NICs, switches; the catalog's "
+    "host_power_w, measured on MLPerf H100 and B200 nodes).")]
 MaxJobPowerOpt = Annotated[float | None, typer.Option(
     "--max-job-power-w", min=1, help="Limit on the predicted average power of all the job's "
     "GPUs together, watts.")]
@@ -84,7 +88,7 @@ def recommend(
         lora_rank: LoraRankOpt = 16, lora_targets: LoraTargetsOpt = "attention",
         objective: ObjectiveOpt = "throughput", risk: RiskOpt = "expected",
         max_power_w: MaxPowerOpt = None, max_peak_power_w: MaxPeakPowerOpt = None,
-        max_job_power_w: MaxJobPowerOpt = None,
+        max_node_power_w: MaxNodePowerOpt = None, max_job_power_w: MaxJobPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
         power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
         degraded_nodes: DegradedNodesOpt = None, degraded_power_w: DegradedPowerOpt = None,
@@ -161,6 +165,7 @@ def recommend(
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
                    **finetune_job(finetune, lora_rank, lora_targets))
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
+                              max_node_power_w=max_node_power_w,
                               max_job_power_w=max_job_power_w,
                               max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)
@@ -211,7 +216,8 @@ def compare(
         finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
         lora_targets: LoraTargetsOpt = "attention",
         objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
-        max_peak_power_w: MaxPeakPowerOpt = None, max_job_power_w: MaxJobPowerOpt = None,
+        max_peak_power_w: MaxPeakPowerOpt = None, max_node_power_w: MaxNodePowerOpt = None,
+        max_job_power_w: MaxJobPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
         power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
         gpu_hour_price: PriceOpt = None,
@@ -238,6 +244,7 @@ def compare(
     sides = [(site(load_platform(name), power_limit_w=power_limit_w, inlet_c=inlet_c), n)
              for name, n in parse_sides(platforms)]
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
+                              max_node_power_w=max_node_power_w,
                               max_job_power_w=max_job_power_w,
                               max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)

@@ -77,6 +77,10 @@ class Platform:
     PSU: finding 6 of Go et al., MICRO'25); None or absent: none."""
     degraded_power_w: float | None = None
     """The power limit of the degraded nodes' GPUs."""
+    host_power_w: float | None = None
+    """Power of one node besides its GPUs (CPUs, memory, fans, NICs, switches, power-supply
+    loss), where a measurement gives it: with the GPUs' average it makes the node's draw that
+    `--max-node-power-w` bounds."""
     gpu_hour_usd: float | None = None
     """On-demand rental price of one device for an hour (US dollars), where a public rate card
     gives one: the default of `--gpu-hour-price` for the cost objective."""

@@ -153,7 +153,7 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
     columns.update((c, np.full(len(configs), np.nan)) for c in _PREDICTED if c not in columns)
     out = Table(columns, num_rows=len(configs))
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
-    violations = constraints.violations(out, capacity_gb)
+    violations = constraints.violations(out, capacity_gb, platform=job.platform)
     return out.with_columns({f"violates_{name}": values for name, values in violations.items()})
 
 

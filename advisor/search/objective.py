@@ -12,6 +12,7 @@ import numpy as np
 
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import RECOMPUTE
+from advisor.core.platform import Platform
 from advisor.core.table import Table
 
 OBJECTIVES = ("throughput", "energy", "balanced", "cost")
@@ -37,6 +38,7 @@ than 1 %. No campaign has measured peak memory yet, so that bound is all that is
 POWER_BOUNDS = {
     "max_power_w": ("power_w", "average power per GPU"),
     "max_peak_power_w": ("peak_power_w", "peak power per GPU (highest 50 ms sample)"),
+    "max_node_power_w": ("node_power_w", "average power per node (its GPUs and host)"),
     "max_job_power_w": ("job_power_w", "average power of the job's GPUs together"),
 }
 """Each power constraint: the violation it is recorded under and what it bounds."""
@@ -52,6 +54,9 @@ class Constraints:
     max_peak_power_w: float | None = None
     """Predicted peak power per GPU: the highest 50 ms NVML instantaneous sample, which may
     pass the power limit briefly."""
+    max_node_power_w: float | None = None
+    """Predicted average power of one node: its GPUs' average plus the host's measured draw
+    (`Platform.host_power_w`; a platform without one is refused)."""
     max_job_power_w: float | None = None
     """Predicted average power of all the job's GPUs together."""
     max_throttle_risk: float | None = None
@@ -72,15 +77,17 @@ class Constraints:
             raise ConfigError(f"`memory_margin` is a fraction of GPU memory in [0, 1), got "
                               f"{self.memory_margin}; 0.1 keeps 10 % free.")
 
-    def violations(self, scored: Table, capacity_gb: float) -> dict[str, np.ndarray]:
+    def violations(self, scored: Table, capacity_gb: float, *,
+                   platform: Platform | None = None) -> dict[str, np.ndarray]:
         """One array per constraint: by how much each row exceeds it (≤ 0 = met). Optuna's
-        `trial.set_constraint` takes exactly these values."""
+        `trial.set_constraint` takes exactly these values. `platform` (its GPUs per node and
+        host power) is needed for `max_node_power_w`."""
         usable = capacity_gb * (1.0 - self.memory_margin)
         out = {"memory_gb": scored["pred_memory_gb"] - usable}
         for name, (violation, _) in POWER_BOUNDS.items():
             limit = getattr(self, name)
             if limit is not None:
-                out[violation] = power_of(scored, violation) - limit
+                out[violation] = power_of(scored, violation, platform) - limit
         if self.max_throttle_risk is not None:
             out["throttle_risk"] = scored["pred_throttle_risk"] - self.max_throttle_risk
         return out
@@ -98,15 +105,33 @@ class Constraints:
         return out
 
 
-def power_of(scored: Table, violation: str) -> np.ndarray:
+def power_of(scored: Table, violation: str, platform: Platform | None = None) -> np.ndarray:
     """The predicted power a constraint bounds (`POWER_BOUNDS`), per row."""
     if violation == "peak_power_w":
         return _floats(scored, "pred_peak_power_w")
     avg = _floats(scored, "pred_avg_power_w")
+    if violation == "node_power_w":
+        host = node_host_w(platform)
+        return avg * np.minimum(platform.num_gpus_per_node, _world(scored)) + host
     if violation == "job_power_w":
-        return avg * _floats(scored, "tp") * _floats(scored, "pp") * _floats(
-            scored, "cp") * _floats(scored, "dp")
+        return avg * _world(scored)
     return avg
+
+
+def _world(scored: Table) -> np.ndarray:
+    return (_floats(scored, "tp") * _floats(scored, "pp") * _floats(scored, "cp")
+            * _floats(scored, "dp"))
+
+
+def node_host_w(platform: Platform | None) -> float:
+    """The host's draw per node, refused where the platform has no measurement of it."""
+    if platform is None or platform.host_power_w is None:
+        name = platform.name if platform is not None else "this platform"
+        raise ConfigError(f"`max_node_power_w` needs the power of a node's host (CPUs, fans, "
+                          f"NICs, switches): {name} has no host_power_w in the catalog; give "
+                          f"it in a cluster file (base = \"{name}\", host_power_w = W, with "
+                          f"its source) or bound the GPUs with `max_job_power_w`.")
+    return float(platform.host_power_w)
 
 
 def check_objective(objective: str) -> str:

@@ -24,7 +24,7 @@ from advisor.core.parallel import ParallelConfig
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration
 from advisor.perf.layout import stage_layer_counts
-from advisor.search.objective import POWER_BOUNDS, Constraints
+from advisor.search.objective import POWER_BOUNDS, Constraints, node_host_w
 
 MAX_SHIFT = 4
 """Layers moved at most from the even share at either end: the findings moved one or two, and a
@@ -103,8 +103,8 @@ def _metric(table: dict[str, np.ndarray], objective: str) -> np.ndarray:
     return {"throughput": tps, "energy": per_mj, "balanced": tps * per_mj, "cost": tps}[objective]
 
 
-def _allowed(table: dict[str, np.ndarray], constraints: Constraints, *,
-             num_gpus: int) -> np.ndarray:
+def _allowed(table: dict[str, np.ndarray], constraints: Constraints, *, num_gpus: int,
+             platform: Platform) -> np.ndarray:
     ok = np.asarray(table["fits"], dtype=bool) & (
         np.asarray(table["total_bytes"], dtype=float)
         <= np.asarray(table["capacity_bytes"], dtype=float) * (1.0 - constraints.memory_margin))
@@ -113,8 +113,12 @@ def _allowed(table: dict[str, np.ndarray], constraints: Constraints, *,
         if limit is None:
             continue
         column = "peak_power_w" if violation == "peak_power_w" else "avg_power_w"
-        scale = num_gpus if violation == "job_power_w" else 1.0
-        ok &= np.asarray(table[column], dtype=float) * scale <= limit
+        power = np.asarray(table[column], dtype=float)
+        if violation == "job_power_w":
+            power = power * num_gpus
+        elif violation == "node_power_w":
+            power = power * min(num_gpus, platform.num_gpus_per_node) + node_host_w(platform)
+        ok &= power <= limit
     if constraints.max_throttle_risk is not None:
         ok &= np.asarray(table["throttle_risk"], dtype=float) <= constraints.max_throttle_risk
     return ok
@@ -157,8 +161,9 @@ def propose_placement(model: ModelSpec, platform: Platform, config: ParallelConf
     table = full_length(analytical_arrays(model, platform, columns_of(configs),
                                           calibration=calibration), len(configs))
     values = _metric(table, objective)
-    values[1:] = np.where(_allowed(table, constraints or Constraints(),
-                                         num_gpus=config.world_size)[1:], values[1:], -np.inf)
+    allowed = _allowed(table, constraints or Constraints(), num_gpus=config.world_size,
+                       platform=platform)
+    values[1:] = np.where(allowed[1:], values[1:], -np.inf)
     best = int(np.argmax(values[1:])) + 1
     gain = values[best] / values[0] - 1.0
     if not np.isfinite(gain) or gain < min_gain:

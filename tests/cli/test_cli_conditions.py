@@ -129,3 +129,13 @@ def test_emitted_power_limit_is_only_a_comment(tmp_path):
     assert "# " in command and "nvidia-smi -pl 500" in command
     assert all(line.startswith("#") for line in command.splitlines() if "nvidia-smi" in line)
     assert subprocess.run(["bash", "-n"], input=command, text=True).returncode == 0
+
+
+def test_node_power_bounds_gpus_and_host():
+    r = run("recommend", "-m", "70b", "-g", "64", "-p", "h200", "--json", "--top", "3",
+            "--max-node-power-w", "7500")
+    assert r.exit_code == 0, r.output
+    for choice in json.loads(r.stdout)["choices"]:
+        assert 8 * choice["predicted"]["avg_power_w"] + 2206 <= 7500
+    r = run("recommend", "-m", "70b", "-g", "64", "-p", "mi300x", "--max-node-power-w", "7500")
+    assert r.exit_code == 2 and "host_power_w" in r.stderr

@@ -240,3 +240,11 @@ def test_mlperf_node_energy_per_token_is_predicted_held_out(mlperf):
     rows = validation_rows(mlperf)
     assert {row["target"] for row in rows} == {"node energy per token", "node average power",
                                                "step time"}
+
+
+def test_catalog_host_power_is_the_measured_floor(mlperf):
+    # host_power_w of h100 and b200 (what --max-node-power-w adds) is each system's floor
+    platforms = {"8xXE9680x8H100-SXM-80GB-POWER": "h100", "SR780aV3-8xB200_SXM_180GB": "b200"}
+    for r in mlperf:
+        host = catalog.load_platform(platforms[r.system]).host_power_w
+        assert host == pytest.approx(r.host_ac_w, abs=1.0), r.system

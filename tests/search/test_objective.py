@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from advisor.catalog import load_platform
 from advisor.core.errors import ConfigError
 from advisor.core.table import Table
 from advisor.search.objective import Constraints, pareto_front, rank, score
@@ -43,6 +44,18 @@ def test_constraint_violations_are_signed_excess():
     assert v["peak_power_w"].tolist() == [-100, 20]      # highest 50 ms sample per GPU
     assert v["job_power_w"].tolist() == [16 * 550 - 10_000, 16 * 690 - 10_000]
     assert v["throttle_risk"].tolist() == pytest.approx([-0.1, 0.3])
+
+
+def test_node_power_adds_the_measured_host():
+    frame = Table({"pred_memory_gb": np.array([50.0]), "pred_avg_power_w": np.array([600.0]),
+                   "tp": np.array([8]),
+                   "pp": np.array([8]), "cp": np.array([1]), "dp": np.array([1])})
+    h100 = load_platform("h100")
+    v = Constraints(max_node_power_w=7000).violations(frame, capacity_gb=80.0, platform=h100)
+    assert v["node_power_w"].tolist() == [8 * 600 + h100.host_power_w - 7000]
+    with pytest.raises(ConfigError, match="mi300x has no host_power_w"):
+        Constraints(max_node_power_w=7000).violations(frame, capacity_gb=192.0,
+                                                      platform=load_platform("mi300x"))
 
 
 @pytest.mark.parametrize("kwargs", [{"max_power_w": 0}, {"max_peak_power_w": -5},

@@ -55,7 +55,7 @@ def test_optuna_steers_towards_a_tight_constraint(job, predictor, exhaustive, tm
     # A power limit only 2 % of the fitting layouts meet: TPE has to learn from the
     # constraint values (scaled to their limits) to get there.
     limit = float(exhaustive.ranked["pred_peak_power_w"].quantile(0.02))
-    tight = Constraints(max_power_w=limit, memory_margin=0.05)
+    tight = Constraints(max_peak_power_w=limit, memory_margin=0.05)
     journal = str(tmp_path / "tight.log")
     rec = recommend(job, predictor=predictor, constraints=tight,
                     engine=SearchEngine("optuna", trials=300, storage=journal, seed=3))
