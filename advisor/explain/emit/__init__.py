@@ -111,9 +111,15 @@ def torchrun_words(job: Job) -> list[str]:
 
 
 def shell_command(comments: list[str], lines: list[list[str]]) -> str:
-    """Comment lines, then one command whose `lines` are joined with backslash continuations."""
+    """Comment lines, then one command whose `lines` are joined with backslash continuations.
+    Words are written as given: callers quote what they did not choose (`shlex.quote`,
+    `pairs`); a comment is kept on its line whatever it holds."""
     body = " \\\n    ".join(" ".join(words) for words in lines if words)
-    return "".join(f"# {c}\n" for c in comments) + body + "\n"
+    return "".join(f"# {_one_line(c)}\n" for c in comments) + body + "\n"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
 
 
 def pairs(args: list[str]) -> list[list[str]]:

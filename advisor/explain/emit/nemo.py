@@ -15,6 +15,9 @@ Union of Lightning plugin classes), so the overrides set the fields of the recip
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import Job, ParallelConfig
@@ -26,8 +29,10 @@ _RECOMPUTE = {"none": (None, None, None), "selective": ("selective", None, None)
 
 
 def nemo_factory(model: ModelSpec) -> str:
-    """The NeMo 2 recipe name this model's name suggests: llama3.1-405b -> llama31_405b."""
-    return model.name.lower().replace(".", "").replace("-", "_")
+    """The NeMo 2 recipe name this model's name suggests: llama3.1-405b -> llama31_405b. Recipe
+    names are Python identifiers, so anything else in a name (a config.json directory's
+    `$`, quotes, spaces) becomes `_`: the name is safe in a shell line and a file name."""
+    return re.sub(r"[^a-z0-9_]", "_", model.name.lower().replace(".", "").replace("-", "_"))
 
 
 def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
@@ -125,8 +130,9 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
         comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
                         "to trainer.callbacks (the recipe's *_performance variant does); "
                         "overrides cannot add a callback.")
-    return shell_command(comments, [["nemo", "llm", "pretrain", "--factory", factory],
-                                    *([o] for o in overrides)])
+    return shell_command(comments, [["nemo", "llm", "pretrain", "--factory",
+                                     shlex.quote(factory)],
+                                    *([shlex.quote(o)] for o in overrides)])
 
 
 def _pipeline_split(config: ParallelConfig, job: Job) -> dict[str, object]:

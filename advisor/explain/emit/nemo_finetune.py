@@ -13,6 +13,8 @@ reading the recipe it builds (tests/perf/test_finetune.py).
 
 from __future__ import annotations
 
+import shlex
+
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import Job, ParallelConfig
 from advisor.explain.emit import gpus_label, node_layout, shell_command, torchrun_words
@@ -98,8 +100,8 @@ def nemo_finetune_command(config: ParallelConfig, job: Job) -> str:
     if config.tp_comm_overlap:
         comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
                         "to recipe.trainer.callbacks in the script.")
-    return (shell_command(comments, [["cat", ">", name, "<<'EOF'"]]) + f"{script}EOF\n"
-            + shell_command([], [torchrun_words(job), [name]]))
+    return (shell_command(comments, [["cat", ">", shlex.quote(name), "<<'EOF'"]])
+            + f"{script}EOF\n" + shell_command([], [torchrun_words(job), [shlex.quote(name)]]))
 
 
 def _kind(config: ParallelConfig) -> str:

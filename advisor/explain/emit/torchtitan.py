@@ -9,6 +9,7 @@ settings go into config functions), but 0.3.0 still reads every flag written her
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from advisor.core.errors import ConfigError
@@ -146,7 +147,7 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
                         "TP (--compile.enable --compile.enable_async_tensor_parallel), not "
                         "added here.")
     command = shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
-                                       *pairs(args[:-1]), args[-1:]])
+                                       *pairs(args[:-1]), [shlex.quote(args[-1])]])
     recipe = torchtitan_recipe(job.model, config.precision)
     if not recipe.source:
         return command
