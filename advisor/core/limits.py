@@ -42,7 +42,7 @@ NAME_CHARACTERS = 4096
 def check_most(name: str, value: int, limit: Limit, *, error: type = ConfigError) -> None:
     """`error` when `value` is beyond `limit`, saying why the limit is where it is."""
     if value > limit.most:
-        given = f"{value:,}" if value < 10**18 else f"{float(value):.3g}"
+        given = f"{value:,}" if value < 10**18 else _magnitude(value)
         raise error(f"{name} {given} is beyond advisor's limit of {limit.most:,} ({limit.why}).")
 
 
@@ -55,3 +55,12 @@ def check_name(text: str, what: str, *, error: type = ConfigError) -> None:
     bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
     if bad is not None:
         raise error(f"{what} {shown(text)} contains the control character {bad!r}.")
+
+
+def _magnitude(value: int) -> str:
+    """A huge whole number as `about 1e+309` (no float conversion, which overflows past 1e308,
+    and no decimal string, which Python refuses past 4,300 digits)."""
+    digits = int(value.bit_length() * 0.30102999566398120) + 1
+    if digits <= 300:
+        return f"{float(value):.3g}"
+    return f"a number of about {digits:,} digits"

@@ -177,8 +177,13 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
     if result.num_fit == 0 or scored.empty:
         raise Infeasible(tried + "fits; raise `trials` or use `search` exhaustive." if tried
                          else no_fit_message(job, pins))
-    scored = scored.take(~np.isnan(np.asarray(scored["pred_tokens_per_sec_per_gpu"],
-                                              dtype=float)))
+    predicted = ~np.isnan(np.asarray(scored["pred_tokens_per_sec_per_gpu"], dtype=float))
+    if not predicted.any():
+        errors = [e for e in scored.get("pred_error", np.array([], dtype=object)) if e]
+        raise Infeasible(f"no layout of {job.model.name} on {job.num_gpus} × "
+                         f"{job.platform.name} could be predicted"
+                         + (f": {errors[0]}" if errors else "") + ".")
+    scored = scored.take(predicted)
     ok = feasible(scored)
     if not ok.any():
         message = constraint_message(scored, constraints)

@@ -65,3 +65,9 @@ def test_a_platform_name_with_invisible_characters_is_shown_escaped():
     with pytest.raises(UnknownNameError) as e:
         catalog.load_platform("h100\u200b华")
     assert "'h100\\u200b华'" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", [10**308, 10**309, 10**5000], ids=["1e308", "1e309", "1e5000"])
+def test_a_number_past_float_range_is_refused_cleanly(value):
+    with pytest.raises(ConfigError, match="beyond advisor's limit"):
+        limits.check_most("gpus", value, limits.GPUS)

@@ -244,3 +244,15 @@ def test_a_recommend_imports_neither_xgboost_nor_scikit_learn_nor_scipy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_nothing_predicted_is_one_clear_error(tmp_path, predictor):
+    # A cluster file whose network no collective can cross in finite time: every prediction
+    # is NaN, and recommend says so instead of failing inside its constraint message.
+    slow = tmp_path / "slow.toml"
+    slow.write_text('base = "h200"\nname = "slow"\nnum_nics_per_node = 8\n'
+                    'nic_bandwidth_bytes_per_s = 1e-300\n[sources]\nnum_nics_per_node = "t"\n'
+                    'nic_bandwidth_bytes_per_s = "t"\n')
+    job = make_job(load_model("70b"), load_platform(str(slow)), num_gpus=64)
+    with pytest.raises(Infeasible, match="could be predicted"):
+        recommend(job, predictor=predictor)
