@@ -32,11 +32,21 @@ app.command()(train)
 app.command()(evaluate)
 
 
+def _tolerate_narrow_encodings(*streams) -> None:
+    """Under an ASCII or Latin-1 locale (`LC_ALL=C`, `PYTHONIOENCODING=ascii`) print what the
+    encoding cannot hold (×, °C, –) as `?` rather than fail with UnicodeEncodeError."""
+    for stream in streams:
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main() -> None:
     """Run the CLI; a usage error (unknown option, bad value) is one `error:` line and exit 2,
     like every other error (`common.guard`)."""
     import sys
 
+    _tolerate_narrow_encodings(sys.stdout, sys.stderr)
     try:
         code = app(standalone_mode=False)
     except typer.Abort:

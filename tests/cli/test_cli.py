@@ -278,3 +278,20 @@ def test_usage_errors_are_one_error_line(args, expected):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("env", [{"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"},
+                                 {"PYTHONIOENCODING": "ascii"}],
+                         ids=["LC_ALL=C", "PYTHONIOENCODING=ascii"])
+def test_a_narrow_locale_prints_without_crashing(env):
+    # packaged TOML is read as UTF-8 whatever the locale; what the terminal cannot show
+    # (×, °C) prints as '?'
+    import os
+
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("LC_ALL", "LANG", "LC_CTYPE", "PYTHONUTF8", "PYTHONIOENCODING")}
+    r = subprocess.run([sys.executable, "-m", "advisor", "predict", "-m", "70b", "-g", "64",
+                        "-p", "h200", "--tp", "4", "--pp", "2"], env={**full, **env},
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert b"Traceback" not in r.stderr and b"step time" in r.stdout
