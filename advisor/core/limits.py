@@ -58,9 +58,10 @@ def check_name(text: str, what: str, *, error: type = ConfigError) -> None:
 
 
 def _magnitude(value: int) -> str:
-    """A huge whole number as `about 1e+309` (no float conversion, which overflows past 1e308,
-    and no decimal string, which Python refuses past 4,300 digits)."""
-    digits = int(value.bit_length() * 0.30102999566398120) + 1
-    if digits <= 300:
+    """A huge whole number as `1e+308`, or past float range (where float() overflows, and a
+    decimal string past 4,300 digits is refused by Python) by its number of digits."""
+    try:
         return f"{float(value):.3g}"
-    return f"a number of about {digits:,} digits"
+    except OverflowError:
+        digits = int(value.bit_length() * 0.30102999566398120) + 1
+        return f"a number of about {digits:,} digits"
