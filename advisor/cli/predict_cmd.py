@@ -29,7 +29,7 @@ from advisor.cli.common import (
     make_console,
     site,
 )
-from advisor.core.errors import AdvisorError
+from advisor.core.errors import AdvisorError, first_line
 
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
@@ -176,7 +176,7 @@ def predict(input: Annotated[Path | None, typer.Option(
         try:
             frame.to_csv(output, index=False)
         except OSError as e:
-            raise AdvisorError(f"{output}: cannot write ({e.strerror}).") from None
+            raise AdvisorError(f"{output}: cannot write ({first_line(e)}).") from None
     if json_out:
         records = frame.to_dict(orient="records")
         for rec in records:

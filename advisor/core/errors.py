@@ -40,3 +40,12 @@ def shown_value(value: object) -> str:
     """A value from a file as an error shows it: its type, and its repr cut short."""
     text = repr(value)
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def first_line(error: BaseException, *, most: int = 160) -> str:
+    """An exception as one short line: its message's first line, or its type where the
+    message is empty (an `OSError` from a special file, a bare exception)."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = str(error).strip()
+    return text.splitlines()[0][:most] if text else type(error).__name__

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from advisor.core.errors import AdvisorError
+from advisor.core.errors import AdvisorError, first_line
 from advisor.core.parallel import DP_SHARDING, FINETUNE, LORA_TARGETS, PRECISIONS, RECOMPUTE
 
 
@@ -210,7 +210,7 @@ def load(path: Path) -> pd.DataFrame:
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file.") from None
     except (OSError, ValueError, pd.errors.ParserError) as e:
-        raise DatasetError(f"{path}: not a readable dataset ({str(e).splitlines()[0]}).") \
+        raise DatasetError(f"{path}: not a readable dataset ({first_line(e)}).") \
             from None
     return validate(frame, where=str(path))
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from advisor.catalog import CONDITIONS, load_model, load_platform, with_conditions
 from advisor.core import limits
-from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.errors import AdvisorError, ConfigError, first_line
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import RECOMPUTE, ParallelConfig, default_etp
 from advisor.core.platform import Platform
@@ -68,7 +68,7 @@ def read_rows(path: Path) -> pd.DataFrame:
     except OSError as e:
         raise AdvisorError(f"{path}: cannot read ({e.strerror}).") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise AdvisorError(f"{path}: not a readable CSV ({str(e).splitlines()[0]}).") from None
+        raise AdvisorError(f"{path}: not a readable CSV ({first_line(e)}).") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise AdvisorError(f"{path}: missing column(s) {', '.join(missing)}; rows need "

@@ -14,11 +14,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.errors import AdvisorError, ConfigError, first_line
 from advisor.core.knobs import SEARCH_ORDER as KNOBS
 from advisor.core.knobs import overlap
 from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
@@ -198,10 +199,16 @@ def open_storage(url: str | None):
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     if "://" not in url:
+        path = Path(url)
+        if path.exists() and not path.is_file():
+            # A directory, a device (/dev/zero would be read for ever), a pipe: no journal.
+            raise AdvisorError(f"cannot use {url} as an Optuna journal: it is not a regular "
+                               f"file; give a file path (created if missing) or a database "
+                               f"URL.")
         try:
             return JournalStorage(JournalFileBackend(url))
         except OSError as e:
-            raise AdvisorError(f"cannot open the Optuna journal file {url}: {e.strerror}; "
+            raise AdvisorError(f"cannot open the Optuna journal file {url}: {first_line(e)}; "
                                f"check the directory exists and is writable.") from None
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 
@@ -216,12 +223,11 @@ def open_storage(url: str | None):
             # the loser retries and finds them.
             if attempt == 4:
                 raise AdvisorError(f"cannot set up Optuna's tables in {_redact(url)}: "
-                                   f"{str(e).splitlines()[0][:160]}") from None
+                                   f"{first_line(e)}") from None
             time.sleep(0.2 * (attempt + 1))
         except Exception as e:  # SQLAlchemy raises many types for a bad URL or a dead server
-            text = str(e).strip()
-            first = text.splitlines()[0][:160] if text else type(e).__name__
-            raise AdvisorError(f"cannot reach the Optuna storage {_redact(url)}: {first}. "
+            raise AdvisorError(f"cannot reach the Optuna storage {_redact(url)}: "
+                               f"{first_line(e)}. "
                                f"Check the host, port, database and credentials.") from None
 
 
@@ -344,7 +350,7 @@ def _optuna(job: Job, space: Table, engine: SearchEngine, *, predictor,
         raise
     except Exception as e:
         raise AdvisorError(f"cannot open the Optuna study {name} in {_redact(storage or '')}:"
-                           f" {str(e).splitlines()[0][:160]}") from None
+                           f" {first_line(e)}") from None
     keyed = _with_overlap(space.to_frame())
     choices, nearest = _choices(keyed), _Nearest(keyed)
     for preset in _presets(job, keyed, choices):
@@ -359,7 +365,7 @@ def _optuna(job: Job, space: Table, engine: SearchEngine, *, predictor,
             rows = [nearest(_suggest(t, choices)) for t in batch]
         except ValueError as e:  # Optuna: a parameter's choices differ from the study's
             raise AdvisorError(f"the Optuna study {name} was created with other choices "
-                               f"({str(e).splitlines()[0]}); pass a new `study_name`.") from None
+                               f"({first_line(e)}); pass a new `study_name`.") from None
         new = sorted({r for r in rows if r not in cache})
         if new:
             part = score_configs(job, space.take(new), predictor=predictor,

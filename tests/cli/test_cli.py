@@ -295,3 +295,18 @@ def test_a_narrow_locale_prints_without_crashing(env):
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     assert b"Traceback" not in r.stderr and b"step time" in r.stdout
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/tmp"])
+def test_a_special_file_is_no_optuna_journal(path):
+    r = run("recommend", "-m", "8b", "-g", "8", "-p", "h100", "--storage", path,
+            "--trials", "4")
+    assert r.exit_code == 2 and "not a regular file" in r.stderr
+
+
+def test_an_output_in_a_missing_directory_says_why(tmp_path):
+    rows = tmp_path / "runs.csv"
+    rows.write_text("model,gpu,num_gpus,seq_len,gbs\nllama3-8b,h100,8,8192,128\n")
+    r = run("predict", "--input", str(rows), "--analytical", "--output",
+            str(tmp_path / "missing" / "o.csv"))
+    assert r.exit_code == 2 and "cannot write (" in r.stderr and "(None)" not in r.stderr

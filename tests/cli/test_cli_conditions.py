@@ -139,3 +139,4 @@ def test_node_power_bounds_gpus_and_host():
         assert 8 * choice["predicted"]["avg_power_w"] + 2206 <= 7500
     r = run("recommend", "-m", "70b", "-g", "64", "-p", "mi300x", "--max-node-power-w", "7500")
     assert r.exit_code == 2 and "host_power_w" in r.stderr
+
