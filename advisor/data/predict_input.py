@@ -236,8 +236,8 @@ def _conditions(catalog: dict, platform: Platform, row: Mapping,
                 == "":
             given[key] = defaults.get(key)
         else:
-            given[key] = int(float(cell)) if key == "degraded_nodes" else float(cell)
-    key = ("conditions", platform.name, tuple(given.items()))
+            given[key] = float(cell)   # a fractional node count is refused by the check
+    key = ("conditions", id(platform), tuple(given.items()))
     if key not in catalog:
         catalog[key] = with_conditions(platform, given_by="the input row", **given)
     return catalog[key]
