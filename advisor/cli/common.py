@@ -177,12 +177,3 @@ DegradedPowerOpt = Annotated[float | None, typer.Option(
     "--degraded-power-w", min=1, show_default=False,
     help="The power limit of the degraded nodes' GPUs, watts (with --degraded-nodes).")]
 
-
-def site(platform, *, power_limit_w: float | None = None, inlet_c: float | None = None,
-         degraded_nodes: int | None = None, degraded_power_w: float | None = None):
-    """The platform under the command line's conditions (power limit, inlet, degraded
-    nodes), checked like a cluster file's."""
-    from advisor.catalog import with_conditions
-
-    return with_conditions(platform, power_limit_w=power_limit_w, inlet_c=inlet_c,
-                           degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)

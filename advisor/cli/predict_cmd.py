@@ -27,7 +27,6 @@ from advisor.cli.common import (
     guard,
     knob_option,
     make_console,
-    site,
 )
 from advisor.core.errors import AdvisorError, first_line
 
@@ -66,12 +65,12 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     """The analytical `Breakdown` of the configuration the flags describe, with notes; and
     `predictor`'s `pred_*` values for it (None without one, or where it cannot predict it).
     The analytical model runs once: the breakdown comes with the predictor's answer."""
-    from advisor.catalog import load_model, load_platform
+    from advisor.catalog import load_model, load_platform, with_conditions
     from advisor.core.parallel import make_config, make_job
     from advisor.core.space import validate
     from advisor.perf.analytical import BREAKDOWN_PREFIX, breakdown_from_row, predict_config
 
-    m, p = load_model(model), site(load_platform(platform), **(conditions or {}))
+    m, p = load_model(model), with_conditions(load_platform(platform), **(conditions or {}))
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
                    **(finetune or {}))
     config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,

@@ -30,7 +30,6 @@ from advisor.cli.common import (
     guard,
     knob_option,
     make_console,
-    site,
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
 from advisor.core.errors import ConfigError
@@ -145,7 +144,7 @@ def recommend(
     held fixed. The energy, balanced and cost objectives also search the GPU power limit
     (unless --power-limit-w sets it) and show #1 across the limits tried.
     """
-    from advisor.catalog import load_model, load_platform
+    from advisor.catalog import load_model, load_platform, with_conditions
     from advisor.core.parallel import make_job
     from advisor.predict.predictor import Predictor
     from advisor.search.engine import SearchEngine
@@ -160,8 +159,8 @@ def recommend(
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
                                   overlap=overlap).items() if v is not None}
     m = load_model(model)
-    p = site(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,
-             degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)
+    p = with_conditions(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,
+                        degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
                    **finetune_job(finetune, lora_rank, lora_targets))
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
@@ -235,14 +234,14 @@ def compare(
 
     Both sides train the same global batch (the larger default unless --gbs).
     """
-    from advisor.catalog import load_model, load_platform
+    from advisor.catalog import load_model, load_platform, with_conditions
     from advisor.predict.predictor import Predictor
     from advisor.search.compare import compare as run
     from advisor.search.compare import parse_prices, parse_sides
     from advisor.search.objective import Constraints
 
-    sides = [(site(load_platform(name), power_limit_w=power_limit_w, inlet_c=inlet_c), n)
-             for name, n in parse_sides(platforms)]
+    sides = [(with_conditions(load_platform(name), power_limit_w=power_limit_w,
+                              inlet_c=inlet_c), n) for name, n in parse_sides(platforms)]
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
                               max_node_power_w=max_node_power_w,
                               max_job_power_w=max_job_power_w,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from advisor.core.errors import CatalogError
-from advisor.perf.variability import max_of_normals
+from advisor.perf.variability import max_of_normals, slowest_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,17 +112,21 @@ def expected_max_normal(num: int | np.ndarray) -> np.ndarray:
     """E[max of `num` iid standard normals] (0 at n = 1), from
     `advisor.perf.variability.max_of_normals`: within 2e-6 of exact up to n = 1000, 2e-4 at
     n = 1e6 (its normal CDF, Abramowitz & Stegun 7.1.26, bounds the far tail)."""
-    n = np.asarray(num, dtype=float)
-    if np.any(~np.isfinite(n)) or np.any(n < 1):
-        raise ValueError(f"num_gpus must be at least 1; got {n[(n < 1) | ~np.isfinite(n)][:3]}.")
-    return max_of_normals(n)[0]
+    return max_of_normals(_gpu_counts(num))[0]
 
 
 def expected_slowest(num_gpus: int | np.ndarray, sigma: float | np.ndarray) -> np.ndarray:
     """Expected fractional slowdown of the slowest of `num_gpus` GPUs relative to the median GPU,
     when ln(time) is normal across GPUs with σ `sigma`: σ·E[max of N]. (It is the log-ratio x;
     the fraction e^x − 1 exceeds it by about x²/2: 0.08 points at x = 4 %.)"""
-    return np.asarray(sigma, dtype=float) * expected_max_normal(num_gpus)
+    return slowest_of(_gpu_counts(num_gpus), np.asarray(sigma, dtype=float))
+
+
+def _gpu_counts(num: int | np.ndarray) -> np.ndarray:
+    n = np.asarray(num, dtype=float)
+    if np.any(~np.isfinite(n)) or np.any(n < 1):
+        raise ValueError(f"num_gpus must be at least 1; got {n[(n < 1) | ~np.isfinite(n)][:3]}.")
+    return n
 
 
 def leakage_from_clock_slope(clock_frac_per_c: float, *, static_share: float,
