@@ -69,30 +69,31 @@ def _get(cfg: dict[str, Any], path: Path, *keys: str, default: Any = None) -> An
 
 def _read(cfg: dict[str, Any], model_type: str, path: Path) -> dict[str, Any]:
     if model_type == "gpt2":
-        hidden = int(_get(cfg, path, "n_embd"))
+        hidden = _whole(_get(cfg, path, "n_embd"))
         return dict(
-            num_layers=int(_get(cfg, path, "n_layer")), hidden_size=hidden,
-            ffn_hidden_size=int(cfg.get("n_inner") or 4 * hidden),
-            num_attention_heads=int(_get(cfg, path, "n_head")),
-            num_kv_heads=int(_get(cfg, path, "n_head")),
-            vocab_size=int(_get(cfg, path, "vocab_size")),
-            max_seq_len=int(_get(cfg, path, "n_positions", "n_ctx")),
+            num_layers=_whole(_get(cfg, path, "n_layer")), hidden_size=hidden,
+            ffn_hidden_size=_whole(cfg.get("n_inner") or 4 * hidden),
+            num_attention_heads=_whole(_get(cfg, path, "n_head")),
+            num_kv_heads=_whole(_get(cfg, path, "n_head")),
+            vocab_size=_whole(_get(cfg, path, "vocab_size")),
+            max_seq_len=_whole(_get(cfg, path, "n_positions", "n_ctx")),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False,
             position_embedding="learned", norm="layernorm", attention_bias=True, mlp_bias=True)
 
-    heads = int(_get(cfg, path, "num_attention_heads"))
+    heads = _whole(_get(cfg, path, "num_attention_heads"))
     fields: dict[str, Any] = dict(
-        num_layers=int(_get(cfg, path, "num_hidden_layers")),
-        hidden_size=int(_get(cfg, path, "hidden_size")),
-        ffn_hidden_size=int(_get(cfg, path, "intermediate_size", "intermediate_size_mlp",
+        num_layers=_whole(_get(cfg, path, "num_hidden_layers")),
+        hidden_size=_whole(_get(cfg, path, "hidden_size")),
+        ffn_hidden_size=_whole(_get(cfg, path, "intermediate_size", "intermediate_size_mlp",
                                  default=0)),
         num_attention_heads=heads,
-        num_kv_heads=int(_get(cfg, path, "num_key_value_heads", default=heads)),
-        vocab_size=int(_get(cfg, path, "vocab_size")),
-        max_seq_len=int(_get(cfg, path, "max_position_embeddings", default=0)) or 4096,
-        head_dim=int(cfg.get("head_dim") or 0),
+        num_kv_heads=_whole(_get(cfg, path, "num_key_value_heads", default=heads)),
+        vocab_size=_whole(_get(cfg, path, "vocab_size")),
+        max_seq_len=_whole(_get(cfg, path, "max_position_embeddings", default=0)) or 4096,
+        head_dim=_whole(cfg.get("head_dim") or 0),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attention_bias=bool(cfg.get("attention_bias", False)),
+        rope_theta=float(cfg.get("rope_theta") or 0.0),
         mlp_bias=bool(cfg.get("mlp_bias", False)),
     )
     if model_type == "gpt_neox":
@@ -101,52 +102,52 @@ def _read(cfg: dict[str, Any], model_type: str, path: Path) -> dict[str, Any]:
     if model_type in ("qwen2", "qwen2_moe"):
         fields["qkv_bias"] = True
     # Mixture of experts, whichever spelling the architecture uses.
-    experts = int(cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    experts = _whole(cfg.get("num_local_experts") or cfg.get("n_routed_experts")
                   or cfg.get("num_experts") or 0)
     if experts:
         fields.update(
             num_experts=experts,
-            moe_top_k=int(_get(cfg, path, "num_experts_per_tok", "experts_per_token")),
-            moe_ffn_hidden_size=int(cfg.get("moe_intermediate_size")
+            moe_top_k=_whole(_get(cfg, path, "num_experts_per_tok", "experts_per_token")),
+            moe_ffn_hidden_size=_whole(cfg.get("moe_intermediate_size")
                                     or cfg.get("intermediate_size") or 0),
-            num_shared_experts=int(cfg.get("n_shared_experts") or 0),
-            num_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
-            moe_layer_freq=int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step")
+            num_shared_experts=_whole(cfg.get("n_shared_experts") or 0),
+            num_dense_layers=_whole(cfg.get("first_k_dense_replace") or 0),
+            moe_layer_freq=_whole(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step")
                                or cfg.get("interleave_moe_layer_step") or 1),
         )
         if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert
             fields["num_shared_experts"] = 1
-            fields["shared_expert_ffn_hidden_size"] = int(cfg["shared_expert_intermediate_size"])
+            fields["shared_expert_ffn_hidden_size"] = _whole(cfg["shared_expert_intermediate_size"])
         if model_type == "llama4":  # one shared expert of the routed size; dense layers differ
             fields["num_shared_experts"] = 1
-            fields["ffn_hidden_size"] = int(cfg.get("intermediate_size_mlp")
+            fields["ffn_hidden_size"] = _whole(cfg.get("intermediate_size_mlp")
                                             or fields["ffn_hidden_size"])
         if cfg.get("moe_latent_size"):
-            fields["moe_latent_size"] = int(cfg["moe_latent_size"])
+            fields["moe_latent_size"] = _whole(cfg["moe_latent_size"])
         if cfg.get("moe_shared_expert_intermediate_size"):  # Nemotron-H
-            fields["num_shared_experts"] = int(cfg.get("n_shared_experts") or 1)
-            fields["shared_expert_ffn_hidden_size"] = int(
+            fields["num_shared_experts"] = _whole(cfg.get("n_shared_experts") or 1)
+            fields["shared_expert_ffn_hidden_size"] = _whole(
                 cfg["moe_shared_expert_intermediate_size"])
     if cfg.get("kv_lora_rank"):  # multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)
-        fields.update(q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-                      kv_lora_rank=int(cfg["kv_lora_rank"]),
-                      qk_nope_head_dim=int(_get(cfg, path, "qk_nope_head_dim")),
-                      qk_rope_head_dim=int(_get(cfg, path, "qk_rope_head_dim")),
-                      v_head_dim=int(_get(cfg, path, "v_head_dim")),
+        fields.update(q_lora_rank=_whole(cfg.get("q_lora_rank") or 0),
+                      kv_lora_rank=_whole(cfg["kv_lora_rank"]),
+                      qk_nope_head_dim=_whole(_get(cfg, path, "qk_nope_head_dim")),
+                      qk_rope_head_dim=_whole(_get(cfg, path, "qk_rope_head_dim")),
+                      v_head_dim=_whole(_get(cfg, path, "v_head_dim")),
                       num_kv_heads=heads,
-                      num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0))
+                      num_mtp_layers=_whole(cfg.get("num_nextn_predict_layers") or 0))
     if cfg.get("hybrid_override_pattern"):  # Nemotron-H: Mamba-2 / attention / MLP / MoE
         pattern = str(cfg["hybrid_override_pattern"])
         fields.update(layer_pattern=pattern, num_layers=len(pattern),
-                      mamba_num_heads=int(_get(cfg, path, "mamba_num_heads")),
-                      mamba_head_dim=int(_get(cfg, path, "mamba_head_dim")),
-                      mamba_state_dim=int(_get(cfg, path, "ssm_state_size")),
-                      mamba_num_groups=int(cfg.get("n_groups") or 1),
-                      mamba_conv_kernel=int(cfg.get("conv_kernel") or 4))
+                      mamba_num_heads=_whole(_get(cfg, path, "mamba_num_heads")),
+                      mamba_head_dim=_whole(_get(cfg, path, "mamba_head_dim")),
+                      mamba_state_dim=_whole(_get(cfg, path, "ssm_state_size")),
+                      mamba_num_groups=_whole(cfg.get("n_groups") or 1),
+                      mamba_conv_kernel=_whole(cfg.get("conv_kernel") or 4))
         # Nemotron-H MLPs use squared ReLU (two matrices), not SwiGLU.
         fields["gated_mlp"] = str(cfg.get("mlp_hidden_act", "relu2")) in ("silu", "swiglu")
     if cfg.get("sliding_window") and isinstance(cfg.get("layer_types"), list):
-        fields.update(sliding_window=int(cfg["sliding_window"]),
+        fields.update(sliding_window=_whole(cfg["sliding_window"]),
                       num_sliding_window_layers=sum(t == "sliding_attention"
                                                     for t in cfg["layer_types"]))
     if model_type == "gpt_oss":
@@ -155,3 +156,12 @@ def _read(cfg: dict[str, Any], model_type: str, path: Path) -> dict[str, Any]:
     if fields["ffn_hidden_size"] == 0 and not experts:
         raise CatalogError(f"{path}: missing field 'intermediate_size'.")
     return fields
+
+
+def _whole(value: Any) -> int:
+    """A size field as an int: 4096 or 4096.0; never truncates 4096.5 or reads "4096"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ValueError(f"{value!r} is not a whole number")

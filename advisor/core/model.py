@@ -8,6 +8,7 @@ mixers for hybrid stacks, norms and biases. It is tested against the authors' pu
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -107,6 +108,8 @@ class ModelSpec:
     mamba_conv_kernel: int = 0
     sliding_window: int = 0
     num_sliding_window_layers: int = 0
+    rope_theta: float = 0.0
+    """RoPE base frequency; 0 when the catalog does not say (emitters keep the framework's)."""
     published_total_params: float = 0.0
     published_active_params: float = 0.0
     published_params_nominal: bool = False
@@ -124,12 +127,22 @@ class ModelSpec:
                 raise CatalogError(f"{where}: {key} must be positive, got {getattr(self, key)}.")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.type == "int":
+                value = _whole(f"{where}: {f.name}", value)
+                object.__setattr__(self, f.name, value)
+            if f.type == "float" and not math.isfinite(value):
+                raise CatalogError(f"{where}: {f.name} must be a finite number, got {value}.")
             if f.type in ("int", "float") and value < 0:
                 raise CatalogError(f"{where}: {f.name} must not be negative, got {value}.")
         for f in dataclasses.fields(self):
             if f.type == "int":
                 limits.check_most(f"{where}: {f.name}", getattr(self, f.name),
                                   _LIMITS.get(f.name, limits.WIDTH), error=CatalogError)
+        if not self.is_mla and not self.head_dim and self.hidden_size % self.num_attention_heads:
+            raise CatalogError(f"{where}: num_attention_heads ({self.num_attention_heads}) must "
+                               f"divide hidden_size ({self.hidden_size}) for a whole head "
+                               f"dimension; set head_dim when the heads are not "
+                               f"hidden_size / heads wide.")
         if not self.is_mla and self.num_attention_heads % self.num_kv_heads:
             raise CatalogError(f"{where}: num_kv_heads ({self.num_kv_heads}) must divide "
                                f"num_attention_heads ({self.num_attention_heads}).")
@@ -324,3 +337,12 @@ class ModelSpec:
 
 
 MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+
+
+def _whole(what: str, value: object) -> int:
+    """`value` as an int; a fraction (4096.5), a bool or a string is a catalog error."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise CatalogError(f"{what} must be a whole number, got {value!r}.")
