@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -306,12 +307,16 @@ def load_model(name_or_path: str) -> ModelSpec:
                                    f"llama3-8b@num_layers=2,hidden_size=64).")
             overrides[key.strip()] = int(value)
         return scaled_model(load_model(base), overrides)
-    if name_or_path.endswith(".json") or _is_dir(name_or_path):
+    index = _model_index()
+    key = name_or_path.strip().lower()
+    if name_or_path.endswith(".json") or (key not in index and _exists(name_or_path)):
         from advisor.core.hf_config import model_from_hf_config
 
         return model_from_hf_config(Path(name_or_path))
-    index = _model_index()
-    key = name_or_path.strip().lower()
+    if key not in index and name_or_path.startswith(("/", "./", "../", "~")):
+        raise CatalogError(f"{shown(name_or_path)}: no such file or directory; give a Hugging "
+                           f"Face config.json (or the folder holding it) or a catalog model "
+                           f"name (`advisor catalog models`).")
     if key not in index:
         raise UnknownNameError(f"unknown model {shown(name_or_path)}.{suggest(key, index)} "
                                f"See `advisor catalog models`, or pass a Hugging Face "
@@ -319,10 +324,11 @@ def load_model(name_or_path: str) -> ModelSpec:
     return _model(index[key])
 
 
-def _is_dir(name: str) -> bool:
-    """`name` is a directory (a Hugging Face checkout); False for what cannot be a path."""
+def _exists(name: str) -> bool:
+    """`name` is something on disk (a Hugging Face checkout, a config file, a link, a device);
+    False for what cannot be a path."""
     try:
-        return Path(name).is_dir()
+        return os.path.lexists(name)
     except (OSError, ValueError):   # a name too long for the file system, say
         return False
 

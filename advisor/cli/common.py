@@ -94,11 +94,12 @@ _PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
 
 def as_flags(message: str, command: Callable) -> str:
     """`message` with each backquoted parameter of `command` written as its option
-    (`max_power_w` -> --max-power-w, `overlap` -> --overlap); other backquoted
-    names keep their name, unquoted. Library errors name parameters, not flags: a scheduler
-    calling the library gets advice in its own terms."""
+    (`max_power_w` -> --max-power-w, `overlap` -> --overlap); everything else is left as
+    written, backquotes included (a model named `m` in an error keeps its quotes). Library
+    errors name parameters, not flags: a scheduler calling the library gets advice in its own
+    terms."""
     flags = command_flags(command)
-    return _PARAMETER.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
+    return _PARAMETER.sub(lambda m: flags.get(m.group(1), m.group(0)), message)
 
 
 def command_flags(command: Callable) -> dict[str, str]:

@@ -21,6 +21,9 @@ SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
 def model_from_hf_config(path: Path) -> ModelSpec:
     """Build a `ModelSpec` from a `config.json` (or a folder holding one)."""
     if path.is_dir():
+        if not (path / "config.json").exists():
+            raise CatalogError(f"{path}: a directory without a config.json; give a Hugging "
+                               f"Face model folder (it holds config.json) or the file itself.")
         path = path / "config.json"
     from advisor.core.files import JSON_LIMIT_BYTES, read_bounded
 

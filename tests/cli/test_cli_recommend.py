@@ -118,7 +118,13 @@ def test_library_messages_name_parameters_and_the_cli_its_flags():
 
     text = "`max_power_w` 50; `overlap` on; `dp_sharding` full; `catalog` stays; `nope`"
     assert as_flags(text, recommend) == ("--max-power-w 50; --overlap on; --dp-sharding full; "
-                                         "catalog stays; nope")
+                                         "`catalog` stays; `nope`")
+
+
+def test_backquotes_in_a_users_name_survive_the_error_line():
+    r = run("predict", "--model", "`x`", "--gpus", "8", "-p", "h100")
+    assert r.exit_code == 2
+    assert "'`x`'" in r.stderr, r.stderr
 
 
 def test_every_knob_can_be_pinned_with_its_declared_flag():

@@ -70,3 +70,41 @@ def test_odd_field_values_are_clear_errors(tmp_path, field, value):
     f.write_text(json.dumps(cfg))
     with pytest.raises(CatalogError):
         model_from_hf_config(f)
+
+
+LLAMA_TINY = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+              "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"hidden_size": 64.5}, "64.5 is not a whole number"),       # was truncated to 64
+    ({"hidden_size": 16, "num_attention_heads": 64}, "must divide hidden_size"),  # was NaN
+    ({"hidden_size": 4096, "num_attention_heads": 48}, "must divide hidden_size"),  # kv 85
+    ({"num_hidden_layers": True}, "not a whole number"),
+    ({"vocab_size": "100"}, "not a whole number"),
+    ({"rope_theta": float("inf")}, "rope_theta must be a finite number"),
+])
+def test_degenerate_geometry_is_refused(tmp_path, changes, message):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**LLAMA_TINY, **changes}))
+    with pytest.raises(CatalogError, match=message):
+        model_from_hf_config(f)
+
+
+def test_whole_float_sizes_and_explicit_head_dim_are_accepted(tmp_path):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**LLAMA_TINY, "hidden_size": 64.0, "num_attention_heads": 48,
+                             "num_key_value_heads": 8, "head_dim": 16, "rope_theta": 5e5}))
+    model = model_from_hf_config(f)
+    assert (model.hidden_size, model.attention_head_dim, model.rope_theta) == (64, 16, 5e5)
+
+
+def test_model_paths_that_are_no_config_say_what_they_are(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    with pytest.raises(CatalogError, match="a directory without a config.json"):
+        catalog.load_model(str(tmp_path / "empty"))
+    with pytest.raises(CatalogError, match="not a regular file"):
+        catalog.load_model(str(tmp_path / "zero"))
+    with pytest.raises(CatalogError, match="no such file or directory"):
+        catalog.load_model(str(tmp_path / "missing"))
