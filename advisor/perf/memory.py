@@ -147,12 +147,20 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
                         index=configs.index)
 
 
-def memory_arrays(model: ModelSpec, *, platform: Platform, cols: Columns) -> dict[str, np.ndarray]:
-    """`memory_table`'s columns, from and to arrays."""
+def memory_arrays(model: ModelSpec, *, platform: Platform, cols: Columns,
+                  stage: str = "heaviest") -> dict[str, np.ndarray]:
+    """`memory_table`'s columns, from and to arrays.
+
+    `stage`: "heaviest" (what decides whether a layout fits) or "last" (the last pipeline
+    stage: the rank Megatron-LM logs memory from, for comparing with its measurements).
+    """
+    if stage not in ("heaviest", "last"):
+        raise ValueError(f"stage {stage!r}: use 'heaviest' or 'last'.")
     n = num_rows(cols)
     out = {c: np.zeros(n) for c in COLUMNS}
     for pp, vp, first, last, idx in pipeline_groups(cols):
-        part = _stage_memory(model, take(cols, idx), pp=pp, vp=vp, first=first, last=last)
+        part = _stage_memory(model, take(cols, idx), pp=pp, vp=vp, first=first, last=last,
+                             at=stage)
         for c, v in part.items():
             if idx is None:
                 out[c][:] = v
@@ -170,7 +178,7 @@ def _col(configs: Columns, name: str) -> np.ndarray:
 
 
 def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first: int = 0,
-                  last: int = 0) -> dict[str, np.ndarray]:
+                  last: int = 0, at: str = "heaviest") -> dict[str, np.ndarray]:
     layout = stage_layout(model, pp, vp, first=first, last=last)
     tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
     ep, etp = _col(configs, "ep"), _col(configs, "etp")
@@ -264,7 +272,7 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     tensors = weights + grads + optimizer + activations
     reserve = RESERVE_FIXED_BYTES + RESERVE_FRACTION * (activations + fsdp_buffers)
     total = tensors + reserve
-    heaviest = np.argmax(total, axis=1)
+    heaviest = np.argmax(total, axis=1) if at == "heaviest" else np.full(len(tp), pp - 1)
     pick = (np.arange(len(tp)), heaviest)
     return {"weights_bytes": weights[pick], "gradients_bytes": grads[pick],
             "optimizer_bytes": optimizer[pick], "activations_bytes": activations[pick],

@@ -1,0 +1,235 @@
+"""The memory model against measured peaks: Megatron-LM's functional tests
+(`shared/reference/megatron_ci/runs.csv`, see its README).
+
+Each row is mapped to a `ModelSpec` built from the row's architecture arguments and a
+`ParallelConfig`; advisor's *allocated* bytes (weights, gradients, optimizer state,
+activations: no CUDA context, NCCL buffers or allocator reserve, the README's definition) on the
+rank that logs memory (Megatron logs from the last rank, which sits on the last pipeline
+stage) are compared with `mem_max_alloc_bytes_max`. Rows that cannot be mapped are counted with
+their reason, never dropped silently.
+
+    python benchmarks/memory_validation.py [--csv PATH] [--rows]
+
+Prints the error (measured / predicted − 1) overall and by feature, and the margin the
+measured under-prediction asks for (the 95th percentile of measured / predicted − 1 over the
+rows that ran, at least 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from advisor.core.model import ModelSpec  # noqa: E402
+from advisor.core.parallel import ParallelConfig  # noqa: E402
+from advisor.perf.columns import columns_of  # noqa: E402
+from advisor.perf.memory import memory_arrays  # noqa: E402
+
+DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "megatron_ci" / "runs.csv"
+GPT2_VOCAB = 50257
+"""The tests' tokenizer: GPT-2 BPE (`--vocab-file .../bpe/vocab.json`, e.g.
+tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp1_pp1_resume_torch_dist_dist_optimizer/
+model_config.yaml), padded by Megatron to a multiple of 128 × tp
+(`--make-vocab-size-divisible-by` 128, megatron/training/tokenizer `_vocab_size_with_padding`)."""
+GPT2_FAMILIES = ("gpt3_mcore", "gpt3_moe_mcore", "gpt3_7b")
+"""Test-case prefixes that run the GPT-2 BPE tokenizer with Megatron-LM's GPT defaults (learned
+positions unless the name says rope, LayerNorm, biases unless disabled, GeLU MLP unless swiglu,
+tied embeddings unless untied). Other families (release recipes, proxies, BERT, T5, hybrid,
+multimodal) set a tokenizer or architecture this table does not carry."""
+PLATFORMS = {"dgx_a100": "a100", "dgxa100_dracooci": "a100", "dgxa100_dracooci-ord": "a100",
+             "dgx_h100": "h100", "dgxh100_dgxc": "h100", "dgx_gb200": "gb200"}
+FEATURES = ("pp", "vp", "cp", "ep", "recompute_full", "recompute_selective", "fp8",
+            "dist_optimizer", "nvfp4", "sequence_parallel", "unfused_attention")
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """One row as advisor sees it."""
+
+    model: ModelSpec
+    config: ParallelConfig
+    platform: str
+
+
+def _num(row: pd.Series, key: str, default: int | None = None) -> int | None:
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return default
+    return int(value)
+
+
+def _flag(row: pd.Series, key: str) -> bool:
+    value = row.get(key)
+    return isinstance(value, bool | np.bool_) and bool(value) or value in ("True", "true", 1)
+
+
+def world_sizes(frame: pd.DataFrame) -> dict[str, int]:
+    """GPUs of each test case from the recipes (`NxG`), where every recipe naming it agrees."""
+    out: dict[str, set[int]] = {}
+    for case, value in zip(frame["test_case"], frame["nodes_gpus_from_recipes"], strict=True):
+        if isinstance(value, str):
+            for part in value.split(";"):
+                nodes, gpus = part.lower().split("x")
+                out.setdefault(case, set()).add(int(nodes) * int(gpus))
+    return {case: next(iter(s)) for case, s in out.items() if len(s) == 1}
+
+
+def map_row(row: pd.Series, world: dict[str, int]) -> Mapped | str:
+    """The row as advisor's model and layout, or the reason it cannot be mapped."""
+    case = str(row["test_case"])
+    if not case.startswith(GPT2_FAMILIES):
+        return f"{row['model']}: tokenizer or architecture not in the table"
+    if pd.isna(row["mem_max_alloc_bytes_max"]):
+        return "no memory measured"
+    if str(row.get("platform")) not in PLATFORMS:
+        return "machine not named"
+    layers, seq = _num(row, "num-layers"), _num(row, "seq-length")
+    if layers is None or seq is None:
+        return "num-layers or seq-length not in the YAML"
+    if case not in world:
+        return "world size in no recipe"
+    if "fsdp" in case or "zp_z3" in case or "muon" in case or "offloading" in case:
+        return "FSDP, Muon or offloading (not modelled by this table's mapping)"
+    tp = _num(row, "tensor-model-parallel-size", 1)
+    pp = _num(row, "pipeline-model-parallel-size", 1)
+    cp = _num(row, "context-parallel-size", 1)
+    ep = _num(row, "expert-model-parallel-size", 1)
+    etp = _num(row, "expert-tensor-parallel-size", tp)
+    per_vp = _num(row, "num-layers-per-virtual-pipeline-stage")
+    vp = layers // pp // per_vp if per_vp else 1
+    if world[case] % (tp * pp * cp):
+        return "world size not a multiple of tp × pp × cp"
+    dp = world[case] // (tp * pp * cp)
+    h, heads = _num(row, "hidden-size"), _num(row, "num-attention-heads")
+    experts = _num(row, "num-experts", 0)
+    ffn = _num(row, "ffn-hidden-size", 4 * h)
+    model = ModelSpec(
+        name=case, num_layers=layers, hidden_size=h, ffn_hidden_size=ffn,
+        num_attention_heads=heads, num_kv_heads=_num(row, "num-query-groups", heads),
+        vocab_size=-(-GPT2_VOCAB // (128 * tp)) * 128 * tp, max_seq_len=seq,
+        tied_embeddings="untie" not in case, gated_mlp="swiglu" in case,
+        position_embedding="rope" if "rope" in case else "learned", norm="layernorm",
+        attention_bias="disable_bias" not in case, qkv_bias="disable_bias" not in case,
+        mlp_bias="disable_bias" not in case, num_experts=experts,
+        moe_top_k=_num(row, "moe-router-topk", 2) if experts else 0,
+        moe_ffn_hidden_size=ffn if experts else 0)
+    recompute = row.get("recompute-granularity")
+    fp8 = row.get("fp8-recipe") if isinstance(row.get("fp8-format"), str) else None
+    precision = {None: "fp16" if _flag(row, "fp16") else "bf16", "tensorwise": "fp8-cs",
+                 "blockwise": "fp8-block", "mxfp8": "mxfp8", "delayed": "fp8"}.get(fp8)
+    if precision is None:
+        return f"fp8 recipe {fp8} unknown"
+    attention = str(row.get("attention-backend"))
+    try:
+        config = ParallelConfig(
+            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp if experts else 1, vp=vp,
+            mbs=_num(row, "micro-batch-size"), gbs=_num(row, "global-batch-size"),
+            seq_len=seq, precision=precision,
+            recompute=recompute if isinstance(recompute, str) else "none",
+            dp_sharding="optimizer" if _flag(row, "use-distributed-optimizer") else "none",
+            sequence_parallel=_flag(row, "sequence-parallel") and tp > 1,
+            # Megatron-LM forces FP32 gradient accumulation and reduction under bf16
+            # (megatron/training/arguments.py: `if args.bf16: accumulate_allreduce_grads_in_fp32
+            # = True`); fp16 keeps them in fp16.
+            grad_reduce_in_fp32=not _flag(row, "fp16"),
+            # The local transformer implementation and `unfused` backends store the softmax.
+            attention="unfused" if attention in ("unfused", "local") or
+            row.get("transformer-impl") == "local" else "flash")
+    except Exception as exc:  # noqa: BLE001 — a row the layout rules refuse is a reason
+        return f"layout refused: {str(exc).splitlines()[0][:60]}"
+    return Mapped(model=model, config=config, platform=PLATFORMS[str(row["platform"])])
+
+
+def predict_allocated(mapped: Mapped) -> float:
+    """advisor's allocated bytes on the last pipeline stage (the logging rank)."""
+    from advisor import catalog
+
+    table = memory_arrays(mapped.model, platform=catalog.load_platform(mapped.platform),
+                          cols=columns_of([mapped.config]), stage="last")
+    return float(table["total_bytes"][0] - table["reserve_bytes"][0])
+
+
+def features(config: ParallelConfig) -> dict[str, bool]:
+    return {"pp": config.pp > 1, "vp": config.vp > 1, "cp": config.cp > 1, "ep": config.ep > 1,
+            "recompute_full": config.recompute == "full",
+            "recompute_selective": config.recompute == "selective",
+            "fp8": config.precision in ("fp8", "fp8-cs", "fp8-block", "mxfp8"),
+            "dist_optimizer": config.dp_sharding != "none",
+            "nvfp4": config.precision == "nvfp4",
+            "sequence_parallel": config.sequence_parallel,
+            "unfused_attention": config.attention == "unfused"}
+
+
+def validate(csv_path: Path = DEFAULT_CSV) -> tuple[pd.DataFrame, pd.Series]:
+    """(rows, skipped): every mapped row with measured and predicted allocated bytes, its
+    features and `ratio` = measured / predicted; and the skip reasons with their counts."""
+    frame = pd.read_csv(csv_path)
+    world = world_sizes(frame)
+    rows, reasons = [], []
+    for _, row in frame.iterrows():
+        mapped = map_row(row, world)
+        if isinstance(mapped, str):
+            reasons.append(mapped)
+            continue
+        predicted = predict_allocated(mapped)
+        measured = float(row["mem_max_alloc_bytes_max"])
+        rows.append({"test_case": row["test_case"], "platform": row["platform"],
+                     "env": row["env"], "measured_bytes": measured,
+                     "predicted_bytes": predicted, "ratio": measured / predicted,
+                     "params_per_gpu": mapped.model.params.total / mapped.config.tp
+                     / mapped.config.pp, **features(mapped.config)})
+    return pd.DataFrame(rows), pd.Series(reasons, dtype=str).value_counts()
+
+
+def margin(rows: pd.DataFrame) -> float:
+    """Fraction of memory the measured under-prediction asks for: the 95th percentile of
+    measured / predicted − 1 over the rows that ran, at least 0."""
+    return max(float(np.percentile(rows["ratio"] - 1.0, 95)), 0.0)
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Error (measured / predicted − 1) overall and with / without each feature."""
+    def stats(err: pd.Series) -> dict[str, float]:
+        return {"rows": len(err), "median": err.median(), "p5": err.quantile(0.05),
+                "p95": err.quantile(0.95), "abs_median": err.abs().median(),
+                "abs_p95": err.abs().quantile(0.95)}
+
+    err = rows["ratio"] - 1.0
+    out = {"all": stats(err)}
+    for feature in FEATURES:
+        on = rows[feature].astype(bool)
+        if on.any():
+            out[f"{feature}"] = stats(err[on])
+            out[f"no {feature}"] = stats(err[~on])
+    return pd.DataFrame(out).T
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--rows", action="store_true", help="print every mapped row")
+    args = parser.parse_args(argv)
+    rows, skipped = validate(args.csv)
+    print(f"{len(rows)} rows mapped; {int(skipped.sum())} skipped:")
+    print(skipped.to_string())
+    if args.rows:
+        with pd.option_context("display.width", 200, "display.max_rows", 1000):
+            print(rows[["test_case", "platform", "measured_bytes", "predicted_bytes",
+                        "ratio"]].sort_values("ratio").to_string())
+    print("\nerror = measured / predicted − 1 (signed; > 0 = under-predicted)")
+    print(summary(rows).round(3).to_string())
+    print(f"\nmargin from the measured under-prediction (p95 of measured/predicted − 1): "
+          f"{margin(rows):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
