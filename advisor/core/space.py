@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from advisor.core.errors import ConfigError
+from advisor.core.frameworks import PP_WITH_FSDP, canonical_framework, find_framework
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
     DP_SHARDING,
@@ -96,15 +97,14 @@ def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -
     return notes
 
 
-PP_WITH_FSDP = ("torchtitan", "automodel", "nemo-automodel", "pytorch-fsdp", "fsdp")
-"""Frameworks that run FSDP (PyTorch FSDP2) with pipeline parallelism: TorchTitan and NeMo
-AutoModel (DeepSeek-V3 on 256-1,024 H100, Kimi-K2 on 256 H100). Megatron-FSDP does not."""
 
 
 def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
              num_gpus: int | None = None, framework: str = "megatron") -> list[str]:
     """Raise `ConfigError` naming the broken rule; return warnings for allowed oddities. Rules
-    that depend on the framework (FSDP with pipelining) follow `framework`'s."""
+    that depend on the framework (FSDP with pipelining) follow `framework`'s (any spelling
+    `advisor.core.frameworks` accepts; another is refused with the list)."""
+    framework = canonical_framework(framework)
     name = model.name
     if num_gpus is not None and config.world_size != num_gpus:
         raise ConfigError(f"tp × pp × cp × dp = {config.tp} × {config.pp} × {config.cp} × "
@@ -151,7 +151,7 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
                           f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
                           f"optimizer, pp 1, or a framework that runs FSDP2 with pipelining "
-                          f"({', '.join(PP_WITH_FSDP[:2])}).")
+                          f"({', '.join(PP_WITH_FSDP)}).")
     if not platform.supports(config.precision_class):
         raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
                           f"{config.precision}.")
@@ -184,7 +184,10 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             (tp * cp * dp) % np.maximum(ep * etp, 1) != 0)
     else:
         bad |= (ep > 1) | (etp > 1)
-    if "dp_sharding" in cols and framework not in PP_WITH_FSDP:
+    known = find_framework(framework)
+    if known is None:   # `validate` says why: the framework is not one advisor models
+        bad |= True
+    elif "dp_sharding" in cols and known not in PP_WITH_FSDP:
         bad |= (np.asarray(cols["dp_sharding"]) == "full") & (pp > 1)
     if "precision" in cols:
         for precision in np.unique(np.asarray(cols["precision"]).astype(str)):
