@@ -29,6 +29,7 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.core.errors import AdvisorError, first_line
+from advisor.core.parallel import finetune_label
 
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
@@ -62,13 +63,14 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
                 last_stage_layers=0, finetune=None, predictor=None, conditions=None):
-    """The analytical `Breakdown` of the configuration the flags describe, with notes; and
-    `predictor`'s `pred_*` values for it (None without one, or where it cannot predict it).
-    The analytical model runs once: the breakdown comes with the predictor's answer."""
+    """The `Predictor`'s `Prediction` (with its analytical `Breakdown`) of the configuration
+    the flags describe, and notes. `predictor` None: the analytical model alone
+    (`Predictor(None)`), so `predict`, `explain` and `--analytical` read their figures from
+    the same place. The analytical model runs once: the breakdown comes with the answer."""
     from advisor.catalog import load_model, load_platform, with_conditions
     from advisor.core.parallel import make_config, make_job
     from advisor.core.space import validate
-    from advisor.perf.analytical import BREAKDOWN_PREFIX, breakdown_from_row, predict_config
+    from advisor.predict.predictor import Prediction, Predictor
 
     m, p = load_model(model), with_conditions(load_platform(platform), **(conditions or {}))
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
@@ -79,14 +81,14 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
     notes = validate(config, m, p, num_gpus=gpus)
-    if predictor is not None:
-        row = predictor.predict([(config, job)], breakdown=True).iloc[0].to_dict()
-        if not row["pred_error"]:
-            learned = {k: v for k, v in row.items() if k.startswith("pred_")}
-            return (m, p, breakdown_from_row(config, row, prefix=BREAKDOWN_PREFIX), notes,
-                    (config, job), learned)
+    analytical = Predictor(None)
+    row = (predictor or analytical).predict([(config, job)], breakdown=True).iloc[0].to_dict()
+    if row["pred_error"] and predictor is not None:
         notes = [*notes, f"surrogate unavailable: {row['pred_error']}"]
-    return m, p, predict_config(m, p, config), notes, (config, job), None
+        row = analytical.predict([(config, job)], breakdown=True).iloc[0].to_dict()
+    if row["pred_error"]:
+        raise AdvisorError(row["pred_error"])
+    return m, p, Prediction.from_row(row, config), notes, (config, job)
 
 
 def _need(**given) -> None:
@@ -148,7 +150,7 @@ def predict(input: Annotated[Path | None, typer.Option(
                   "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w}
     if input is None:
         _need(model=model, platform=platform, gpus=gpus)
-        m, p, pred, notes, pair, learned = _prediction(
+        m, p, pred, notes, pair = _prediction(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap,
@@ -156,7 +158,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
             conditions=conditions)
         gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
-        _print_one(m, p, pred, notes, json_out, learned, gpus if per_gpu else None)
+        _print_one(m, p, pred, notes, json_out, gpus if per_gpu else None)
         if plot:
             from advisor.cli.plots import plot_gpu_heatmap
 
@@ -195,12 +197,31 @@ def predict(input: Annotated[Path | None, typer.Option(
 
 
 def _as_dict(pred, notes) -> dict:
+    """One prediction as JSON: `figures` (the headline, each figure with its `source`), then
+    the analytical breakdown behind it (`step`, `memory`, `power`, each marked analytical),
+    the `Predictor`'s own `pred_*` values (`learned`) and the notes. `source` is the
+    headline throughput's source."""
     from dataclasses import asdict
 
-    d = asdict(pred)
-    d["memory"]["headroom_bytes"] = pred.memory.headroom_bytes
+    from advisor.predict.figures import figures_json
+
+    b = pred.breakdown
+    d = {"source": pred.source, "figures": figures_json(pred), **asdict(b)}
+    d["source"], d["breakdown_source"] = pred.source, b.source
+    for part in ("step", "memory", "power"):
+        d[part]["source"] = b.source
+    d["memory"]["headroom_bytes"] = b.memory.headroom_bytes
+    d["learned"] = {f"pred_{k}": v for k, v in pred.values().items()}
     d["notes"] = notes
     return d
+
+
+def job_title(m, p, config) -> str:
+    """`GPT3-175B on 32 × NVIDIA H200 ..., LoRA rank 16 (attention)`: what every header of
+    `predict` and `explain` starts with; a fine-tuning job says so."""
+    what = finetune_label(config)
+    return (f"{m.display_name or m.name} on {config.world_size} × {p.display_name}"
+            + (f", {what}" if what else ""))
 
 
 def _per_gpu(m, p, config):
@@ -227,58 +248,56 @@ def _print_gpus(gpus) -> None:
     make_console().print(table)
 
 
-def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
-               gpus=None) -> None:
+def _print_one(m, p, pred, notes, json_out: bool, gpus=None) -> None:
     if json_out:
         d = _as_dict(pred, notes)
-        if learned:
-            d["learned"] = {k: v for k, v in learned.items() if k != "pred_error"}
         if gpus is not None:
             d["gpus"] = gpus.to_dict(orient="records")
         emit_json(d)
         return
     from rich.table import Table
 
-    s, pw, mem = pred.step, pred.power, pred.memory
-    source = learned["pred_source"] if learned else pred.source
-    step_s = learned["pred_step_time_s"] if learned else s.step_time_s
-    tflops = learned["pred_tflops_per_gpu"] if learned else s.tflops_per_gpu
-    mfu = learned["pred_mfu"] if learned else s.mfu
-    table = Table(title=f"{m.display_name or m.name} on {pred.config.world_size} × "
-                  f"{p.display_name} ({source}"
+    from advisor.predict.figures import figures
+
+    f = figures(pred)
+    b = pred.breakdown
+    s, pw, mem = b.step, b.power, b.memory
+    tps = f["tokens_per_sec_per_gpu"]
+    band = (f"p10-p90 {tps.p10:,.0f}-{tps.p90:,.0f}; " if tps.p10 is not None else "")
+    table = Table(title=f"{job_title(m, p, pred.config)} ({pred.source}"
                   f"{'' if pred.calibrated else ', uncalibrated'})", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
-    for label, value in [
-        ("step time", f"{step_s:.3f} s"),
-        ("tokens/s per GPU", f"{s.tokens_per_sec_per_gpu:,.0f}" if not learned else
-         f"{learned['pred_tokens_per_sec_per_gpu']:,.0f} (p10-p90 "
-         f"{learned['pred_tokens_per_sec_per_gpu_p10']:,.0f}-"
-         f"{learned['pred_tokens_per_sec_per_gpu_p90']:,.0f}; {learned['pred_source']}"
-         f"{', extrapolating' if learned['pred_extrapolation'] else ''}; analytical "
-         f"{s.tokens_per_sec_per_gpu:,.0f})"),
-        ("model TFLOP/s per GPU", f"{tflops:,.0f}"),
-        ("MFU", f"{mfu:.1%}"),
+    table.add_column(style="dim")
+    for label, value, source in [
+        ("step time", f"{pred.step_time_s:.3f} s", f["step_time_s"].source),
+        ("tokens/s per GPU", f"{pred.tokens_per_sec_per_gpu:,.0f} ({band}"
+         f"{'extrapolating; ' if pred.extrapolation else ''}analytical alone "
+         f"{s.tokens_per_sec_per_gpu:,.0f})", tps.source),
+        ("model TFLOP/s per GPU", f"{pred.tflops_per_gpu:,.0f}", f["tflops_per_gpu"].source),
+        ("MFU", f"{pred.mfu:.1%}", f["mfu"].source),
         ("memory per GPU", f"{mem.total_bytes / 1e9:.1f} / {mem.capacity_bytes / 1e9:.1f} GB"
-                           f" ({'fits' if mem.fits else 'does NOT fit'})"),
+                           f" ({'fits' if mem.fits else 'does NOT fit'})", "analytical"),
         ("power limit per GPU", f"{pw.power_limit_w:.0f} W" + (
-            "" if pw.power_limit_w == p.tdp_w else f" (board default {p.tdp_w:.0f} W)")),
-        ("average power per GPU", f"{pw.avg_power_w:.0f} W (never above the limit)"),
-        ("peak power per GPU", f"{pw.peak_power_w:.0f} W (highest 50 ms sample)"),
-        ("energy per token", f"{pw.energy_j_per_token:.3f} J"),
-        ("samples per MJ", f"{pw.samples_per_mj:,.0f}"),
+            "" if pw.power_limit_w == p.tdp_w else f" (board default {p.tdp_w:.0f} W)"), ""),
+        ("average power per GPU", f"{pred.avg_power_w:.0f} W (never above the limit)",
+         f["avg_power_w"].source),
+        ("peak power per GPU", f"{pred.peak_power_w:.0f} W (highest 50 ms sample)",
+         f["peak_power_w"].source),
+        ("energy per token", f"{pred.energy_j_per_token:.3f} J", "derived: avg power × step"),
+        ("samples per MJ", f"{f['samples_per_mj'].value:,.0f}", "derived: from energy"),
         ("temperature", f"front {pw.temp_front_c:.0f} °C, rear {pw.temp_rear_c:.0f} °C, "
                         f"bursts {pw.peak_temp_c:.0f} °C (slowdown {p.thermal_slowdown_c:.0f} "
-                        f"°C)"),
+                        f"°C)", "analytical"),
         ("expected loss", f"{pw.throttle_loss:.1%}: power cap {pw.power_cap_loss:.1%}, "
                           f"slowest of {pred.config.world_size:,} GPUs "
                           f"{pw.straggler_loss:.1%}, thermal {pw.thermal_loss:.1%}"
                           + (f", degraded nodes {pw.degraded_loss:.1%}"
-                             if pw.degraded_loss > 0 else "")),
-        ("thermal risk", f"{pw.throttle_risk:.0%} (probability that a GPU reaches its "
-                         f"slowdown point)"),
+                             if pw.degraded_loss > 0 else ""), "analytical"),
+        ("thermal risk", f"{pred.throttle_risk:.0%} (probability that a GPU reaches its "
+                         f"slowdown point)", "analytical"),
     ]:
-        table.add_row(label, value)
+        table.add_row(label, value, source)
     console = make_console()
     console.print(table)
     parts = Table(title="step breakdown (analytical)", show_header=True)
@@ -287,6 +306,7 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict | None,
     parts.add_column("share", justify="right")
     for k, v in s.components().items():
         parts.add_row(k.removesuffix("_s"), f"{v:.3f}", f"{v / s.step_time_s:.1%}")
+    parts.add_row("step (analytical)", f"{s.step_time_s:.3f}", "100.0%", style="bold")
     console.print(parts)
     if gpus is not None:
         _print_gpus(gpus)
@@ -305,30 +325,68 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             lora_targets: LoraTargetsOpt = "attention",
             no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
             inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
-            degraded_power_w: DegradedPowerOpt = None, json_out: JsonOpt = False) -> None:
+            degraded_power_w: DegradedPowerOpt = None, models: ModelsOpt = None,
+            analytical: AnalyticalOpt = False, json_out: JsonOpt = False) -> None:
     """Explain one configuration in words and numbers: where the time goes, what is exposed,
-    what limits power, why it might throttle.
+    what limits power, why it might throttle. Its figures are `advisor predict`'s for the same
+    flags (the learned surrogate where its data supports the layout).
 
         advisor explain --model 70b --platform h200 --gpus 32 --tp 8 --pp 2 --mbs 4
     """
-    from advisor.explain.bottlenecks import explain as explain_lines
+    from advisor.predict.predictor import Predictor
 
     _need(model=model, platform=platform, gpus=gpus)
-    m, p, pred, notes, _, _ = _prediction(
+    m, p, pred, notes, _ = _prediction(
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
         finetune=finetune_job(finetune, lora_rank, lora_targets),
+        predictor=None if analytical else Predictor.load(models),
         conditions={"power_limit_w": power_limit_w, "inlet_c": inlet_c,
                     "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w})
-    lines = explain_lines(pred, m, p) + _placement_lines(m, p, pred.config)
+    lines = explanation(pred, m, p) + _placement_lines(m, p, pred.config)
     lines += [f"Note: {n}" for n in notes]
     if json_out:
         emit_json({"explanation": lines, "prediction": _as_dict(pred, notes)})
         return
     for line in lines:
         typer.echo(line)
+
+
+def explanation(pred, m, p) -> list[str]:
+    """`advisor.explain.bottlenecks.explain`'s sentences about `pred`'s analytical breakdown,
+    with the headline figures (step, throughput, power, energy) the `Predictor`'s, as
+    `predict` prints them, and their sources said."""
+    from dataclasses import replace
+
+    from advisor.explain.bottlenecks import explain as explain_lines
+    from advisor.predict.figures import figures
+
+    b, f = pred.breakdown, figures(pred)
+    headline_power = replace(b.power, avg_power_w=pred.avg_power_w,
+                             peak_power_w=pred.peak_power_w,
+                             energy_j_per_token=pred.energy_j_per_token,
+                             samples_per_mj=f["samples_per_mj"].value)
+    lines = explain_lines(replace(b, power=headline_power), m, p)
+    c, tps = pred.config, f["tokens_per_sec_per_gpu"]
+    what = finetune_label(c)
+    if what:
+        lines[0] = lines[0].removesuffix(".") + f", {what}."
+    band = (f" (p10-p90 {tps.p10:,.0f}-{tps.p90:,.0f})" if tps.p10 is not None else "")
+    lines[1] = (f"Step {pred.step_time_s:.2f} s → {pred.tokens_per_sec_per_gpu:,.0f} tokens/s "
+                f"per GPU{band}, {pred.tflops_per_gpu:,.0f} model TFLOP/s per GPU (MFU "
+                f"{pred.mfu:.0%} of {c.precision_class.upper()} peak), from the {pred.source} "
+                f"model" + ("" if pred.source == "analytical" else
+                            f"; the analytical model alone: {b.step.step_time_s:.2f} s, "
+                            f"{b.step.tokens_per_sec_per_gpu:,.0f} tokens/s, whose breakdown "
+                            f"follows") + ".")
+    if pred.source != "analytical" or pred.power_source != "analytical":
+        lines = [ln.replace("These are analytical predictions",
+                            f"Throughput is the {pred.source} model's and average power the "
+                            f"{pred.power_source} model's; the breakdown, memory and thermal "
+                            f"figures are analytical predictions", 1) for ln in lines]
+    return lines
 
 
 def _placement_lines(m, p, config) -> list[str]:

@@ -19,6 +19,15 @@ from advisor.core.platform import Platform
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "unfused")
 DP_SHARDING = ("none", "optimizer", "full")
+"""The one vocabulary for data-parallel sharding, in CLI values, tables, JSON and `--layout`:
+none (plain DDP), optimizer (Megatron's distributed optimizer: optimizer state and, in
+Megatron-Core, the gradient reduce-scatter sharded; ZeRO-1/2), full (parameters too: FSDP,
+ZeRO-3)."""
+SHARDING_ALIASES = {"ddp": "none", "zero0": "none", "zero1": "optimizer",
+                    "zero-1": "optimizer", "zero2": "optimizer", "zero-2": "optimizer",
+                    "distributed-optimizer": "optimizer", "fsdp": "full", "zero3": "full",
+                    "zero-3": "full"}
+"""Other spellings accepted on input (case-insensitive) for `DP_SHARDING`'s names."""
 FINETUNE = ("none", "lora", "full")
 """none: pre-training; lora: LoRA adapters on a frozen base; full: every weight trained (the
 same work per step as pre-training)."""
@@ -32,6 +41,23 @@ PRECISIONS = {
     "bf16": "bf16", "fp16": "fp16", "16-bit": "bf16",
     "fp8": "fp8", "fp8-cs": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4",
 }
+
+
+def sharding_name(value: Any) -> Any:
+    """`value` in `DP_SHARDING`'s vocabulary where it is one of its aliases (`zero1`, `FSDP`,
+    `ddp`); anything else unchanged (the caller's check names it)."""
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower()
+    return SHARDING_ALIASES.get(key, key if key in DP_SHARDING else value)
+
+
+def finetune_label(obj: Any) -> str:
+    """How a header says what a `ParallelConfig` or `Job` trains: "" for pre-training,
+    `LoRA rank 16 (attention)` or `full fine-tuning`."""
+    if obj.finetune == "lora":
+        return f"LoRA rank {obj.lora_rank} ({obj.lora_targets})"
+    return "full fine-tuning" if obj.finetune == "full" else ""
 
 
 def divisors(n: int) -> list[int]:
@@ -153,8 +179,12 @@ class ParallelConfig:
                               "ring attention runs inside Transformer Engine's fused kernels; "
                               "use attention flash or cp 1.")
         if self.dp_sharding not in DP_SHARDING:
-            raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
-                              f"{', '.join(DP_SHARDING)}.")
+            canonical = sharding_name(self.dp_sharding)
+            if canonical not in DP_SHARDING:
+                raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
+                                  f"{', '.join(DP_SHARDING)} (none = DDP, optimizer = "
+                                  f"distributed optimizer / ZeRO-1, full = FSDP / ZeRO-3).")
+            object.__setattr__(self, "dp_sharding", canonical)
         if self.vp > 1 and self.pp == 1:
             raise ConfigError(f"vp ({self.vp}) > 1 needs pp > 1: virtual pipeline stages "
                               f"interleave a pipeline; use vp 1 or raise pp.")
@@ -326,6 +356,7 @@ def make_config(job: Job, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         raise ConfigError(f"tp × pp × cp = {tp * pp * cp} does not divide {job.num_gpus} GPUs; "
                           f"pick sizes whose product divides it.")
     dp = job.num_gpus // (tp * pp * cp)
+    dp_sharding = sharding_name(dp_sharding)
     if etp is None:
         etp = default_etp(job.model, tp=tp, cp=cp, dp=dp, ep=ep)
     return ParallelConfig(
