@@ -11,6 +11,8 @@ the run names a release from 2022 or earlier (`software` such as "2021" or "22.0
 source dated 2019-2022 such as "SC'21"): Megatron-LM as published then had no overlap, reduced
 FP32 gradients and ran unfused attention (FlashAttention arrived in Megatron-LM in 2023).
 PyTorch FSDP (other frameworks) prefetches gathers and overlaps reduce-scatters by itself.
+Frameworks are read under any spelling `advisor.core.frameworks` accepts ("megatron-lm", "nemo"
+and "mcore" are Megatron; "automodel-fsdp2" is NeMo AutoModel).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
+from advisor.core.frameworks import find_framework
 
 OLD_RELEASE = re.compile(r"^(?:v?[0-3]\.|(?:20)?(?:19|20|21|22)(?:[.\-]|$))")
 """A `software` release from 2022 or earlier: Megatron-LM v0-v3, or a year / YY.MM container."""
@@ -28,10 +32,18 @@ FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
           "tp_comm_overlap", "grad_reduce_in_fp32", "attention")
 
 
+def canonical(framework: np.ndarray) -> np.ndarray:
+    """Each row's framework under its canonical name (`advisor.core.frameworks`); a name
+    advisor does not know stays as written (the caller refuses it where it must)."""
+    framework = np.asarray(framework, dtype=object)
+    names, where = np.unique(framework.astype(str), return_inverse=True)
+    return np.array([find_framework(n) or n for n in names], dtype=object)[where]
+
+
 def old_megatron(framework: np.ndarray, software: np.ndarray,
                  source: np.ndarray | None = None) -> np.ndarray:
     """Rows run by 2021-22 Megatron-LM (see module docstring)."""
-    framework = np.asarray(framework, dtype=object)
+    framework = canonical(framework)
     old = np.array([bool(OLD_RELEASE.match(str(s).strip().lower())) for s in software])
     if source is not None:
         old |= np.array([bool(OLD_SOURCE.search(str(s))) for s in source])
@@ -41,7 +53,7 @@ def old_megatron(framework: np.ndarray, software: np.ndarray,
 def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
              sharding: np.ndarray, source: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Each of `FIELDS` as its framework sets it by default, per row."""
-    framework = np.asarray(framework, dtype=object)
+    framework = canonical(framework)
     megatron = framework == "megatron"
     old = old_megatron(framework, software, source)
     current = megatron & ~old
@@ -58,6 +70,7 @@ def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
 
 def why(framework: str, software: str, source: str = "") -> str:
     """The assumption in words, for `pred_assumed`."""
+    framework = find_framework(framework) or framework
     if framework != "megatron":
         return f"{framework}'s defaults (PyTorch FSDP prefetch and overlap)"
     if bool(old_megatron(np.array([framework]), np.array([software]), np.array([source]))[0]):

@@ -18,13 +18,13 @@ import numpy as np
 from advisor.catalog import CONDITIONS, load_model, load_platform, with_conditions
 from advisor.core import limits
 from advisor.core.errors import AdvisorError, ConfigError, first_line
+from advisor.core.frameworks import canonical_framework
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import RECOMPUTE, ParallelConfig, default_etp
 from advisor.core.platform import Platform
 from advisor.core.space import validate
 from advisor.data import framework_defaults
 from advisor.perf.memory import MemoryBreakdown, estimate_memory, memory_table
-from advisor.perf.step import DEFAULT_FRAMEWORK
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,7 +167,7 @@ def _framework_defaults(row: Mapping, *, tp: int, sharding: str,
     given = {k: str(row.get(k, "")).strip().lower() for k in
              ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
               "grad_reduce_in_fp32", "attention")}
-    framework = str(row.get("framework", "")).strip().lower() or "megatron"
+    framework = canonical_framework(str(row.get("framework", "")))
     software = str(row.get("software", "")).strip()
     source = str(row.get("source_name", ""))
     table = framework_defaults.defaults(np.array([framework], dtype=object),
@@ -210,8 +210,8 @@ def parse_row(row: dict, catalog: dict, conditions: Mapping | None = None) -> Pa
         model = _cached(catalog, load_model, str(row["model"]))
         platform = _conditions(catalog, _cached(catalog, load_platform, str(row["gpu"])),
                                row, conditions or {})
+        framework = canonical_framework(str(row.get("framework", "")))
         config, out.assumed = parse_run_row(row, model)
-        framework = str(row.get("framework", "")).strip().lower() or DEFAULT_FRAMEWORK
         out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])),
                              framework=framework)
         out.recompute_unknown = str(row.get("recompute", "")).strip() == ""
