@@ -10,9 +10,10 @@ their reason, never dropped silently.
 
     python benchmarks/memory_validation.py [--csv PATH] [--rows]
 
-Prints the error (measured / predicted − 1) overall and by feature, and the margin the
-measured under-prediction asks for (the 95th percentile of measured / predicted − 1 over the
-rows that ran, at least 0).
+Prints the error (measured / predicted − 1) overall and by feature, the margin the measured
+under-prediction asks for (`margin`: the 95th percentile of (measured − predicted) / the GPU's
+memory over the rows that ran, at least 0), and how many rows that ran are predicted not to
+fit.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ GPT2_FAMILIES = ("gpt3_mcore", "gpt3_moe_mcore", "gpt3_7b")
 positions unless the name says rope, LayerNorm, biases unless disabled, GeLU MLP unless swiglu,
 tied embeddings unless untied). Other families (release recipes, proxies, BERT, T5, hybrid,
 multimodal) set a tokenizer or architecture this table does not carry."""
+UNEXPRESSED = ("modelopt_distill", "uneven_pipeline", "account_for_embedding_loss")
+"""Test cases whose memory depends on what the table does not carry: a distillation teacher
+model, and uneven pipeline splits whose layer counts live only in the YAML."""
+YAML_ONLY = ("_mla", "tp2_pp2_ep4_etp1")
+"""DeepSeek-style proxies (e.g. moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed/
+model_config.yaml: MLA, MTP, a shared expert, a dense first layer, RMSNorm, swiglu, no
+dropout): the table carries none of those arguments."""
+OVERRIDES = {"gpt3_7b_": {"vocab": 131073, "tied": False}}
+"""gpt/gpt3_7b_tp1_pp4_memory_speed/model_config.yaml: `--tokenizer-type NullTokenizer
+--vocab-size 131073`, `--untie-embeddings-and-output-weights`; otherwise GPT defaults."""
 PLATFORMS = {"dgx_a100": "a100", "dgxa100_dracooci": "a100", "dgxa100_dracooci-ord": "a100",
              "dgx_h100": "h100", "dgxh100_dgxc": "h100", "dgx_gb200": "gb200"}
 FEATURES = ("pp", "vp", "cp", "ep", "recompute_full", "recompute_selective", "fp8",
@@ -89,15 +100,22 @@ def map_row(row: pd.Series, world: dict[str, int]) -> Mapped | str:
         return f"{row['model']}: tokenizer or architecture not in the table"
     if pd.isna(row["mem_max_alloc_bytes_max"]):
         return "no memory measured"
-    if str(row.get("platform")) not in PLATFORMS:
+    machine = str(row.get("platform")).removesuffix("_2nd")   # a second golden file
+    if machine not in PLATFORMS:
         return "machine not named"
     layers, seq = _num(row, "num-layers"), _num(row, "seq-length")
     if layers is None or seq is None:
         return "num-layers or seq-length not in the YAML"
     if case not in world:
         return "world size in no recipe"
-    if "fsdp" in case or "zp_z3" in case or "muon" in case or "offloading" in case:
-        return "FSDP, Muon or offloading (not modelled by this table's mapping)"
+    if any(k in case for k in ("fsdp", "zp_z3", "muon", "offloading")):
+        return "FSDP, Muon or offloading (not in this mapping)"
+    if any(k in case for k in UNEXPRESSED):
+        return "a teacher model or a layer split the table does not carry"
+    if any(k in case for k in YAML_ONLY):
+        return "MLA/MTP/shared-expert proxy (architecture in the YAML only)"
+    if isinstance(row.get("recompute-modules"), str):
+        return "selective recompute of modules advisor does not model"
     tp = _num(row, "tensor-model-parallel-size", 1)
     pp = _num(row, "pipeline-model-parallel-size", 1)
     cp = _num(row, "context-parallel-size", 1)
@@ -110,12 +128,14 @@ def map_row(row: pd.Series, world: dict[str, int]) -> Mapped | str:
     dp = world[case] // (tp * pp * cp)
     h, heads = _num(row, "hidden-size"), _num(row, "num-attention-heads")
     experts = _num(row, "num-experts", 0)
+    override = next((v for k, v in OVERRIDES.items() if case.startswith(k)), {})
+    vocab = override.get("vocab", GPT2_VOCAB)
     ffn = _num(row, "ffn-hidden-size", 4 * h)
     model = ModelSpec(
         name=case, num_layers=layers, hidden_size=h, ffn_hidden_size=ffn,
         num_attention_heads=heads, num_kv_heads=_num(row, "num-query-groups", heads),
-        vocab_size=-(-GPT2_VOCAB // (128 * tp)) * 128 * tp, max_seq_len=seq,
-        tied_embeddings="untie" not in case, gated_mlp="swiglu" in case,
+        vocab_size=-(-vocab // (128 * tp)) * 128 * tp, max_seq_len=seq,
+        tied_embeddings=override.get("tied", "untie" not in case), gated_mlp="swiglu" in case,
         position_embedding="rope" if "rope" in case else "learned", norm="layernorm",
         attention_bias="disable_bias" not in case, qkv_bias="disable_bias" not in case,
         mlp_bias="disable_bias" not in case, num_experts=experts,
@@ -145,16 +165,32 @@ def map_row(row: pd.Series, world: dict[str, int]) -> Mapped | str:
             row.get("transformer-impl") == "local" else "flash")
     except Exception as exc:  # noqa: BLE001 — a row the layout rules refuse is a reason
         return f"layout refused: {str(exc).splitlines()[0][:60]}"
-    return Mapped(model=model, config=config, platform=PLATFORMS[str(row["platform"])])
+    return Mapped(model=model, config=config, platform=PLATFORMS[machine])
 
 
-def predict_allocated(mapped: Mapped) -> float:
-    """advisor's allocated bytes on the last pipeline stage (the logging rank)."""
+@dataclass(frozen=True)
+class Predicted:
+    allocated_bytes: float
+    """Allocated bytes on the last pipeline stage (the logging rank)."""
+    fits: bool
+    """The heaviest stage, with the reserve, fits the GPU (what `recommend` checks)."""
+    capacity_bytes: float
+
+
+def predict(mapped: Mapped) -> Predicted:
+    """advisor's memory for one mapped row."""
     from advisor import catalog
 
-    table = memory_arrays(mapped.model, platform=catalog.load_platform(mapped.platform),
-                          cols=columns_of([mapped.config]), stage="last")
-    return float(table["total_bytes"][0] - table["reserve_bytes"][0])
+    platform = catalog.load_platform(mapped.platform)
+    cols = columns_of([mapped.config])
+    # Megatron-LM's defaults, which these tests' YAMLs leave alone: --hidden-dropout 0.1 and
+    # --attention-dropout 0.1 (megatron/training/arguments.py).
+    cols["dropout"] = np.array([0.1])
+    last = memory_arrays(mapped.model, platform=platform, cols=cols, stage="last")
+    heaviest = memory_arrays(mapped.model, platform=platform, cols=cols)
+    return Predicted(allocated_bytes=float(last["total_bytes"][0] - last["reserve_bytes"][0]),
+                     fits=bool(heaviest["fits"][0]),
+                     capacity_bytes=float(platform.memory_capacity_bytes))
 
 
 def features(config: ParallelConfig) -> dict[str, bool]:
@@ -179,20 +215,26 @@ def validate(csv_path: Path = DEFAULT_CSV) -> tuple[pd.DataFrame, pd.Series]:
         if isinstance(mapped, str):
             reasons.append(mapped)
             continue
-        predicted = predict_allocated(mapped)
+        predicted = predict(mapped)
         measured = float(row["mem_max_alloc_bytes_max"])
         rows.append({"test_case": row["test_case"], "platform": row["platform"],
                      "env": row["env"], "measured_bytes": measured,
-                     "predicted_bytes": predicted, "ratio": measured / predicted,
+                     "predicted_bytes": predicted.allocated_bytes,
+                     "ratio": measured / predicted.allocated_bytes,
+                     "under_of_capacity": (measured - predicted.allocated_bytes)
+                     / predicted.capacity_bytes, "fits": predicted.fits,
                      "params_per_gpu": mapped.model.params.total / mapped.config.tp
                      / mapped.config.pp, **features(mapped.config)})
     return pd.DataFrame(rows), pd.Series(reasons, dtype=str).value_counts()
 
 
 def margin(rows: pd.DataFrame) -> float:
-    """Fraction of memory the measured under-prediction asks for: the 95th percentile of
-    measured / predicted − 1 over the rows that ran, at least 0."""
-    return max(float(np.percentile(rows["ratio"] - 1.0, 95)), 0.0)
+    """Fraction of GPU memory the measured under-prediction asks to keep free: the 95th
+    percentile, over the rows that ran, of (measured − predicted allocated bytes) / the GPU's
+    memory, at least 0. The margin is a fraction of capacity (`Constraints.memory_margin`), so
+    the bytes the model misses are weighed against the GPU's memory, not against the
+    prediction (a 1 GB miss on a 2 GB test model is 50 % of it but 1.25 % of an 80 GB GPU)."""
+    return max(float(np.percentile(rows["under_of_capacity"], 95)), 0.0)
 
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -226,8 +268,13 @@ def main(argv: list[str] | None = None) -> int:
                         "ratio"]].sort_values("ratio").to_string())
     print("\nerror = measured / predicted − 1 (signed; > 0 = under-predicted)")
     print(summary(rows).round(3).to_string())
-    print(f"\nmargin from the measured under-prediction (p95 of measured/predicted − 1): "
-          f"{margin(rows):.3f}")
+    under = rows["under_of_capacity"]
+    print(f"\n(measured − predicted) / GPU memory: median {under.median():.4f}, "
+          f"p95 {under.quantile(0.95):.4f}, max {under.max():.4f}")
+    print(f"margin from the measured under-prediction (p95 of (measured − predicted) / GPU "
+          f"memory): {margin(rows):.3f}")
+    print(f"rows that ran but are predicted not to fit: {int((~rows['fits']).sum())} of "
+          f"{len(rows)}")
     return 0
 
 

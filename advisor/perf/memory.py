@@ -11,13 +11,17 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
   (ZeRO-3) shards everything and keeps two layers unsharded in flight (current + prefetch).
 * FP8/FP4 recipes: Transformer Engine caches a low-precision copy of each weight across
   micro-batches (`is_first_microbatch`): +1 B/param (FP8: one byte; NVFP4: two 4-bit copies,
-  row- and column-wise, plus scales).
+  row- and column-wise, plus scales: 1.125 B). With a sharded optimizer, per-tensor FP8 and
+  NVFP4 weights are kept and all-gathered in low precision only (`PARAM_GATHER_BYTES`).
+* Dropout, where a run has it (the `dropout` column; Megatron-LM's default is 0.1): one-byte
+  masks of the residual branches, and of the attention probabilities with unfused attention.
 * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
   Transformer Models", arXiv 2205.05198, §4) term by term, generalised to GQA/MLA attention,
   gated MLPs, MoE and Mamba-2 mixers, with fused (Flash) attention: no s² softmax tensors are
-  stored, which is what every framework in the catalog runs. Dropout is off (LLM pre-training
-  recipes set it to 0). Sequence parallelism divides the hidden-size-wide tensors by tp;
-  context parallelism divides every token tensor by cp.
+  stored, which is what every framework in the catalog runs. Dropout is off unless the
+  `dropout` column says otherwise (LLM pre-training recipes set it to 0). Sequence
+  parallelism divides the hidden-size-wide tensors by tp; context parallelism divides every
+  token tensor by cp.
 * Pipeline in-flight micro-batches: stage s of 1F1B holds min(pp − s, m); interleaved stage s
   holds (2(pp − s − 1) + (vp − 1)·pp + 1)/vp, which is pp·(1 + (pp − 1)/(pp·vp)) on the first
   stage (Korthikanti et al. 2022, §4.2.3).
@@ -70,20 +74,49 @@ GRAD_BYTES = {False: 2.0, True: 4.0}
 """By `grad_reduce_in_fp32`: NVIDIA's performance recipes keep the gradient buffer in BF16
 (Megatron-Bridge `cfg.ddp.grad_reduce_in_fp32 = False`); Megatron-LM's default is FP32."""
 OPTIMIZER_BYTES = 12.0
-LOW_PRECISION_WEIGHT_CACHE_BYTES = {"bf16": 0.0, "fp16": 0.0, "fp8": 1.0, "fp4": 1.0}
+NVFP4_PARAM_BYTES = 2 * (0.5 + 1 / 16)
+"""An NVFP4 weight as Transformer Engine keeps it (`NVFP4Tensor`): 4-bit E2M1 values plus one
+E4M3 scale per 16 values (NVFP4BlockScaling), row-wise for the forward GEMM and column-wise for
+the backward's data-gradient GEMM: 2 × (0.5 + 1/16) = 1.125 B per parameter."""
+LOW_PRECISION_WEIGHT_CACHE_BYTES = {"bf16": 0.0, "fp16": 0.0, "fp8": 1.0,
+                                    "fp4": NVFP4_PARAM_BYTES}
+"""The low-precision copy Transformer Engine caches across micro-batches next to the 16-bit
+weight when the weights are not gathered in low precision (FP8: the quantised weight; NVFP4:
+both orientations, `NVFP4_PARAM_BYTES`)."""
+PARAM_GATHER_BYTES = {"fp8": 2.0, "fp8-cs": 2.0, "nvfp4": NVFP4_PARAM_BYTES}
+"""Bytes per weight where the distributed optimizer all-gathers the weights in low precision
+and no 16-bit copy exists (Megatron-Core `fp8_param` / `--fp8-param-gather`, `fp4_param` /
+`--fp4-param-gather`, transformer_config.py: "keep the parameters in fp8/fp4 precision to save
+memory"; NeMo's FP8 and FP8 current-scaling precision plugins set `fp8_param_gather=True`, the
+MLPerf Llama 3.1 405B configs set FP8_PARAM_GATHER). Per-tensor FP8 (`Float8Tensor`) holds the
+1-byte data and its 1-byte transpose, which Hopper's FP8 GEMMs (TN layout only) need for the
+backward; NVFP4 holds both orientations. The FP32 master copy stays in the optimizer state.
+Blockwise FP8 is not gathered in FP8 (NeMo's `fp8_param_gather=False` for it); MXFP8 keeps its
+own layout (`MXFP8_PARAM_BYTES`)."""
 FROZEN_FP8_PARAM_BYTES = 1.0
-"""A LoRA run's frozen base in FP8 (see the module docstring)."""
+"""A LoRA run's frozen base in FP8 (see the module docstring); an NVFP4 run's frozen base is
+stored in NVFP4 (`NVFP4_PARAM_BYTES`: its data gradient still needs the column-wise copy)."""
 FP8_ACTIVATION_BYTES = 1.0
 FP8_STORAGE = ("fp8", "fp8-cs", "fp8-block")
 """Precisions whose frozen LoRA base and activation-function input are stored in FP8 (MXFP8
 keeps its own two-copy layout, MXFP8_PARAM_BYTES)."""
+FP8_ACTIVATION_STORAGE = (*FP8_STORAGE, "nvfp4")
+"""Precisions whose LoRA MLP keeps its activation-function input in FP8. NVFP4 is included on
+an assumption, not a config file: the MLPerf NVFP4 LoRA submissions run the same
+implementation as the FP8 ones with the GEMM recipe switched, and FP8_ACTIVATION is a setting of
+that implementation, not of the recipe (issue 29's held-out NVFP4 LoRA rows are the check)."""
 MXFP8_PARAM_BYTES = 2.0
 """MXFP8 recipes keep the weights only in MXFP8, row- and column-wise (1 B each, plus one scale
 per 32 values), with no BF16 copy: Megatron-Bridge turns on `fp8_param_gather` for MXFP8
 ("perf-optimal, = MLM", Megatron-Bridge performance configs)."""
-LOGIT_BYTES = 4.0
-"""The FP32 softmax that Megatron's vocab-parallel cross-entropy keeps for backward (computed in
-place on the FP32 copy of the BF16 logits, which is then freed)."""
+LOGIT_BYTES = 6.0
+"""Bytes per vocabulary entry and token at the loss: Megatron's `compute_language_model_loss`
+calls `vocab_parallel_cross_entropy(logits.float(), ...)` while the caller still holds the 16-bit
+logits (2 B), and the cross-entropy computes its FP32 softmax in place on that copy (4 B) and
+keeps it for backward; in backward the FP32 gradient (the same buffer, in place) is cast back to
+16 bits (2 B) before it is freed. The peak of the last stage holds both, 6 B."""
+DROPOUT_MASK_BYTES = 1.0
+"""A dropout mask is one byte per element (`torch.bool`/uint8)."""
 RESERVE_FIXED_BYTES = 1.0 * 2**30
 """CUDA context (~0.5 GiB with lazy module loading) plus NCCL communicator buffers (~0.5 GiB for
 the TP/PP/DP/EP groups). placeholder: typical values, not measured here; to be replaced by
@@ -197,8 +230,13 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     shard_opt = sharding != "none"
     cache = per_value(_col(configs, "precision"), lambda p: LOW_PRECISION_WEIGHT_CACHE_BYTES.get(
         PRECISIONS.get(p))).astype(float)  # NaN for an unknown precision
-    weight_bytes = np.where(_col(configs, "precision") == "mxfp8", MXFP8_PARAM_BYTES,
-                            WEIGHT_BYTES + cache)
+    precision = _col(configs, "precision")
+    # With a sharded optimizer the low-precision recipes keep the weights only in their
+    # low-precision form and all-gather them that way (`--fp8-param-gather`,
+    # `--fp4-param-gather`): no 16-bit copy, no separate cache.
+    gathered = per_value(precision, lambda p: PARAM_GATHER_BYTES.get(p, np.nan)).astype(float)
+    weight_bytes = np.where(precision == "mxfp8", MXFP8_PARAM_BYTES, WEIGHT_BYTES + cache)
+    weight_bytes = np.where(shard_opt & ~np.isnan(gathered), gathered, weight_bytes)
     # FSDP keeps two layers unsharded (current + prefetch): 16-bit params and 32-bit grads.
     biggest = np.maximum(layout.max_layer_dense_params / tp
                          + layout.max_layer_expert_params / (ep * etp),
@@ -210,10 +248,12 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     grads = np.where(full, sharded * grad_bytes, params * grad_bytes) + fsdp_buffers
     optimizer = np.where(shard_opt, sharded, params) * OPTIMIZER_BYTES
     lora = is_lora(configs, len(tp))[:, None]
-    fp8_storage = np.isin(_col(configs, "precision"), FP8_STORAGE)
+    fp8_storage = np.isin(precision, FP8_STORAGE)
     if lora.any():
         weights = np.where(lora & fp8_storage, np.where(full, sharded, params)
                            * FROZEN_FP8_PARAM_BYTES, weights)
+        weights = np.where(lora & (precision == "nvfp4"), np.where(full, sharded, params)
+                           * NVFP4_PARAM_BYTES, weights)
         adapters = stage_adapter_params(model, layout, ranks=configs["lora_rank"],
                                         targets=configs["lora_targets"]) / tp
         adapters_sharded = adapters / dp_group
@@ -229,9 +269,10 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp)
     stored = {k: v.copy() for k, v in per_token.items()}
     if lora.any():
+        fp8_act = np.isin(precision, FP8_ACTIVATION_STORAGE)
         stored["mlp"] = np.where(lora & (_col(configs, "lora_targets") == "attention"),
-                                 _frozen_mlp_bytes_per_token(model, tp=tp, sp=sp,
-                                                             fp8=fp8_storage), stored["mlp"])
+                                 _frozen_mlp_bytes_per_token(model, tp=tp, sp=sp, fp8=fp8_act),
+                                 stored["mlp"])
     # Unfused attention stores the BF16 softmax output, heads × seq values per token (the
     # 5as/h term of Korthikanti et al. with dropout off).
     unfused = _col(configs, "attention") == "unfused" if "attention" in configs else False
@@ -244,6 +285,18 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         stored["attention"] = np.where(
             sel, stored["attention"] - per_token["attention_stats"] - scores,
             stored["attention"])
+    if "dropout" in configs:
+        # Megatron's fused bias-dropout-add keeps a one-byte mask of the residual branch after
+        # attention and after the MLP (Korthikanti et al. 2022 §4: sbh each); unfused attention
+        # also keeps the attention-dropout mask (1 B) and its output (2 B) per score. Fused
+        # attention regenerates its dropout from the RNG state and stores nothing.
+        drop = np.asarray(configs["dropout"], dtype=float)[:, None] > 0
+        mask = np.where(drop, DROPOUT_MASK_BYTES * model.hidden_size / sp, 0.0)
+        for kind in ("attention", "mlp", "moe", "mamba"):
+            stored[kind] = stored[kind] + mask
+        stored["attention"] = stored["attention"] + np.where(
+            drop & unfused, (DROPOUT_MASK_BYTES + ACT_BYTES) * model.num_attention_heads * seq
+            / tp, 0.0)
     layer_input = ACT_BYTES * model.hidden_size / sp
     per_mb_stage = (layout.num_attention * stored["attention"] + layout.num_mamba
                     * stored["mamba"] + layout.num_mlp * stored["mlp"] + layout.num_moe
