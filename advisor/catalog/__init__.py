@@ -21,7 +21,7 @@ from advisor.core.errors import (
 )
 from advisor.core.limits import check_name
 from advisor.core.model import MODEL_FIELDS, ModelSpec
-from advisor.core.platform import Platform, check_sources, platform_from_dict
+from advisor.core.platform import Platform, check_keys, check_sources, platform_from_dict
 
 _ROOT = resources.files("advisor.catalog")
 
@@ -86,6 +86,7 @@ def load_platform_override(path: Path) -> Platform:
                            f"platform (one of {', '.join(sorted(platforms()))}); got "
                            f"{shown_value(base_name)}.")
     base = load_platform(base_name)
+    check_keys(data, str(path))
     check_sources(data, str(path))
     if "chassis" in data and data["chassis"] not in chassis_names():
         raise CatalogError(f"{path}: chassis {shown_value(data['chassis'])} is unknown; use one "
