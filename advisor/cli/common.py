@@ -49,6 +49,12 @@ LoraTargetsOpt = Annotated[str, typer.Option(
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]
 
 
+def _etp_option():
+    return knob_option("etp", optional=True, more=" Default: the TP size, as Megatron-Core "
+                       "and NeMo 2 do when it is unset (1 where ep × tp does not divide the "
+                       "GPUs of a pipeline stage).")
+
+
 def finetune_job(finetune: str, lora_rank: int, lora_targets: str) -> dict[str, Any]:
     """`make_job` keyword arguments for the fine-tuning options."""
     return {"finetune": finetune.strip().lower(), "lora_rank": lora_rank,
@@ -178,3 +184,8 @@ DegradedPowerOpt = Annotated[float | None, typer.Option(
     "--degraded-power-w", min=1, show_default=False,
     help="The power limit of the degraded nodes' GPUs, watts (with --degraded-nodes).")]
 
+
+
+EtpOpt = _etp_option()
+"""`--etp` on every command that takes one layout (`predict`, `explain`, `memory`): unset,
+Megatron-Core's rule etp = tp (`advisor.core.parallel.default_etp`), as recommend uses."""

@@ -13,6 +13,7 @@ from advisor.cli.common import (
     PLATFORM_HELP,
     DegradedNodesOpt,
     DegradedPowerOpt,
+    EtpOpt,
     FinetuneOpt,
     GbsOpt,
     InletOpt,
@@ -39,9 +40,6 @@ GpusOptional = Annotated[int | None, typer.Option("--gpus", "-g", min=1,
                                                   help="Number of GPUs (MI250: GCDs).")]
 TpOpt, PpOpt = knob_option("tp"), knob_option("pp")
 CpOpt, EpOpt = knob_option("cp"), knob_option("ep")
-EtpOpt = knob_option("etp", optional=True, more=" Default: the TP size, as Megatron-Core and NeMo "
-                     "2 do when it is unset (1 where ep × tp does not divide the GPUs of a "
-                     "pipeline stage).")
 VpOpt, MbsOpt = knob_option("vp"), knob_option("mbs")
 RecomputeOpt, ShardingOpt = knob_option("recompute"), knob_option("dp_sharding")
 ModelsOpt = Annotated[Path | None, typer.Option(

@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from advisor.core.parallel import finetune_label
 from advisor.core.table import Table
 from advisor.explain.rationale import describe, settings, short
 from advisor.perf.thermal import chassis_for, inlet_temperature
@@ -25,6 +26,13 @@ def _band(p) -> str:
             f"{p.tokens_per_sec_per_gpu_p90:,.0f}")
 
 
+def _training(job) -> str:
+    """`, LoRA rank 16 (attention)` for a fine-tuning job (every header and table title says
+    what is trained), "" for pre-training."""
+    what = finetune_label(job)
+    return f", {what}" if what else ""
+
+
 def _headline(rec: Recommendation, seconds: float) -> str:
     j = rec.job
     search = ("exhaustive search" if rec.engine == "exhaustive" else
@@ -40,7 +48,8 @@ def _headline(rec: Recommendation, seconds: float) -> str:
                       f"{j.platform.degraded_power_w:.0f} W")
     pins = ", ".join(f"{k}={v}" for k, v in rec.pins.items())
     return (f"{j.model.display_name or j.model.name} on {j.num_gpus} × "
-            f"{j.platform.display_name}, seq {j.seq_len}, gbs {j.gbs}, {j.precision}; objective "
+            f"{j.platform.display_name}, seq {j.seq_len}, gbs {j.gbs}, {j.precision}"
+            f"{_training(j)}; objective "
             f"{rec.objective}{'; ' + '; '.join(limits) if limits else ''}"
             f"{'; pinned ' + pins if pins else ''}.\n"
             f"{rec.num_valid:,} valid configurations{' tried' if rec.engine == 'optuna' else ''}"
@@ -53,7 +62,8 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
                          layout: LayoutVerdict | None = None) -> None:
     console.print(_headline(rec, seconds))
     capacity = rec.job.platform.memory_capacity_bytes / 1e9
-    table = RichTable(title="Recommended configurations", title_justify="left",
+    table = RichTable(title=f"Recommended configurations{_training(rec.job)}",
+                      title_justify="left",
                       box=box.SIMPLE_HEAD)
     for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)",
                 "W avg\npeak 50ms", "J/tok", "exp. loss\ncap/N/heat", "thermal\nrisk"):
@@ -129,7 +139,8 @@ def _print_limits(console: Console, rec: Recommendation) -> None:
         return
     board = rec.limit_tradeoff[0]
     table = RichTable(title=f"#1 across GPU power limits (the {rec.objective} objective "
-                      f"searched them; set with nvidia-smi -pl / amd-smi set --power-cap)",
+                      f"searched them; set with nvidia-smi -pl / amd-smi set --power-cap)"
+                      f"{_training(rec.job)}",
                       title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("limit W", "tok/s/GPU", "J/token", "W avg", "time", "energy"):
         table.add_column(col, justify="right")
@@ -151,8 +162,8 @@ def _print_front(console: Console, front: Table, cost: str, label: str,
         picks = sorted({round(i * (len(front) - 1) / (FRONT_ROWS - 1)) for i in range(FRONT_ROWS)})
         front = front.take(picks)
     fmt = "{:.3f}" if "energy" in cost else "{:.0f}"
-    table = RichTable(title=f"Pareto front: throughput against {label}", title_justify="left",
-                  box=box.SIMPLE_HEAD)
+    table = RichTable(title=f"Pareto front: throughput against {label}{_training(rec.job)}",
+                      title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("layout", "recompute·sharding", "tokens/s/GPU", label):
         table.add_column(col, justify="right" if col in ("tokens/s/GPU", label) else "left")
     for row in front.rows():
@@ -225,13 +236,14 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
 
 def print_comparison(console: Console, result: Comparison) -> None:
     m = result.model
-    console.print(f"{m.display_name or m.name}, seq {result.seq_len}, gbs {result.gbs}; "
-                  f"objective {result.objective}.")
-    table = RichTable(title="Best configuration per side", title_justify="left",
+    training = _training(result.sides[0].recommendation.job)
+    console.print(f"{m.display_name or m.name}, seq {result.seq_len}, gbs {result.gbs}"
+                  f"{training}; objective {result.objective}.")
+    table = RichTable(title=f"Best configuration per side{training}", title_justify="left",
                       box=box.SIMPLE_HEAD)
     for col in ("side and configuration", "tok/s job\nper GPU", "MFU", "J/tok",
-                "$/Mtok\n($/GPU-h)", "GPU W /node\navg·peak", "slowest\nGPU", "thermal\nrisk",
-                "comm\n+bubble"):
+                "$/Mtok\n($/GPU-h)", "W /node, GPUs\nonly: avg·peak", "slowest\nGPU",
+                "thermal\nrisk", "comm\n+bubble"):
         table.add_column(col, justify="left" if col.startswith("side") else "right",
                          no_wrap=col.startswith("side"))
     for s in result.sides:
@@ -262,7 +274,7 @@ def comparison_json(result: Comparison) -> dict:
             "tokens_per_sec": s.tokens_per_sec, "tokens_per_sec_per_gpu": s.tokens_per_sec_per_gpu,
             "energy_j_per_token": s.energy_j_per_token,
             "gpu_hour_usd": s.gpu_hour_usd, "usd_per_million_tokens": s.usd_per_million_tokens,
-            "peak_power_per_node_w": s.peak_power_per_node_w,
+            "peak_power_per_node_gpus_w": s.peak_power_per_node_w,
             "throttle_risk": s.best.prediction.throttle_risk,
             "avg_power_per_node_gpus_w": s.best.prediction.avg_power_w * s.gpus_per_node,
             "straggler_loss": s.straggler_loss,

@@ -10,23 +10,30 @@ from rich.table import Table
 
 from advisor.catalog import load_model, load_platform
 from advisor.cli.common import (
+    EtpOpt,
+    FinetuneOpt,
     GbsOpt,
     GpusOpt,
     JsonOpt,
+    LoraRankOpt,
+    LoraTargetsOpt,
     ModelOpt,
     PlatformOpt,
     PrecisionOpt,
     SeqLenOpt,
     emit_json,
+    finetune_job,
     gb,
     guard,
+    knob_option,
     make_console,
 )
 from advisor.core.errors import ConfigError
 from advisor.core.knobs import TABLE_ORDER, overlap
-from advisor.core.parallel import ParallelConfig, make_job
+from advisor.core.parallel import ParallelConfig, default_etp, finetune_label, make_job
 
 SHOWN = TABLE_ORDER
+RecomputeOpt, ShardingOpt = knob_option("recompute"), knob_option("dp_sharding")
 
 
 @guard
@@ -109,26 +116,31 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
            pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel size.")] = 1,
            cp: Annotated[int, typer.Option(min=1, help="Context parallel size.")] = 1,
            ep: Annotated[int, typer.Option(min=1, help="Expert parallel size (MoE).")] = 1,
-           etp: Annotated[int, typer.Option(min=1, help="Expert tensor parallel (MoE).")] = 1,
+           etp: EtpOpt = None,
            vp: Annotated[int, typer.Option(min=1, help="Virtual pipeline stages per GPU.")] = 1,
            mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size.")] = 1,
            seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
-           recompute: Annotated[str, typer.Option(
-               help="Activation recompute: none, selective, full.")] = "none",
-           dp_sharding: Annotated[str, typer.Option(
-               help="none (DDP), optimizer (distributed optimizer), full (FSDP).")] = "optimizer",
+           recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+           finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
+           lora_targets: LoraTargetsOpt = "attention",
            grad_reduce_in_fp32: Annotated[bool, typer.Option(
                help="FP32 gradient buffer (Megatron-LM default) instead of BF16.")] = False,
            json_out: JsonOpt = False) -> None:
     """Per-GPU memory of one configuration: weights, gradients, optimizer, activations."""
     m, p = load_model(model), load_platform(platform)
-    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision)
+    job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
+                   **finetune_job(finetune, lora_rank, lora_targets))
     if gpus % (tp * pp * cp):
         raise ConfigError(f"tp × pp × cp ({tp * pp * cp}) must divide --gpus ({gpus}).")
-    config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), ep=ep, etp=etp,
+    dp = gpus // (tp * pp * cp)
+    if etp is None:
+        etp = default_etp(m, tp=tp, cp=cp, dp=dp, ep=ep)
+    config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp,
                             vp=vp, mbs=mbs, gbs=job.gbs, seq_len=job.seq_len,
                             precision=precision, recompute=recompute, dp_sharding=dp_sharding,
-                            sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32)
+                            sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32,
+                            finetune=job.finetune, lora_rank=job.lora_rank,
+                            lora_targets=job.lora_targets)
     from advisor.core.space import validate
     from advisor.perf.memory import estimate_memory
 
@@ -138,10 +150,12 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
         emit_json({"config": config.to_dict(), "memory": mem.to_dict(), "notes": notes})
         return
     console = make_console()
-    table = Table(title=f"{m.name}, {gpus} × {p.name}: tp {tp} pp {pp} dp {config.dp} cp {cp}"
-                        f"{f' ep {ep}' if m.is_moe else ''} vp {vp} mbs {mbs} gbs {job.gbs}, "
-                        f"recompute {recompute}, sharding {dp_sharding} (pipeline stage "
-                        f"{mem.stage}, the heaviest)")
+    what = finetune_label(config)
+    table = Table(title=f"{m.name}, {gpus} × {p.name}{f', {what}' if what else ''}: tp {tp} "
+                        f"pp {pp} dp {config.dp} cp {cp}"
+                        f"{f' ep {ep} etp {config.etp}' if m.is_moe else ''} vp {vp} mbs {mbs} "
+                        f"gbs {job.gbs}, recompute {config.recompute}, sharding "
+                        f"{config.dp_sharding} (pipeline stage {mem.stage}, the heaviest)")
     table.add_column("per GPU")
     table.add_column("GB", justify="right")
     for label, value in (("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),

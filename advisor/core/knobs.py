@@ -44,8 +44,8 @@ KNOBS = (
     Knob("recompute", "recompute", meaning="activation recompute",
          values="none, selective or full"),
     Knob("dp_sharding", "sharding", meaning="data-parallel sharding",
-         values="none (DDP), optimizer (distributed optimizer / ZeRO-1) or full (FSDP / "
-                "ZeRO-3)"),
+         values="none (plain DDP), optimizer (distributed optimizer, ZeRO-1) or full (FSDP, "
+                "ZeRO-3); ddp, zero1 and fsdp are read as these"),
     Knob("overlap", "overlap", meaning="communication overlap (gradient reduce, parameter "
          "gather, TP communication)", values="on or off"),
 )

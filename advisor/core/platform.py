@@ -140,13 +140,25 @@ _ENUMS = {"vendor": {"nvidia", "amd", "cpu"}, "device_unit": {"gpu", "gcd", "cpu
 PRECISION_CLASSES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
 
 
+def check_keys(data: dict[str, Any], where: str) -> None:
+    """Every key of a platform or cluster file is a platform key (`base`, `sources` too); an
+    unknown one is named first, with the nearest known key, before anything asks for its
+    source."""
+    import difflib
+
+    known = {*_REQUIRED, *_OPTIONAL, "base", "sources"}
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        raise CatalogError(f"{where}: unknown key(s) {', '.join(unknown)}"
+                           f"{f' (did you mean {near[0]}?)' if near else ''}; see "
+                           f"advisor/catalog/SCHEMA.md for the platform keys.")
+
+
 def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
     """Build a validated `Platform`; errors name the file and the key."""
     where = str(path)
-    unknown = set(data) - set(_REQUIRED) - _OPTIONAL - {"base", "sources"}
-    if unknown:
-        raise CatalogError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
-                           f"see advisor/catalog/SCHEMA.md for the platform keys.")
+    check_keys(data, where)
     missing = [k for k in _REQUIRED if k not in data and not (
         k == "inter_node_bandwidth_bytes_per_s" and "num_nics_per_node" in data)]
     if missing:
@@ -165,7 +177,8 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                 if prec not in PRECISION_CLASSES:
                     raise CatalogError(f"{where}: peak_flops_per_s.{prec}: unknown precision; "
                                        f"use one of {', '.join(PRECISION_CLASSES)}.")
-                flops[prec] = _positive(v, f"{where}: peak_flops_per_s.{prec}")
+                flops[prec] = _in_range("peak_flops_per_s", _positive(
+                    v, f"{where}: peak_flops_per_s.{prec}"), f"{where}: peak_flops_per_s.{prec}")
                 _need_source(sources, f"peak_flops_per_s.{prec}", where)
             values[key] = flops
         elif key == "aliases":
@@ -183,7 +196,7 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                                    f"{', '.join(sorted(_ENUMS[key]))}.")
             values[key] = value.lower() if key in ("name", "family") else value
         else:
-            number = _positive(value, f"{where}: {key}")
+            number = _in_range(key, _positive(value, f"{where}: {key}"), f"{where}: {key}")
             if "int" in str(_TYPES[key]):
                 if number != int(number):
                     raise CatalogError(f"{where}: {key} must be a whole number, got {value!r}.")
@@ -287,6 +300,37 @@ def _positive(value: Any, what: str) -> float:
         raise CatalogError(f"{what} = {value:g} is beyond any device ({LARGEST_QUANTITY:g} in "
                            f"SI units); check the unit.")
     return float(value)
+
+
+PLAUSIBLE = {
+    "hbm_bytes": (1e8, 1e14, "bytes"), "hbm_usable_bytes": (1e8, 1e14, "bytes"),
+    "hbm_bandwidth_bytes_per_s": (1e6, 1e15, "bytes/s"),
+    "intra_domain_bandwidth_bytes_per_s": (1e6, 1e15, "bytes/s"),
+    "inter_node_bandwidth_bytes_per_s": (1e6, 1e15, "bytes/s"),
+    "nic_bandwidth_bytes_per_s": (1e6, 1e15, "bytes/s"),
+    "peak_flops_per_s": (1e9, 1e18, "FLOP/s"),
+    "intra_domain_latency_s": (1e-9, 1.0, "s"), "inter_node_latency_s": (1e-9, 1.0, "s"),
+    "tdp_w": (1.0, 1e5, "W"), "idle_power_w": (0.1, 1e5, "W"), "host_power_w": (1.0, 1e6, "W"),
+    "power_limit_w": (1.0, 1e5, "W"), "degraded_power_w": (1.0, 1e5, "W"),
+    "thermal_slowdown_c": (20.0, 150.0, "°C"), "thermal_shutdown_c": (20.0, 200.0, "°C"),
+    "memory_max_c": (20.0, 150.0, "°C"), "base_clock_hz": (1e6, 1e11, "Hz"),
+    "boost_clock_hz": (1e6, 1e11, "Hz"), "gpu_hour_usd": (1e-4, 1e4, "US dollars"),
+}
+"""The range a platform number must lie in, far around every device the catalog holds (in
+advisor/catalog/platforms: memory 8-279 GB, bandwidths 1.25e9-8e12 B/s, peaks 1.9e11-1.5e16
+FLOP/s, latencies 3-100 µs, TDP 5-1,400 W, slowdown 89-100 °C): outside it the value is a typo
+or a wrong unit (a NIC of 1e-300 B/s made every step time infinite and every prediction NaN).
+Counts are bounded by `advisor.core.limits`; the inlet by `MOST_INLET_C`."""
+
+
+def _in_range(key: str, value: float, what: str) -> float:
+    if key not in PLAUSIBLE:
+        return value
+    least, most, unit = PLAUSIBLE[key]
+    if not least <= value <= most:
+        raise CatalogError(f"{what} = {value:g} is outside {least:g}-{most:g} {unit}, the range "
+                           f"of any device; check the value and its unit ({unit}).")
+    return value
 
 
 def _need_source(sources: dict[str, str], key: str, where: str) -> None:

@@ -267,8 +267,11 @@ class Predictor:
 
         # The group's framework for every row (not a per-row column: the group has one).
         perf_cols = {k: v for k, v in cols.items() if k != "framework"}
-        table = analytical_arrays(model, platform, perf_cols, calibration=self.calibration,
-                                  framework=framework, memory=memory)
+        # Numbers past any real device (a platform built in code, not loaded) can make a
+        # figure infinite or NaN: `_refuse_non_finite` turns those rows into errors.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            table = analytical_arrays(model, platform, perf_cols, calibration=self.calibration,
+                                      framework=framework, memory=memory)
         tps = table["tokens_per_sec_per_gpu"]
         n = len(tps)
         source = np.full(n, "analytical", dtype=object)
@@ -299,7 +302,7 @@ class Predictor:
         step = table["step_time_s"] / scale
         power = self._power(model, platform, feats, table, lora=is_lora(cols, n))
         avg = power["pred_avg_power_w"]
-        return {
+        return _refuse_non_finite({
             "pred_step_time_s": step,
             "pred_tokens_per_sec_per_gpu": learned,
             "pred_tokens_per_sec_per_gpu_p10": low,
@@ -317,7 +320,7 @@ class Predictor:
             "pred_error": np.full(n, "", dtype=object),
             **({BREAKDOWN_PREFIX + k: v for k, v in full_length(table, n).items()}
                if breakdown else {}),
-        }
+        }, n)
 
     def _power(self, model, platform, feats, table, *,
                lora: np.ndarray) -> dict[str, np.ndarray]:
@@ -355,6 +358,40 @@ class Predictor:
             if column == "avg_power_w":
                 out["pred_power_source"] = np.where(ok, "surrogate", "analytical")
         return out
+
+
+MUST_BE_FINITE = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu",
+                  "pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu_p90",
+                  "pred_tflops_per_gpu", "pred_mfu", "pred_memory_gb", "pred_avg_power_w",
+                  "pred_peak_power_w", "pred_energy_j_per_token", "pred_throttle_risk")
+"""Figures every predicted row has: a row where one is NaN or infinite gets a `pred_error`
+instead (its figures become NaN, which search counts as not predicted)."""
+
+
+def _refuse_non_finite(out: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """`out` with a `pred_error` on every row whose `MUST_BE_FINITE` figures are not all
+    finite, naming the first such figure; never a NaN or infinite number as a prediction."""
+    bad = np.zeros(n, dtype=bool)
+    first = np.full(n, "", dtype=object)
+    with np.errstate(invalid="ignore"):
+        for name in MUST_BE_FINITE:
+            values = np.broadcast_to(np.asarray(out[name], dtype=float), (n,))
+            wrong = ~np.isfinite(values)
+            first = np.where(wrong & ~bad, name.removeprefix("pred_"), first)
+            bad |= wrong
+    if not bad.any():
+        return out
+    out = dict(out)
+    for name, values in out.items():
+        values = np.asarray(values)
+        if name.startswith("pred_") and values.dtype.kind == "f":
+            out[name] = np.where(bad, np.nan, np.broadcast_to(values, (n,)))
+    out["pred_error"] = np.where(
+        bad, [f"the prediction is not finite ({what} is NaN or infinite): a number of the "
+              f"platform or model is out of any real range (a bandwidth, FLOP/s, size or "
+              f"latency); check them with `advisor catalog show`." for what in first],
+        out["pred_error"]).astype(object)
+    return out
 
 
 _ROW_ERRORS = (AdvisorError, KeyError, ValueError, TypeError)
