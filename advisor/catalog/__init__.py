@@ -26,7 +26,7 @@ from advisor.core.platform import Platform, check_keys, check_sources, platform_
 _ROOT = resources.files("advisor.catalog")
 
 #: Model keys whose values are architecture facts covered by the `architecture` source.
-_PUBLISHED_KEYS = ("published_total_params", "published_active_params")
+_PUBLISHED_KEYS = ("published_total_params", "published_active_params", "rope_theta")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
