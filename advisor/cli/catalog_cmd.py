@@ -65,13 +65,22 @@ def models(json_out: JsonOpt = False) -> None:
     make_console().print(table)
 
 
+def _is_model_path(name: str) -> bool:
+    from pathlib import Path
+
+    return name.lower().endswith(".json") or Path(name).is_dir()
+
+
 @app.command("show")
 @guard
 def show(name: Annotated[str, typer.Argument(help="A platform or model name or alias.")],
          json_out: JsonOpt = False) -> None:
-    """Show every field of one platform or model, with the source of each number."""
+    """Show every field of one platform or model, with the source of each number: a catalog
+    name, a cluster file (.toml) or a Hugging Face config.json (or its directory)."""
     try:
-        item = catalog.load_platform(name)
+        # A config.json (or a model directory) is a model: never read it as a cluster TOML.
+        item = (catalog.load_model(name) if _is_model_path(name)
+                else catalog.load_platform(name))
     except UnknownNameError:
         try:
             item = catalog.load_model(name)

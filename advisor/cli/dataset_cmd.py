@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from advisor.cli.common import JsonOpt, emit_json, guard, make_console
+from advisor.core.errors import AdvisorError
 
 app = typer.Typer(help="Import, validate and summarise measurement datasets (one row per run, "
                   "Parquet; the schema is advisor.data.dataset.SCHEMA).", no_args_is_help=True)
@@ -72,12 +73,37 @@ def import_mlperf_cmd(
         console.print(table)
 
 
+def checkout_datasets() -> Path:
+    """The checkout's datasets/ directory (published and MLPerf runs with their datasheet):
+    next to the advisor package in a checkout or an editable install; absent from a wheel,
+    which ships the catalogs and the trained surrogates, not the data they were trained on."""
+    return Path(__file__).resolve().parents[2] / "datasets"
+
+
+def resolve_dataset(path: Path) -> Path:
+    """`path` as given where it exists; a relative path that does not (`datasets/
+    published.parquet` from another directory) read from the checkout's datasets/; else an
+    error saying where the datasets live."""
+    if path.exists() or path.is_absolute():
+        return path
+    parts = path.parts[1:] if path.parts[:1] == ("datasets",) else path.parts
+    candidate = checkout_datasets().joinpath(*parts) if parts else None
+    if candidate is not None and candidate.is_file():
+        return candidate
+    raise AdvisorError(f"{path}: no such file here ({Path.cwd()}) or in the advisor "
+                       f"checkout's datasets/ directory; the published and MLPerf datasets "
+                       f"live in the checkout (datasets/published.parquet, datasets/"
+                       f"mlperf.parquet) and are not installed with the package: pass a path "
+                       f"to one, or build one with `advisor dataset import-published`.")
+
+
 @app.command("validate")
 @guard
 def validate_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
     """Check a dataset file against the schema; the first problems name row and column."""
     from advisor.data.dataset import load
 
+    path = resolve_dataset(path)
     frame = load(path)
     if json_out:
         emit_json({"path": str(path), "rows": len(frame), "valid": True})
@@ -91,6 +117,7 @@ def show_cmd(path: PathArg, json_out: JsonOpt = False) -> None:
     """Summarise a dataset: rows by source, status, platform, and which measurements exist."""
     from advisor.data.dataset import load
 
+    path = resolve_dataset(path)
     frame = load(path)
     measured = {c: int(frame[c].notna().sum()) for c in (
         "tokens_per_sec_per_gpu", "step_time_s", "avg_power_w", "peak_power_w", "energy_j",

@@ -83,3 +83,26 @@ def knob_values(row: Any) -> dict[str, object]:
     values = {k: row[k] for k in NAMES if k != "overlap"}
     values["overlap"] = overlap(row)
     return values
+
+
+def sorted_values(values: Any) -> list:
+    """A knob's values in the order a person reads them: numbers as numbers (1, 2, 4, 10, 20,
+    not 1, 10, 2, 20, 4), off before on, names as written (none, selective, full) —
+    never as text."""
+    values = list(values)
+
+    def key(v: Any) -> tuple:
+        item = v.item() if hasattr(v, "item") else v
+        if isinstance(item, bool):
+            return (0, int(item), "")
+        if isinstance(item, (int, float)):
+            return (1, item, "")
+        return (2, _NAME_ORDER.get(str(item), len(_NAME_ORDER)), str(item))
+
+    return sorted(values, key=key)
+
+
+_NAME_ORDER = {name: i for i, name in enumerate(
+    ("none", "selective", "optimizer", "full"))}
+"""Named values in their knob's order (recompute none < selective < full; sharding none <
+optimizer < full)."""
