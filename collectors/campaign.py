@@ -24,10 +24,12 @@ collectors/templates/*.toml (`load_campaign("paper-h200-parallelism")`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from advisor.core.errors import ConfigError, shown_value
@@ -255,3 +257,76 @@ def _check(c: Campaign, where: str) -> None:
                           f"{', '.join(TELEMETRY_KINDS)} or replay:PATH.")
     if not 1 <= c.telemetry_hz <= 100:
         raise ConfigError(f"{where}: [telemetry] hz must be within 1..100 (default 20).")
+
+
+IDENTITY_LEAVES_OUT = ("path", "max_runs", "max_gpu_hours", "timeout_s", "strategy", "seed")
+"""Campaign fields that do not change what a row means, so changing them continues the same
+campaign: where the file lies, the budgets (how many runs), the time limit (a run that finishes
+under either measures the same) and the strategy (which runs come first)."""
+
+
+_TOML_PATHS = {"warmup_steps": ("steps", "warmup"), "measure_steps": ("steps", "measure"),
+               "cooldown_s": ("timing", "cooldown_s"), "telemetry": ("telemetry", "kind"),
+               "telemetry_hz": ("telemetry", "hz")}
+"""Where a Campaign field lives in the file (the others under their own name)."""
+
+
+def identity(campaign: Campaign) -> dict:
+    """The normalized campaign as plain JSON values, laid out as the file is: what its rows
+    mean (every field but IDENTITY_LEAVES_OUT), after defaults are filled in and whitespace,
+    comments and key order are gone."""
+    out: dict = {}
+    for f in fields(campaign):
+        if f.name in IDENTITY_LEAVES_OUT:
+            continue
+        *tables, key = _TOML_PATHS.get(f.name, (f.name,))
+        table = out
+        for name in tables:
+            table = table.setdefault(name, {})
+        table[key] = _plain(getattr(campaign, f.name))
+    return out
+
+
+def campaign_hash(campaign: Campaign) -> str:
+    """SHA-256 of `identity(campaign)`: equal for two files that define the same runs."""
+    text = json.dumps(identity(campaign), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def differences(old: dict, new: dict, *, most: int = 3) -> list[str]:
+    """The first `most` leaves that differ between two identities, as `key: old -> new`."""
+    flat_old, flat_new = _flat(old), _flat(new)
+    keys = sorted(set(flat_old) | set(flat_new))
+    changed = [k for k in keys if flat_old.get(k, "absent") != flat_new.get(k, "absent")]
+    return [f"{k}: {_shown(flat_old.get(k))} -> {_shown(flat_new.get(k))}"
+            for k in changed[:most]] + ([f"{len(changed) - most} more"]
+                                        if len(changed) > most else [])
+
+
+def _plain(value):
+    if isinstance(value, CampaignModel):
+        return {"name": value.name, "scale": dict(value.scale),
+                "sweep": {k: list(v) for k, v in value.sweep.items()}}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _flat(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        out = {}
+        for i, item in enumerate(value):
+            out.update(_flat(item, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+def _shown(value) -> str:
+    return "(absent)" if value is None else json.dumps(value)

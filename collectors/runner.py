@@ -4,11 +4,18 @@ A run that fails (OOM, NCCL/gloo error, timeout, crash) is a row with its status
 and the campaign goes on. Every row is appended atomically the moment its run ends, keyed by a
 stable run id, so a campaign killed at any moment resumes (`resume=True`) with nothing lost
 and nothing measured twice; a run that was in flight when it was killed runs again.
+
+Resuming counts a run as done only when it was measured (`ok`, or `oom`: running out of memory
+is what that configuration does); a `failed` or `timeout` row is run again and its new row
+replaces it. `[budget] runs` bounds the campaign's rows in the dataset, old and new together.
+The dataset's metadata records which version of the campaign wrote it (`campaign_hash` of its
+`identity`); resuming with a campaign file that changed since is refused unless `extend=True`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,13 +27,17 @@ import pandas as pd
 from advisor.catalog import load_platform
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import PRECISIONS
-from collectors.campaign import Campaign
+from collectors.campaign import Campaign, campaign_hash, differences, identity
 from collectors.plan import candidates, next_run, predicted, spec_for
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
 
 Progress = Callable[[int, int, RunSpec, RunResult | None], None]
 FRAMEWORK = "pytorch"
 """The `framework` of rows measured by collectors.workload (PyTorch-native parallelism)."""
+
+
+DONE_STATUSES = ("ok", "oom")
+"""Statuses of a measured run; `failed` and `timeout` runs are retried by resume."""
 
 
 @dataclass
@@ -36,10 +47,16 @@ class CampaignReport:
     planned: list[RunSpec] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
     skipped: int = 0
-    """Runs already in the dataset (resume)."""
+    """Runs already measured in the dataset (resume)."""
+    retried: int = 0
+    """Planned runs that are reruns of a failed or timed-out row."""
     unsupported: dict[str, int] = field(default_factory=dict)
     """Configurations of the sweep the workload cannot run, by reason (not planned)."""
     stopped_by: str = ""
+    campaign_hash: str = ""
+    changed: list[str] = field(default_factory=list)
+    """How the campaign differs from the version that wrote the dataset (empty: the same, or
+    no version recorded)."""
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -48,40 +65,81 @@ class CampaignReport:
         return out
 
 
-def existing_runs(dataset: Path, campaign: str) -> set[str]:
-    from advisor.data.dataset import load
+@dataclass(frozen=True)
+class PreviousRuns:
+    """What the dataset already holds of one campaign."""
+
+    ids: frozenset[str] = frozenset()
+    """Every run of the campaign, whatever its status."""
+    done: frozenset[str] = frozenset()
+    """The measured ones (DONE_STATUSES)."""
+    recorded: dict | None = None
+    """The campaign's record in the dataset's metadata ({"sha256", "identity"}), if any."""
+
+    @property
+    def retry(self) -> frozenset[str]:
+        return self.ids - self.done
+
+
+def previous_runs(dataset: Path, campaign: str) -> PreviousRuns:
+    from advisor.data.dataset import load, read_metadata
 
     if not dataset.exists():
-        return set()
+        return PreviousRuns()
     frame = load(dataset)
-    return set(frame.loc[frame["source_ref"] == campaign, "run_id"].astype(str))
+    mine = frame[frame["source_ref"] == campaign]
+    done = mine["status"].isin(DONE_STATUSES).fillna(False).to_numpy(bool)
+    record = read_metadata(dataset).get("campaigns", {}).get(campaign)
+    return PreviousRuns(frozenset(mine["run_id"].astype(str)),
+                        frozenset(mine.loc[done, "run_id"].astype(str)),
+                        record if isinstance(record, dict) else None)
+
+
+def existing_runs(dataset: Path, campaign: str) -> set[str]:
+    """Run ids of `campaign` already measured in `dataset` (what resume skips)."""
+    return set(previous_runs(dataset, campaign).done)
 
 
 def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
-                 resume: bool = False, dry_run: bool = False, predictor=None,
-                 progress: Progress | None = None) -> CampaignReport:
-    """Measure the campaign's runs (see module docstring); `dry_run` only plans."""
+                 resume: bool = False, extend: bool = False, dry_run: bool = False,
+                 predictor=None, progress: Progress | None = None) -> CampaignReport:
+    """Measure the campaign's runs (see module docstring); `dry_run` only plans. `extend`
+    resumes a dataset written by an earlier version of the campaign."""
     from advisor.predict.predictor import Predictor
 
-    report = CampaignReport(campaign.name, dataset)
-    done = existing_runs(dataset, campaign.name)
-    if done and not resume and not dry_run:
-        raise ConfigError(f"{dataset} already has {len(done)} run(s) of campaign "
-                          f"{campaign.name!r}: pass --resume to continue it, or choose another "
-                          f"--dataset.")
-    report.skipped = len(done)
+    report = CampaignReport(campaign.name, dataset, campaign_hash=campaign_hash(campaign))
+    previous, report.changed = check_previous(campaign, dataset, resume=resume, extend=extend,
+                                              dry_run=dry_run)
+    report.skipped = len(previous.done)
     cands = candidates(campaign)
     report.unsupported = dict(cands.attrs.get("skipped", {}))
     preds = predicted(cands, predictor or Predictor.load())
-    limit = campaign.max_runs if campaign.max_runs is not None else len(cands)
-    picked = set(done)
+    # Reruns first, in plan order; they replace their rows, so they spend no run budget.
+    retries = [i for i, rid in enumerate(cands["run_id"]) if rid in previous.retry]
+    new_allowed = (math.inf if campaign.max_runs is None
+                   else max(0, campaign.max_runs - len(previous.ids)))
+    left = int((~cands["run_id"].isin(previous.ids)).sum())
+    total = len(retries) + int(min(new_allowed, left))
+    picked = set(previous.ids)
     ledger = runs_dir / "gpu_hours.json"
     spent_gpu_h = 0.0 if dry_run else _spent(ledger)
-    while len(report.planned) + len(done & set(cands["run_id"])) < limit:
-        index = next_run(cands, preds, picked, strategy=campaign.strategy, seed=campaign.seed)
-        if index is None:
-            report.stopped_by = "no candidates left"
+    metadata = {"campaigns": {campaign.name: {"sha256": report.campaign_hash,
+                                              "identity": identity(campaign)}}}
+    new_runs = 0
+    while True:
+        if retries:
+            index = retries.pop(0)
+            report.retried += 1
+        elif new_runs >= new_allowed:
+            report.stopped_by = f"run budget ({campaign.max_runs})"
             break
+        else:
+            index = next_run(cands, preds, picked, strategy=campaign.strategy,
+                             seed=campaign.seed)
+            if index is None:
+                report.stopped_by = "no candidates left"
+                break
+            new_runs += 1
         row = cands.iloc[index]
         estimate = _gpu_hours(campaign, preds.iloc[index], int(row["num_gpus"]))
         if campaign.max_gpu_hours is not None and spent_gpu_h + estimate > campaign.max_gpu_hours:
@@ -94,20 +152,46 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
             spent_gpu_h += estimate
             continue
         if progress:
-            progress(len(report.results), limit - len(done), spec, None)
+            progress(len(report.results), total, spec, None)
         started = time.monotonic()
         result = launcher.launch(spec, _workdir(runs_dir, spec))
         spent_gpu_h += (time.monotonic() - started) * spec.num_gpus / 3600
         _record_spent(ledger, spent_gpu_h)  # the GPU-hour budget survives --resume
-        append_result(dataset, campaign, spec, result)
+        append_result(dataset, campaign, spec, result, metadata=metadata)
         report.results.append(result)
         if progress:
-            progress(len(report.results), limit - len(done), spec, result)
+            progress(len(report.results), total, spec, result)
         if campaign.cooldown_s:
             time.sleep(campaign.cooldown_s)
-    else:
-        report.stopped_by = report.stopped_by or f"run budget ({limit})"
     return report
+
+
+def check_previous(campaign: Campaign, dataset: Path, *, resume: bool, extend: bool = False,
+                   dry_run: bool = False) -> tuple[PreviousRuns, list[str]]:
+    """What `dataset` holds of the campaign, and how the campaign changed since the version
+    that wrote it (empty: unchanged, or no version recorded). Refuses to add to a dataset that
+    holds the campaign unless resuming (`extend` implies it), and to resume one written by
+    another version of the campaign unless extending; a dry run only reports."""
+    previous = previous_runs(dataset, campaign.name)
+    recorded = previous.recorded or {}
+    changed: list[str] = []
+    if previous.ids and recorded.get("sha256") not in (None, campaign_hash(campaign)):
+        changed = (differences(recorded.get("identity") or {}, identity(campaign))
+                   or ["its definition (no record of what it was)"])
+    if not previous.ids or dry_run:
+        return previous, changed
+    if not (resume or extend):
+        retry = f", {len(previous.retry)} to retry" if previous.retry else ""
+        raise ConfigError(f"{dataset} already has {len(previous.ids)} run(s) of campaign "
+                          f"{campaign.name!r} ({len(previous.done)} measured{retry}): pass "
+                          f"--resume to continue it, or choose another --dataset.")
+    if changed and not extend:
+        raise ConfigError(f"{dataset} was written by another version of campaign "
+                          f"{campaign.name!r} ({len(previous.ids)} run(s); changed since: "
+                          f"{'; '.join(changed)}); resuming would mix runs of both versions. "
+                          f"Pass --extend to add this version's runs to that dataset (the run "
+                          f"budget counts both), or choose another --dataset or campaign name.")
+    return previous, changed
 
 
 def _spent(ledger: Path) -> float:
@@ -138,15 +222,16 @@ def _gpu_hours(campaign: Campaign, pred: pd.Series, num_gpus: int) -> float:
     return min(seconds, campaign.timeout_s) * num_gpus / 3600.0
 
 
-def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunResult) -> None:
-    """One dataset row for a finished run (any status), appended atomically. A value outside
-    the schema's range (a sensor glitch, an MFU against a placeholder peak) is dropped and
-    named in `notes` rather than losing the run."""
+def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunResult, *,
+                  metadata: dict | None = None) -> None:
+    """One dataset row for a finished run (any status), appended atomically with `metadata`
+    merged into the file's. A value outside the schema's range (a sensor glitch, an MFU
+    against a placeholder peak) is dropped and named in `notes` rather than losing the run."""
     from advisor.data.dataset import DatasetError, append
 
     row = to_row(campaign, spec, result)
     try:
-        append(dataset, [row])
+        append(dataset, [row], metadata=metadata)
     except DatasetError as e:
         dropped = [k for k in (*TELEMETRY_FIELDS, "mfu", "tflops_per_gpu", "peak_mem_gb")
                    if row.get(k) is not None]
@@ -154,7 +239,7 @@ def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunR
             row[key] = None
         row["notes"] = "; ".join(filter(None, [row.get("notes"), f"dropped {', '.join(dropped)}"
                                                f" after a schema error: {e}"]))
-        append(dataset, [row])
+        append(dataset, [row], metadata=metadata)
 
 
 def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:

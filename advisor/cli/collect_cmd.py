@@ -35,8 +35,19 @@ def collect(
             "--dry-run", help="Plan only: list the runs that would be measured, in order.")]
         = False,
         resume: Annotated[bool, typer.Option(
-            "--resume", help="Continue a campaign: runs already in the dataset are skipped, "
-            "a run that was cut off runs again.")] = False,
+            "--resume", help="Continue a campaign: runs measured in the dataset (ok, or out "
+            "of memory) are skipped; failed and timed-out runs, and a run that was cut off, "
+            "run again; [budget] runs counts the rows already there. Refused if the campaign "
+            "file changed since it wrote the dataset (see --extend).")] = False,
+        extend: Annotated[bool, typer.Option(
+            "--extend", help="Resume a dataset written by an earlier version of this campaign "
+            "(its models, sweep, steps, telemetry or cool-down changed): the old rows stay, "
+            "this version's runs are added up to [budget] runs in all. Implies --resume.")]
+        = False,
+        python: Annotated[Path | None, typer.Option(
+            "--python", help="Interpreter that runs torchrun and the workers (default: the "
+            "one running advisor); it needs torch (the collect extra). Slurm: the same path "
+            "on the compute nodes.")] = None,
         gpus_per_node: Annotated[int | None, typer.Option(
             "--gpus-per-node", min=1, help="Slurm: GPUs (processes) per node (default: the "
             "platform's).")] = None,
@@ -56,11 +67,18 @@ def collect(
     most uncertain or most promising first; `grid` goes in order. Every finished run — failed,
     out of memory or timed out included — is appended to the dataset at once; then
     `advisor train --data DATASET` learns from it.
+
+    Before the first run a preflight asks the runs' interpreter (--python) whether torch
+    imports, the GPUs (device = "cuda") and the campaign's telemetry are visible, and the
+    launcher answers; if not, it stops with one `error:` line and exit code 2, and nothing is
+    written. The cpu-smoke template is the CPU path. The dataset records a hash of the
+    campaign as it was (not of its whitespace, budget, timeout or strategy).
     """
     from advisor.catalog import scaled_model_name
     from collectors.campaign import load_campaign
     from collectors.launchers import make_launcher
-    from collectors.runner import run_campaign
+    from collectors.preflight import preflight
+    from collectors.runner import check_previous, run_campaign
 
     spec = load_campaign(campaign)
     dataset = dataset or Path("datasets") / "campaigns" / f"{spec.name}.parquet"
@@ -70,31 +88,43 @@ def collect(
     if options and launcher != "slurm":
         raise AdvisorError(f"--{', --'.join(k.replace('_', '-') for k in options)} apply to "
                            f"--launcher slurm only.")
+    if python is not None:
+        options["python"] = str(python.expanduser().absolute())
     try:
         chosen = None if dry_run else make_launcher(launcher, **options)
     except ValueError as e:
         raise AdvisorError(str(e)) from None
     console = Console(stderr=True)
+    checked = None
+    if not dry_run:  # both before any run: the dataset's state, then the runs' machine
+        check_previous(spec, dataset, resume=resume, extend=extend)
+        checked = preflight(spec, chosen)
+        if not json_out:
+            console.print(checked.summary(), highlight=False)
     try:
         with _campaign_lock(runs_dir, spec.name, enabled=not dry_run), \
                 _terminate_as_interrupt(), \
                 _Progress(console, enabled=not (json_out or dry_run)) as progress:
             report = run_campaign(spec, launcher=chosen, dataset=dataset, runs_dir=runs_dir,
-                                  resume=resume, dry_run=dry_run, progress=progress)
+                                  resume=resume, extend=extend, dry_run=dry_run,
+                                  progress=progress)
     except KeyboardInterrupt:
         console.print(f"interrupted: the run in flight was stopped; finished runs are in "
                       f"{dataset}. Continue with --resume.")
         raise typer.Exit(code=130) from None
     if json_out:
         emit_json({"campaign": spec.name, "dataset": str(dataset), "dry_run": dry_run,
-                   "skipped": report.skipped, "unsupported": report.unsupported,
-                   "stopped_by": report.stopped_by,
+                   "campaign_sha256": report.campaign_hash, "changed": report.changed,
+                   "skipped": report.skipped, "retried": report.retried,
+                   "unsupported": report.unsupported, "stopped_by": report.stopped_by,
+                   "preflight": checked.__dict__ if checked else None,
                    "planned": [s.run_id for s in report.planned],
                    "results": [r.__dict__ for r in report.results]})
         return
     out = make_console()
     if dry_run:
-        table = Table(title=f"{spec.name}: {len(report.planned)} runs planned "
+        retried = f", {report.retried} of them reruns of failed runs" if report.retried else ""
+        table = Table(title=f"{spec.name}: {len(report.planned)} runs planned{retried} "
                             f"({spec.strategy}; {report.skipped} already measured)")
         for col in ("#", "run_id", "model", "gpus", "tp", "pp", "dp", "mbs", "recompute",
                     "sharding"):
@@ -106,10 +136,15 @@ def collect(
                           str(c["pp"]), str(c["dp"]), str(c["mbs"]), c["recompute"],
                           c["dp_sharding"])
         out.print(table)
+        if report.changed:
+            out.print(f"note: {dataset} was written by another version of this campaign "
+                      f"({'; '.join(report.changed)}); --resume will refuse it, --extend "
+                      f"adds to it.", style="yellow")
         _print_unsupported(out, report.unsupported)
         return
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
-    out.print(f"{spec.name}: {len(report.results)} runs ({counts or 'none'}); "
+    retried = f", {report.retried} of them retried after failing" if report.retried else ""
+    out.print(f"{spec.name}: {len(report.results)} runs ({counts or 'none'}){retried}; "
               f"{report.skipped} already measured; stopped by {report.stopped_by}. Rows "
               f"appended to {dataset}.")
     _print_unsupported(out, report.unsupported)

@@ -5,7 +5,10 @@ schema of DESIGN.md, stored as Parquet.
 column of the first problems; `load` reads Parquet or CSV and validates; `append` adds rows to a
 Parquet file atomically under a file lock (a crash leaves the old file whole; concurrent
 appenders all land) and de-duplicates by `run_id`; `import_published` turns
-`shared/reference/published_runs.csv` into canonical rows with provenance.
+`shared/reference/published_runs.csv` into canonical rows with provenance. Beside the rows, a
+Parquet dataset carries a small JSON document of file-level facts (`read_metadata`; `append`
+merges into it and every rewrite keeps it): `advisor collect` records there which version of
+each campaign wrote the file.
 
 A failed run is a row (`status` oom/failed/timeout), never a lost measurement.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -220,12 +224,53 @@ def dedupe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop_duplicates(subset="run_id", keep="last").reset_index(drop=True)
 
 
-def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float = 60.0
-           ) -> int:
+METADATA_KEY = "advisor"
+"""Key of the file-level document in the frame's `attrs`, which pandas (2.1 and later) keeps
+as JSON under `PANDAS_ATTRS` in the Parquet schema's key-value metadata."""
+_ATTRS_KEY = b"PANDAS_ATTRS"
+
+
+def read_metadata(path: Path) -> dict:
+    """The file-level document of the Parquet dataset at `path` ({} for a file without one, a
+    CSV or a missing file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file() or path.suffix.lower() == ".csv":
+        return {}
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(_ATTRS_KEY)
+    except (OSError, pa.ArrowException) as e:
+        raise DatasetError(f"{path}: not a readable dataset ({first_line(e)}).") from None
+    if raw is None:
+        return {}
+    try:
+        document = json.loads(raw).get(METADATA_KEY, {})
+    except (ValueError, AttributeError):
+        raise DatasetError(f"{path}: its {_ATTRS_KEY.decode()} metadata is not a JSON object; "
+                           f"was the file written by another tool?") from None
+    return document if isinstance(document, dict) else {}
+
+
+def _merged(old: dict, new: dict) -> dict:
+    """`old` updated by `new`: a table (dict) at the top is updated entry by entry, each entry
+    replaced whole (`{"campaigns": {name: ...}}` replaces one campaign's record)."""
+    out = dict(old)
+    for key, value in new.items():
+        both = isinstance(out.get(key), dict) and isinstance(value, dict)
+        out[key] = {**out[key], **value} if both else value
+    return out
+
+
+def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float = 60.0,
+           metadata: dict | None = None) -> int:
     """Append validated rows to the Parquet file at `path` (created if absent) and return how
     many rows the file now holds. Holds `path.lock` while reading, merging and replacing, and
     replaces the file atomically (write a temporary file beside it, fsync, rename), so a crash
-    never leaves a partial file and concurrent appenders never lose each other's rows."""
+    never leaves a partial file and concurrent appenders never lose each other's rows.
+    `metadata` (plain JSON values) is merged into the file-level document (`read_metadata`)
+    under the same lock; the document is kept whether or not it is given."""
     from filelock import FileLock, Timeout
 
     # Through a symlink to the file it names: replacing the link itself would split the data
@@ -245,7 +290,8 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
             merged = new if not path.exists() else pd.concat([load(path), new],
                                                              ignore_index=True)
             merged = dedupe(merged)
-            _atomic_write(merged, path)
+            document = _merged(read_metadata(path), metadata or {})
+            _atomic_write(merged, path, document)
             return len(merged)
     except Timeout:
         raise DatasetError(f"{path}: another writer has held {path}.lock for over "
@@ -254,7 +300,9 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
         raise DatasetError(f"{path}: cannot write ({e.strerror or e}).") from None
 
 
-def _atomic_write(frame: pd.DataFrame, path: Path) -> None:
+def _atomic_write(frame: pd.DataFrame, path: Path, document: dict | None = None) -> None:
+    frame = frame.copy(deep=False)
+    frame.attrs = {METADATA_KEY: document} if document else {}
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

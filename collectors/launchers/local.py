@@ -65,7 +65,7 @@ class LocalLauncher:
         with log_path.open("ab") as log:
             # A new session makes torchrun and its workers one process group, killed together.
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=self._environ(spec),
+                                    stderr=subprocess.STDOUT, env=self.environ(spec.device),
                                     start_new_session=True, preexec_fn=die_with_parent)
             try:
                 returncode = proc.wait(timeout=spec.timeout_s)
@@ -111,12 +111,13 @@ class LocalLauncher:
             return timed_out(spec, None, f"killed at the run's timeout of {spec.timeout_s:g} s")
         return adapter.run_result(text, spec)
 
-    def _environ(self, spec: RunSpec) -> dict[str, str]:
+    def environ(self, device: str) -> dict[str, str]:
+        """The environment torchrun and the workers of a `device` run get."""
         env = {**os.environ, **self.env}
         if SOURCE_ROOT is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(SOURCE_ROOT),
                                                               env.get("PYTHONPATH"))))
-        if spec.device == "cpu":
+        if device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")  # N workers share the cores
         return env
 

@@ -86,6 +86,17 @@ class SlurmLauncher:
                                 "commands and a cluster (Debian: apt-get install slurm-client); "
                                 "use --launcher local to run on this machine.")
 
+    def environ(self, device: str) -> dict[str, str]:
+        """The environment a job's torchrun starts with, as far as this machine can tell (the
+        job script's exports over the submitting environment)."""
+        env = dict(self.env)
+        if SOURCE_ROOT is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(SOURCE_ROOT),
+                                                              env.get("PYTHONPATH"))))
+        if device == "cpu":
+            env["OMP_NUM_THREADS"] = "1"
+        return env
+
     def launch(self, spec: RunSpec, workdir: Path) -> RunResult:
         """Run `spec` as one batch job; its output goes to `workdir/log.txt`."""
         if spec.framework != "pytorch":
