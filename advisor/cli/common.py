@@ -71,11 +71,19 @@ def knob_option(name: str, *, pin: bool = False, optional: bool = False, more: s
     text = (f"Pin {'the ' if kind is int else ''}{what}." if pin
             else f"{what[0].upper()}{what[1:]}.")
     option: dict[str, Any] = {"help": text + more}
+    if name == "dp_sharding":   # one vocabulary: ddp, zero1, fsdp, ... read as its names
+        option["callback"] = _sharding_name
     if kind is int:
         option["min"] = 1
     if kind is bool or optional:
         option["show_default"] = False
     return Annotated[kind | None if pin or optional else kind, typer.Option(knob.flag, **option)]
+
+
+def _sharding_name(value: str | None) -> str | None:
+    from advisor.core.parallel import sharding_name
+
+    return sharding_name(value)
 
 
 def guard(fn: F) -> F:

@@ -87,6 +87,8 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         cols[name] = column.to_numpy()
     if "recompute" in frame:   # the dataset's spellings, read as `predict --input` reads them
         cols["recompute"] = _canonical_recompute(cols["recompute"])
+    if "dp_sharding" in frame:   # ddp, zero1, fsdp, ... as none, optimizer, full
+        cols["dp_sharding"] = _canonical_sharding(cols["dp_sharding"])
     if "num_gpus" in frame:
         _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
                    .to_numpy(float),
@@ -141,6 +143,16 @@ def _canonical_recompute(recompute: np.ndarray) -> np.ndarray:
         if spelling != mode and (recompute == spelling).any():
             recompute = np.where(recompute == spelling, mode, recompute).astype(object)
     return recompute
+
+
+def _canonical_sharding(sharding: np.ndarray) -> np.ndarray:
+    """`parallel.SHARDING_ALIASES` as the one vocabulary (none, optimizer, full)."""
+    from advisor.core.parallel import SHARDING_ALIASES
+
+    for alias, name in SHARDING_ALIASES.items():
+        if (sharding == alias).any():
+            sharding = np.where(sharding == alias, name, sharding).astype(object)
+    return sharding
 
 
 def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from advisor.core.parallel import sharding_name
 from advisor.data.predict_input import choose_recompute, parse_row
 from advisor.perf.analytical import SOURCE
 from advisor.predict.predictor import Predictor
@@ -30,6 +31,14 @@ LEARNED_OVERRIDES = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tf
 """Columns a learned prediction replaces (given to 4 decimals)."""
 
 
+def _one_vocabulary(row: dict) -> dict:
+    """The row with its dp_sharding in the one vocabulary (ddp, zero1, fsdp, ... read as none,
+    optimizer, full) before anything derives from it (overlap defaults)."""
+    if isinstance(row.get("dp_sharding"), str):
+        row["dp_sharding"] = sharding_name(row["dp_sharding"])
+    return row
+
+
 def predict_frame(frame: pd.DataFrame, predictor=None, *,
                   conditions: dict | None = None) -> pd.DataFrame:
     """Add the prediction columns: memory (`pred_memory_gb`, `pred_capacity_gb`, `pred_fits`),
@@ -42,7 +51,8 @@ def predict_frame(frame: pd.DataFrame, predictor=None, *,
     `predictor`). `conditions` (power limit, inlet, degraded nodes) apply to rows whose own
     columns for them are empty."""
     catalog: dict = {}
-    rows = [parse_row(row, catalog, conditions) for row in frame.to_dict("records")]
+    rows = [parse_row(_one_vocabulary(row), catalog, conditions)
+            for row in frame.to_dict("records")]
     choose_recompute(rows)
     ok = [i for i, r in enumerate(rows) if r.config is not None]
     learned = predictor is not None
@@ -78,6 +88,8 @@ def predict_frame(frame: pd.DataFrame, predictor=None, *,
                                          else str(value) if column == "pred_power_source"
                                          else round(float(value), 4))
     out = frame.copy()
+    if "dp_sharding" in out:
+        out["dp_sharding"] = [sharding_name(v) for v in out["dp_sharding"]]
     for column, column_values in values.items():
         out[column] = column_values
     out["pred_assumed"] = ["; ".join(r.assumed) for r in rows]
