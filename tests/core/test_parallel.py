@@ -79,3 +79,43 @@ def test_etp_defaults_to_tp_as_megatron_core_does():
     assert make_config(job, tp=4, pp=4, ep=8).etp == 1
     dense = make_job(catalog.load_model("llama3-8b"), catalog.load_platform("h100"), num_gpus=8)
     assert make_config(dense, tp=2).etp == 1
+
+
+@pytest.mark.parametrize("given, name", [("ddp", "none"), ("ZeRO1", "optimizer"),
+                                         ("zero-1", "optimizer"), ("FSDP", "full"),
+                                         ("zero3", "full"), (" full ", "full")])
+def test_sharding_aliases_become_the_one_vocabulary(given, name):
+    from advisor.core.parallel import ParallelConfig, sharding_name
+
+    assert sharding_name(given) == name
+    assert ParallelConfig(tp=2, dp_sharding=given).dp_sharding == name
+
+
+def test_unknown_sharding_lists_the_vocabulary():
+    from advisor.core.errors import ConfigError
+    from advisor.core.parallel import ParallelConfig
+
+    with pytest.raises(ConfigError, match="none, optimizer, full"):
+        ParallelConfig(dp_sharding="zero9")
+
+
+def test_finetune_label_names_what_is_trained():
+    from advisor.core.parallel import ParallelConfig, finetune_label
+
+    assert finetune_label(ParallelConfig()) == ""
+    assert finetune_label(ParallelConfig(finetune="full")) == "full fine-tuning"
+    assert finetune_label(ParallelConfig(finetune="lora", lora_rank=8,
+                                         lora_targets="all-linear")) == \
+        "LoRA rank 8 (all-linear)"
+
+
+def test_knob_values_sort_as_numbers_and_in_knob_order():
+    import numpy as np
+
+    from advisor.core.knobs import sorted_values
+
+    assert sorted_values({1, 10, 2, 20, 4, 5}) == [1, 2, 4, 5, 10, 20]
+    assert sorted_values(np.array([16, 2, 128, 1])) == [1, 2, 16, 128]
+    assert sorted_values(["full", "none", "selective"]) == ["none", "selective", "full"]
+    assert sorted_values(["full", "optimizer", "none"]) == ["none", "optimizer", "full"]
+    assert sorted_values([True, False]) == [False, True]
