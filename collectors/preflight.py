@@ -114,8 +114,9 @@ def _check_launcher(launcher, env: dict[str, str]) -> str:
         done = None
     answer = "" if done is None else (done.stdout + done.stderr).strip()
     if done is None or done.returncode or "DOWN" in answer or "UP" not in answer:
+        said = [line for line in answer.splitlines() if "DOWN" in line or "rror" in line]
         why = (f"no answer in {SLURM_PING_TIMEOUT_S:g} s" if done is None
-               else _last_line(answer) or f"exit code {done.returncode}")
+               else _last_line(said[-1] if said else answer) or f"exit code {done.returncode}")
         raise PreflightError(f"Slurm's controller does not answer `scontrol ping` ({why}): "
                              f"check SLURM_CONF and that slurmctld runs, or use --launcher "
                              f"local.")

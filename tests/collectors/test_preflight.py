@@ -138,5 +138,6 @@ def test_slurm_without_an_answering_controller_is_refused(tmp_path):
                     "SlurmctldPort=9\nNodeName=localhost CPUs=1 State=UNKNOWN\n"
                     "PartitionName=debug Nodes=localhost Default=YES\n")
     launcher = make_launcher("slurm", env={"SLURM_CONF": str(conf)})
-    with pytest.raises(PreflightError, match=r"controller does not answer `scontrol ping`"):
+    with pytest.raises(PreflightError, match=r"controller does not answer `scontrol ping` "
+                                             r"\(Slurmctld\(primary\) at .* is DOWN\)"):
         preflight(load_campaign("cpu-smoke"), launcher)
