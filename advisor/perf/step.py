@@ -79,6 +79,13 @@ OPTIMIZER_BYTES_PER_PARAM = 32.0
 """Adam step with FP32 master weights: read master, m, v (12 B) and the gradient (4 B), write
 master, m, v (12 B) and the 16-bit parameter (2 B), plus the gradient-norm read (2 B)."""
 
+ASYNC_DGRAD_FRAMEWORKS = ("megatron", "megatron-deepspeed")
+"""Frameworks whose tensor-parallel linears reduce the backward input gradient asynchronously
+while the weight gradient computes, without `tp_comm_overlap`: Megatron-Core's
+`LinearWithGradAccumulationAndAsyncCommunication` (all-reduce, or reduce-scatter with sequence
+parallelism) and Megatron-DeepSpeed's copy of it (`async_grad_allreduce`, on unless
+`--no-async-tensor-model-parallel-allreduce`)."""
+
 DEFAULT_FRAMEWORK = "megatron"
 """Whose kernels run the step: Megatron-Core with Transformer Engine (Megatron-LM, NeMo,
 Megatron-Bridge) is the reference; other frameworks' kernels scale the compute efficiencies by
@@ -240,9 +247,16 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     fsdp_hideable = np.where(full, np.where(param_overlap, 2.0 * ag, 0.0)
                              + np.where(grad_overlap, rs, 0.0),
                              np.where(titan_zero1 & grad_overlap, rs, 0.0))
+    # Without tp_comm_overlap, Megatron still hides each block's backward input-gradient
+    # reduce under the weight-gradient GEMM of the same linear (`ASYNC_DGRAD_FRAMEWORKS`).
+    cover, dgrad = compute.wgrad_cover_s, comm.tp_dgrad_s
+    tp_async = np.where(np.isin(frameworks, ASYNC_DGRAD_FRAMEWORKS)[:, None], sum(
+        count * np.minimum(dgrad, OVERLAP_EFFICIENCY * cover[kind])
+        for kind, count in (("attention", layers.attention), ("mlp", layers.mlp),
+                            ("mamba", layers.mamba))), 0.0)
     hidden = {}
     cp_attention = attn_mb + re_attn     # ring attention hides under the attention kernels
-    for name, raw, under in (("tp", np.where(tp_overlap, tp_all, 0.0), compute.tp_gemm_s),
+    for name, raw, under in (("tp", np.where(tp_overlap, tp_all, tp_async), compute.tp_gemm_s),
                              ("cp", cp_raw, cp_attention),
                              ("pp", pp_raw if vp > 1 else np.zeros_like(pp_raw), compute_mb),
                              ("fsdp", fsdp_hideable, compute_mb + recompute_mb)):

@@ -40,6 +40,11 @@ class StageComm:
     """Expert-parallel dispatch and combine all-to-alls."""
     pp_s: np.ndarray
     """Pipeline send/recv of the boundary activations, each way."""
+    tp_dgrad_s: np.ndarray
+    """One layer block's backward input-gradient reduce of its column-parallel input
+    projection (all-reduce, or reduce-scatter with sequence parallelism; configurations × 1),
+    part of `tp_s`: Megatron issues it asynchronously and computes the weight gradient
+    meanwhile (`step`)."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,13 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
     act_bytes = rows * h * ACT             # one micro-batch's hidden states (full sequence)
     tp_in = tp <= domain
     tp_local = np.minimum(tp, domain)
-    pair = (coll.time(ALL_GATHER, act_bytes, tp, tp_in, platform, tp_local)
-            + coll.time(REDUCE_SCATTER, act_bytes, tp, tp_in, platform, tp_local))
-    pair = np.where(sp, pair, coll.time(RING_ALLREDUCE, act_bytes, tp, tp_in, platform,
-                                        tp_local))
+    scatter = coll.time(REDUCE_SCATTER, act_bytes, tp, tp_in, platform, tp_local)
+    allreduce = coll.time(RING_ALLREDUCE, act_bytes, tp, tp_in, platform, tp_local)
+    pair = np.where(sp, coll.time(ALL_GATHER, act_bytes, tp, tp_in, platform, tp_local)
+                    + scatter, allreduce)
+    # Backward, the column-parallel input projection's input gradient is reduced (scattered
+    # with SP) while its weight gradient computes (`step` hides it).
+    dgrad = np.where(sp, scatter, allreduce)
     # Per layer block: all-gather + reduce-scatter forward, again backward (and again in a full
     # recompute). Shared experts and latent projections are TP-split like an MLP; routed
     # experts with etp > 1 gather/scatter over the expert-TP group instead. The embedding
@@ -155,7 +163,7 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
     else:
         pp_raw = np.zeros((len(tp), pp))
     return StageComm(tp_s=tp_all, cp_ring_s=cp_raw, cp_mamba_s=mamba_cp, ep_s=ep_raw,
-                     pp_s=pp_raw)
+                     pp_s=pp_raw, tp_dgrad_s=dgrad)
 
 
 def data_parallel(layout: StageLayout, platform: Platform, coll: CollectiveModel, *,

@@ -121,6 +121,10 @@ class StageCompute:
     """CPU time launching the micro-batch's kernels (the GPU waits where it is the longer)."""
     tp_gemm_s: np.ndarray
     """The GEMMs tensor-parallel communication can hide under: all but the routed experts'."""
+    wgrad_cover_s: dict[str, np.ndarray]
+    """Per layer kind (`attention`, `mlp`, `mamba`; configurations × 1): one layer's
+    weight-gradient GEMMs of its column-parallel input projections (QKV, FC1, Mamba's in_proj)
+    for one micro-batch, which the backward's input-gradient reduce runs under (`step`)."""
     gemm_utilization: np.ndarray
     """Math-only over actual GEMM time (configurations × 1), for the power model."""
 
@@ -161,6 +165,12 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     num_moe = kinds.moe
     t_moe_dense = clock.time(gemms["moe_dense"], rows, tp, num_moe)
     t_output_gemm = clock.time(gemms["output"], rows, tp)
+    # A weight-gradient GEMM has the forward's FLOPs; weight 0: not more work, only a cover.
+    # LoRA's frozen base computes no weight gradients: nothing to run under.
+    trains = 1.0 if lora is None else np.where(lora, 0.0, 1.0)
+    cover = {kind: trains * clock.time(tuple(g for g in gemms[kind] if g.split == "n"), rows,
+                                       tp, 0.0)
+             for kind in ("attention", "mlp", "mamba")}
     if model.is_moe:
         expert_rows = rows * model.moe_top_k * ep * etp / (tp * model.num_experts)
         local_experts = model.num_experts / ep
@@ -249,5 +259,5 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         gemm_fwd_s=gemm_fwd, attention_fwd_s=attn_fwd, memory_fwd_s=mem_fwd, gemm_s=gemm_mb,
         attention_s=attn_mb, memory_s=mem_mb, recompute_gemm_s=re_gemm,
         recompute_attention_s=re_attn, recompute_memory_s=re_mem, host_s=host_mb,
-        tp_gemm_s=gemm_mb - nmoe * weight_passes * t_experts + re_gemm,
+        tp_gemm_s=gemm_mb - nmoe * weight_passes * t_experts + re_gemm, wgrad_cover_s=cover,
         gemm_utilization=clock.utilization)

@@ -1,5 +1,6 @@
 """Score the analytical model on vTrain's 1,440 single-node A100 runs (many layouts of the same
-jobs): MAPE of the iteration time, Kendall τ per job, and top-1 regret.
+jobs) and its 109 multi-node runs (four GPT models on 64-512 A100s): MAPE of the iteration time,
+Kendall τ per job, and top-1 regret.
 
 Two scores: zero-shot (the Ampere calibration from published runs, nothing from vTrain), and
 cross-validated, where the framework's host overhead — which the published runs cannot give,
@@ -11,6 +12,15 @@ Megatron-DeepSpeed with fp16, full activation recompute, the 1F1B schedule, no g
 (so no overlap of the data-parallel all-reduce) and no distributed optimizer. A100 80 GB assumed,
 as the publishers' simulator does. Attention is taken as unfused (Megatron-DeepSpeed's default
 core attention: batched GEMMs and a fused softmax; the README names no flash attention).
+Gradients are reduced in FP16: Megatron's `--accumulate-allreduce-grads-in-fp32` is off by
+default for FP16 training, and vTrain's own simulator counts 2 bytes per gradient
+(`src/predictor.py`, `ParamInfo(elem_size=2)`).
+
+The multi-node runs share a cluster whose network is not a DGX A100's: vTrain's configs for them
+(`config/validation/multi/*.json`) give `inter_node_bandwidth` 800, "total bandwidth of
+inter-node communication in Gbps" per 8-GPU node (`src/config.py`), and its simulator prices one
+pipeline transfer at a quarter of it (`_compute_p2p_latency`: bandwidth / 4), i.e. four 200 Gb/s
+HDR NICs per node: 12.5 GB/s per GPU where the catalog's DGX A100 has eight (25 GB/s).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import pandas as pd
 
 from advisor.catalog import load_platform
 from advisor.core.model import ModelSpec
+from advisor.core.platform import Platform, platform_from_dict
 from advisor.perf.calibration import Calibration, FrameworkEfficiency, load_calibration
 from advisor.perf.step import step_table
 
@@ -58,6 +69,28 @@ FRAMEWORK = "megatron-deepspeed"
 (launch) overhead, which dominates these small models at high TP; see `cross_validated`."""
 
 
+VTRAIN_NICS_PER_NODE = 4
+VTRAIN_NIC_BANDWIDTH_BYTES_PER_S = 25e9
+"""The multi-node cluster's network (module docstring): 800 Gb/s per node over four NICs,
+200 Gb/s = 25e9 B/s each."""
+
+
+def vtrain_cluster() -> Platform:
+    """The A100 80 GB of the catalog with the network of vTrain's multi-node cluster (same
+    name, so the same chassis and power model)."""
+    base = load_platform("a100")
+    data = {k: v for k, v in base.to_dict().items() if v is not None}
+    data.pop("inter_node_bandwidth_bytes_per_s")        # derived from the NICs
+    source = ("vTrain config/validation/multi/*.json: inter_node_bandwidth 800 Gb/s per 8-GPU "
+              "node; src/predictor.py prices a pipeline transfer at bandwidth / 4 (four 200 Gb/s "
+              "HDR NICs)")
+    data.update(num_nics_per_node=VTRAIN_NICS_PER_NODE,
+                nic_bandwidth_bytes_per_s=VTRAIN_NIC_BANDWIDTH_BYTES_PER_S,
+                sources={**base.sources, "num_nics_per_node": source,
+                         "nic_bandwidth_bytes_per_s": source})
+    return platform_from_dict(data, path=Path("vtrain-cluster"))
+
+
 def vtrain_configs(part: pd.DataFrame) -> pd.DataFrame:
     """`ParallelConfig` columns for vTrain rows (the settings the README states)."""
     return pd.DataFrame({
@@ -66,12 +99,14 @@ def vtrain_configs(part: pd.DataFrame) -> pd.DataFrame:
         "precision": "fp16", "recompute": "full", "dp_sharding": "none",
         "sequence_parallel": False, "overlap_grad_reduce": False,
         "overlap_param_gather": False, "tp_comm_overlap": False,
-        "grad_reduce_in_fp32": True, "attention": "unfused"}, index=part.index)
+        "grad_reduce_in_fp32": False, "attention": "unfused"}, index=part.index)
 
 
-def predict_vtrain(frame: pd.DataFrame, calibration: Calibration | None = None) -> pd.Series:
-    """Predicted iteration time (ms) per row."""
-    platform = load_platform("a100")
+def predict_vtrain(frame: pd.DataFrame, calibration: Calibration | None = None, *,
+                   platform: Platform | None = None) -> pd.Series:
+    """Predicted iteration time (ms) per row, on `platform` (the catalog's A100 80 GB; pass
+    `vtrain_cluster()` for the multi-node runs)."""
+    platform = platform or load_platform("a100")
     out = pd.Series(np.nan, index=frame.index)
     for model, part, configs in vtrain_groups(frame):
         table = step_table(model, platform, configs, calibration=calibration,
