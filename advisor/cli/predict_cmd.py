@@ -86,7 +86,8 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         row = analytical.predict([(config, job)], breakdown=True).iloc[0].to_dict()
     if row["pred_error"]:
         raise AdvisorError(row["pred_error"])
-    return m, p, Prediction.from_row(row, config), notes, (config, job)
+    learned = {k: v for k, v in row.items() if k.startswith("pred_") and k != "pred_error"}
+    return m, p, Prediction.from_row(row, config), notes, (config, job), learned
 
 
 def _need(**given) -> None:
@@ -148,7 +149,7 @@ def predict(input: Annotated[Path | None, typer.Option(
                   "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w}
     if input is None:
         _need(model=model, platform=platform, gpus=gpus)
-        m, p, pred, notes, pair = _prediction(
+        m, p, pred, notes, pair, learned = _prediction(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap,
@@ -156,7 +157,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
             conditions=conditions)
         gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
-        _print_one(m, p, pred, notes, json_out, gpus if per_gpu else None)
+        _print_one(m, p, pred, notes, json_out, learned, gpus if per_gpu else None)
         if plot:
             from advisor.cli.plots import plot_gpu_heatmap
 
@@ -194,22 +195,22 @@ def predict(input: Annotated[Path | None, typer.Option(
                   + (f" Written to {output}." if output else ""))
 
 
-def _as_dict(pred, notes) -> dict:
+def _as_dict(pred, notes, learned: dict) -> dict:
     """One prediction as JSON: `figures` (the headline, each figure with its `source`), then
     the analytical breakdown behind it (`step`, `memory`, `power`, each marked analytical),
-    the `Predictor`'s own `pred_*` values (`learned`) and the notes. `source` is the
-    headline throughput's source."""
+    the `Predictor`'s row (`learned`: every `pred_*` column, power bands included) and the
+    notes. `source` is the headline throughput's source."""
     from dataclasses import asdict
 
     from advisor.predict.figures import figures_json
 
     b = pred.breakdown
-    d = {"source": pred.source, "figures": figures_json(pred), **asdict(b)}
+    d = {"source": pred.source, "figures": figures_json(pred, learned), **asdict(b)}
     d["source"], d["breakdown_source"] = pred.source, b.source
     for part in ("step", "memory", "power"):
         d[part]["source"] = b.source
     d["memory"]["headroom_bytes"] = b.memory.headroom_bytes
-    d["learned"] = {f"pred_{k}": v for k, v in pred.values().items()}
+    d["learned"] = learned
     d["notes"] = notes
     return d
 
@@ -246,9 +247,9 @@ def _print_gpus(gpus) -> None:
     make_console().print(table)
 
 
-def _print_one(m, p, pred, notes, json_out: bool, gpus=None) -> None:
+def _print_one(m, p, pred, notes, json_out: bool, learned: dict, gpus=None) -> None:
     if json_out:
-        d = _as_dict(pred, notes)
+        d = _as_dict(pred, notes, learned)
         if gpus is not None:
             d["gpus"] = gpus.to_dict(orient="records")
         emit_json(d)
@@ -257,7 +258,7 @@ def _print_one(m, p, pred, notes, json_out: bool, gpus=None) -> None:
 
     from advisor.predict.figures import figures
 
-    f = figures(pred)
+    f = figures(pred, learned)
     b = pred.breakdown
     s, pw, mem = b.step, b.power, b.memory
     tps = f["tokens_per_sec_per_gpu"]
@@ -334,7 +335,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     from advisor.predict.predictor import Predictor
 
     _need(model=model, platform=platform, gpus=gpus)
-    m, p, pred, notes, _ = _prediction(
+    m, p, pred, notes, _, learned = _prediction(
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, first_stage_layers=first_stage_layers,
@@ -346,7 +347,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     lines = explanation(pred, m, p) + _placement_lines(m, p, pred.config)
     lines += [f"Note: {n}" for n in notes]
     if json_out:
-        emit_json({"explanation": lines, "prediction": _as_dict(pred, notes)})
+        emit_json({"explanation": lines, "prediction": _as_dict(pred, notes, learned)})
         return
     for line in lines:
         typer.echo(line)

@@ -6,6 +6,7 @@ print and write as JSON, so both commands show the same numbers from the same pl
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from advisor.predict.predictor import Prediction
@@ -26,15 +27,17 @@ class Figure:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "value"}
 
 
-def _band(value: float) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
+def _band(value) -> float | None:
+    return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
-def figures(prediction: Prediction) -> dict[str, Figure]:
+def figures(prediction: Prediction, row: Mapping | None = None) -> dict[str, Figure]:
     """Every headline figure of `prediction` (a `Predictor` row with its breakdown) by name:
     throughput and what follows from it from `prediction.source`, power from
     `prediction.power_source`, memory and thermal risk analytical, energy per token and samples
-    per MJ derived from the headline step time and average power."""
+    per MJ derived from the headline step time and average power. `row`: the `Predictor`'s
+    row, for the power bands (learned power only)."""
+    row = row or {}
     p, b = prediction, prediction.breakdown
     speed, power = p.source, p.power_source
     energy_how = (f"derived: average power ({power}) × step time ({speed}) × GPUs / tokens "
@@ -50,8 +53,10 @@ def figures(prediction: Prediction) -> dict[str, Figure]:
         "mfu": Figure(p.mfu, speed),
         "memory_gb": Figure(p.memory_gb, "analytical"),
         "fits": Figure(p.fits, "analytical"),
-        "avg_power_w": Figure(p.avg_power_w, power),
-        "peak_power_w": Figure(p.peak_power_w, power),
+        "avg_power_w": Figure(p.avg_power_w, power, _band(row.get("pred_avg_power_w_p10")),
+                              _band(row.get("pred_avg_power_w_p90"))),
+        "peak_power_w": Figure(p.peak_power_w, power, _band(row.get("pred_peak_power_w_p10")),
+                               _band(row.get("pred_peak_power_w_p90"))),
         "energy_j_per_token": Figure(p.energy_j_per_token, energy_how),
         "samples_per_mj": Figure(samples_per_mj, "derived: 10^6 / (energy per token × "
                                  "sequence length)"),
@@ -62,7 +67,7 @@ def figures(prediction: Prediction) -> dict[str, Figure]:
     return out
 
 
-def figures_json(prediction: Prediction) -> dict[str, dict]:
+def figures_json(prediction: Prediction, row: Mapping | None = None) -> dict[str, dict]:
     """`figures` as JSON-ready dicts (`value`, `source`, and `p10`/`p90` where there is a
     band)."""
-    return {name: f.to_dict() for name, f in figures(prediction).items()}
+    return {name: f.to_dict() for name, f in figures(prediction, row).items()}
