@@ -1,0 +1,277 @@
+"""Does advisor rank the measured layouts of one job as they ran? For every job in
+`shared/reference` measured in several layouts: Kendall τ between predicted and measured
+throughput, and top-1 regret.
+
+    python benchmarks/layout_ranking.py [--reference DIR] [--analytical] [--jobs]
+
+A job is one model on one platform and GPU count with one global batch, sequence length and
+precision, measured in at least two distinct layouts (TP, PP, CP, EP, VP, micro-batch,
+recompute, sharding, ...) under one software release:
+
+- `published_runs.csv` and the expressible MLPerf Training submissions, read as
+  `benchmarks/calibrate.py` reads them (`advisor.learn.fit.load_reference`); a job is also one
+  source and software release (one MLPerf round), so a layout change is never confused with
+  a software upgrade;
+- vTrain's single-node (A100) and multi-node (64-512 A100) sweeps (`advisor.perf.vtrain`:
+  `JOB`, the GPT models, Megatron-DeepSpeed's settings, the multi-node cluster's network);
+- Megatron-LM's functional tests (`shared/reference/megatron_ci`), mapped to models and
+  layouts as `benchmarks/memory_validation.py` maps them; a job is also one machine and
+  container (`env`); tokens/s/GPU = gbs × seq / median iteration time / GPUs.
+
+Rows of one job that advisor sees as the same layout (a setting it does not model, or the same
+layout measured twice) are one layout at their median throughput. Predictions come from the
+library's public `Predictor` (`Predictor.load()`: the bundled surrogates where their data
+supports a row, the analytical model elsewhere; `--analytical` for the analytical model alone);
+a layout predicted not to fit, or not predicted, counts as advisor's last choice (throughput 0).
+
+Per job: layouts, Kendall τ-b (predicted against measured tokens/s/GPU; NaN where either side
+has a single value), top-1 regret = measured throughput of the best-measured layout / measured
+throughput of advisor's predicted-best − 1 (among layouts tied for advisor's best, the slowest
+measured: a tie is no evidence for the lucky one). Summary: median τ and the jobs whose regret
+is at most 5 %, overall and per source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "reference"
+REGRET_GOAL = 0.05
+"""Issue 29: every job's top-1 regret at most 5 %."""
+LAYOUT = ("tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "recompute", "dp_sharding",
+          "sequence_parallel", "attention", "first_stage_layers", "last_stage_layers")
+"""What tells two layouts of one job apart (`ParallelConfig` fields)."""
+PREDICTED = "predicted_tokens_s"
+MEASURED = "measured_tokens_s"
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How advisor ranks one job's measured layouts."""
+
+    num_layouts: int
+    kendall_tau: float
+    """τ-b between predicted and measured throughput; NaN where either is constant."""
+    top1_regret: float
+    """best measured / measured of advisor's pick − 1 (0 = advisor picks the fastest)."""
+
+
+def rank(predicted: np.ndarray, measured: np.ndarray) -> Ranking:
+    """`Ranking` of one job: `predicted` and `measured` throughput per layout (higher is
+    faster; a layout advisor would not run has predicted 0)."""
+    from scipy.stats import kendalltau
+
+    predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
+    if len(predicted) != len(measured) or len(measured) < 2:
+        raise ValueError("a job needs at least two layouts, each predicted and measured")
+    tau = (float("nan") if np.ptp(predicted) == 0 or np.ptp(measured) == 0
+           else float(kendalltau(predicted, measured).statistic))
+    picked = predicted >= predicted.max() * (1 - 1e-9)
+    regret = float(measured.max() / measured[picked].min() - 1.0)
+    return Ranking(num_layouts=len(measured), kendall_tau=tau, top1_regret=regret)
+
+
+def _predict(frame: pd.DataFrame, predictor) -> dict[str, np.ndarray]:
+    """`PREDICTED` tokens/s/GPU per row of a `Predictor.predict` frame (0 where advisor
+    predicts the layout does not fit or refuses it) and `refused` (the layout rules or the
+    model refused the row: its `pred_error`)."""
+    out = predictor.predict(frame.reset_index(drop=True))
+    speed = pd.to_numeric(out["pred_tokens_per_sec_per_gpu"], errors="coerce").to_numpy(float)
+    refused = (out["pred_error"].fillna("") != "").to_numpy()
+    fits = (out["pred_fits"].astype("boolean").fillna(False).to_numpy(bool)
+            if "pred_fits" in out else ~refused)
+    return {PREDICTED: np.where(np.isfinite(speed) & fits & ~refused, speed, 0.0),
+            "refused": refused}
+
+
+# ---- the sources ---------------------------------------------------------------------------
+def published_rows(reference: Path, predictor) -> pd.DataFrame:
+    """Rows of `published_runs.csv` and the MLPerf submissions (calibrate.py's reader) with
+    their job, layout, measured and predicted throughput."""
+    from advisor.learn.fit import MLPERF_SOURCE, load_reference
+
+    ref = load_reference(reference / "published_runs.csv", reference / "mlperf" /
+                         "mlperf_runs.csv")
+    configs = pd.concat([c for _, c in ref.groups.values()]).drop(columns="framework")
+    rows = ref.rows.join(configs[[c for c in configs.columns if c not in ref.rows.columns]])
+    rows = rows.assign(source_set=np.where(rows["source"] == MLPERF_SOURCE, "mlperf",
+                                           "published"))
+    release = np.where(rows["source_set"] == "mlperf", "MLPerf " + rows["round"].astype(str),
+                       rows["source"].astype(str) + " " + rows["software"].astype(str))
+    rows["job"] = (rows["model"] + " · " + rows["platform"] + " × " +
+                   rows["num_gpus"].astype(str) + " · gbs " + rows["gbs"].astype(str) +
+                   " · seq " + rows["seq_len"].astype(str) + " · " + rows["precision"] +
+                   np.where(rows["finetune"] != "none", " · " + rows["finetune"], "") +
+                   " · " + pd.Series(release, index=rows.index).str.strip())
+    frame = rows[[c for c in configs.columns]].assign(
+        model=rows["model"], gpu=rows["platform"], framework=rows["framework"],
+        software=rows["software"], num_gpus=rows["num_gpus"])
+    rows = rows.assign(**_predict(frame, predictor))
+    rows[MEASURED] = rows["measured"].astype(float)
+    return rows
+
+
+def vtrain_rows(path: Path, predictor, *, multi: bool) -> pd.DataFrame:
+    """vTrain's runs (one file) with job, layout, measured and predicted throughput."""
+    from advisor.catalog import load_platform
+    from advisor.perf.vtrain import FRAMEWORK, JOB, load_vtrain, vtrain_cluster, vtrain_groups
+
+    frame = load_vtrain(path)
+    platform = vtrain_cluster() if multi else load_platform("a100")
+    parts = []
+    for model, part, configs in vtrain_groups(frame):
+        configs = configs.assign(model=[model] * len(configs), gpu=[platform] * len(configs),
+                                 framework=FRAMEWORK, num_gpus=part["num_gpus"])
+        settings = configs[["etp", "cp", "ep", "vp", "recompute", "dp_sharding",
+                            "sequence_parallel", "attention"]]
+        parts.append(part.assign(**_predict(configs, predictor), moe=False, **settings))
+    rows = pd.concat(parts).loc[frame.index]
+    rows[MEASURED] = rows["gbs"] * rows["seq_len"] / (rows["measured_ms"] / 1e3) / \
+        rows["num_gpus"]
+    rows["first_stage_layers"] = rows["last_stage_layers"] = 0
+    rows["job"] = rows[list(JOB)].astype(int).astype(str).apply(
+        lambda r: f"GPT h{r['hidden']} l{r['layers']} · a100 × {r['num_gpus']} · gbs "
+                  f"{r['gbs']}", axis=1)
+    rows["source_set"] = "vtrain-multi" if multi else "vtrain-single"
+    return rows
+
+
+def megatron_ci_rows(path: Path, predictor) -> pd.DataFrame:
+    """Megatron-LM functional tests mapped as `memory_validation.py` maps them, with job,
+    layout, measured and predicted throughput."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from memory_validation import map_row, world_sizes
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    frame = pd.read_csv(path)
+    world = world_sizes(frame)
+    kept = []
+    for i, row in frame.iterrows():
+        mapped = map_row(row, world)
+        if isinstance(mapped, str) or not row["iter_time_median_s"] > 0:
+            continue
+        m, c = mapped.model, mapped.config
+        # The job's model: the architecture without the vocabulary, which Megatron pads to a
+        # multiple of 128 × tp (one model, whatever its layout).
+        arch = (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads,
+                m.num_kv_heads, m.num_experts, m.moe_top_k, m.gated_mlp,
+                m.position_embedding, m.tied_embeddings, m.attention_bias)
+        kept.append({"index": i, "model": m, "gpu": mapped.platform, **c.to_dict(),
+                     "num_gpus": c.world_size, "moe": m.is_moe,
+                     "job": (f"{row['model']} {_arch_name(m)} #{_digest(arch)} · "
+                             f"{row['platform']} ({row['env']}) × {c.world_size} · gbs {c.gbs}"
+                             f" · seq {c.seq_len} · {c.precision}"),
+                     "arch": (*arch, m.vocab_size),
+                     MEASURED: c.gbs * c.seq_len / row["iter_time_median_s"] / c.world_size})
+    if not kept:
+        raise ValueError(f"{path}: no row maps to a model and layout")
+    rows = pd.DataFrame(kept).set_index("index")
+    # One ModelSpec object per architecture: the Predictor groups rows by model object.
+    first = rows.groupby("arch")["model"].transform("first")
+    rows["model"] = first
+    inputs = rows.drop(columns=["moe", "job", "arch", MEASURED])
+    rows = rows.assign(**_predict(inputs, predictor), source_set="megatron_ci")
+    return rows
+
+
+def _digest(arch: tuple) -> str:
+    """A short name for an architecture, the same on every run (`hash` of a str is not)."""
+    import hashlib
+
+    return hashlib.sha256(repr(arch).encode()).hexdigest()[:4]
+
+
+def _arch_name(model) -> str:
+    moe = f" {model.num_experts}e top{model.moe_top_k}" if model.is_moe else ""
+    return f"l{model.num_layers} h{model.hidden_size}{moe}"
+
+
+# ---- ranking -------------------------------------------------------------------------------
+def layouts(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (job, layout): median measured and predicted throughput of the rows advisor
+    sees as that layout, and how many rows it merges."""
+    keys = ["source_set", "job", *LAYOUT]
+    table = rows.assign(**{k: rows[k].astype(str) for k in LAYOUT})
+    return (table.groupby(keys, sort=False)
+            .agg(**{MEASURED: (MEASURED, "median"), PREDICTED: (PREDICTED, "median"),
+                    "moe": ("moe", "first"), "refused": ("refused", "max"),
+                    "runs": (MEASURED, "size")})
+            .reset_index())
+
+
+def rank_jobs(table: pd.DataFrame) -> pd.DataFrame:
+    """Per job with at least two layouts: source, job, moe, runs, layouts, τ, regret, how
+    many layouts advisor refuses (`validate`'s rules) and how many it predicts not to fit."""
+    out = []
+    for (source, job), part in table.groupby(["source_set", "job"], sort=False):
+        if len(part) < 2:
+            continue
+        r = rank(part[PREDICTED].to_numpy(), part[MEASURED].to_numpy())
+        out.append({"source": source, "job": job, "moe": bool(part["moe"].iloc[0]),
+                    "runs": int(part["runs"].sum()), "layouts": r.num_layouts,
+                    "kendall_tau": r.kendall_tau, "top1_regret_pct": 100 * r.top1_regret,
+                    "refused": int(part["refused"].sum()),
+                    "not_fit": int(((part[PREDICTED] <= 0) & ~part["refused"]).sum())})
+    return pd.DataFrame(out)
+
+
+def summary(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Median τ and jobs within the regret goal, overall and per source."""
+    def one(part: pd.DataFrame) -> dict:
+        ok = part["top1_regret_pct"] <= 100 * REGRET_GOAL
+        return {"jobs": len(part), "moe_jobs": int(part["moe"].sum()),
+                "median_tau": part["kendall_tau"].median(),
+                "median_regret_pct": part["top1_regret_pct"].median(),
+                "max_regret_pct": part["top1_regret_pct"].max(),
+                "regret_le_5pct": f"{int(ok.sum())}/{len(part)}"}
+    rows = {source: one(part) for source, part in jobs.groupby("source", sort=False)}
+    rows["all"] = one(jobs)
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def collect(reference: Path, predictor) -> pd.DataFrame:
+    """Every source's rows, one frame with the columns `layouts` needs."""
+    keep = ["source_set", "job", "moe", "refused", MEASURED, PREDICTED, *LAYOUT]
+    parts = [published_rows(reference, predictor),
+             vtrain_rows(reference / "vtrain" / "ground_truth_single.csv", predictor,
+                         multi=False),
+             vtrain_rows(reference / "vtrain" / "ground_truth_multi.csv", predictor,
+                         multi=True),
+             megatron_ci_rows(reference / "megatron_ci" / "runs.csv", predictor)]
+    return pd.concat([p[keep] for p in parts], ignore_index=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", type=Path, default=SHARED)
+    parser.add_argument("--analytical", action="store_true",
+                        help="the analytical model alone (no surrogates)")
+    parser.add_argument("--jobs", action="store_true", help="print every job, not only MoE "
+                        "jobs and those over the regret goal")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from advisor import Predictor
+
+    predictor = Predictor(None) if args.analytical else Predictor.load()
+    jobs = rank_jobs(layouts(collect(args.reference, predictor)))
+    pd.set_option("display.width", 200, "display.max_colwidth", 90, "display.max_rows", 500)
+    shown = jobs if args.jobs else jobs[jobs["moe"] | (jobs["top1_regret_pct"] >
+                                                      100 * REGRET_GOAL)]
+    print(f"## jobs ({'all' if args.jobs else 'MoE and regret > 5 %'}; "
+          f"{'analytical' if args.analytical else 'Predictor.load()'})\n")
+    print(shown.round(3).to_string(index=False))
+    print("\n## summary\n")
+    print(summary(jobs).round(3).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
