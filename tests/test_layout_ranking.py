@@ -1,0 +1,97 @@
+"""benchmarks/layout_ranking.py: τ and top-1 regret on hand-checkable rankings, and its core
+(rows -> layouts -> per-job ranking) on one real job, vTrain's multi-node sweep."""
+
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI = ROOT.parent / "shared" / "reference" / "vtrain" / "ground_truth_multi.csv"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import layout_ranking
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return layout_ranking
+
+
+def test_perfect_ranking(bench):
+    r = bench.rank([3.0, 2.0, 1.0], [30.0, 20.0, 10.0])
+    assert (r.num_layouts, r.kendall_tau, r.top1_regret) == (3, 1.0, 0.0)
+
+
+def test_reversed_ranking_picks_the_slowest(bench):
+    r = bench.rank([1.0, 2.0, 3.0], [30.0, 20.0, 10.0])
+    assert r.kendall_tau == -1.0
+    assert r.top1_regret == pytest.approx(30 / 10 - 1)
+
+
+def test_one_swapped_pair(bench):
+    # Pairs (0,1) discordant, (0,2) and (1,2) concordant: tau = (2 - 1) / 3. Advisor picks
+    # layout 1 (measured 90) where layout 0 ran at 100: regret 100/90 - 1.
+    r = bench.rank([2.0, 3.0, 1.0], [100.0, 90.0, 50.0])
+    assert r.kendall_tau == pytest.approx(1 / 3)
+    assert r.top1_regret == pytest.approx(100 / 90 - 1)
+
+
+def test_a_tie_for_the_best_prediction_counts_the_slower(bench):
+    r = bench.rank([5.0, 5.0, 1.0], [10.0, 8.0, 1.0])
+    assert r.top1_regret == pytest.approx(10 / 8 - 1)
+
+
+def test_a_layout_predicted_not_to_fit_is_never_picked(bench):
+    assert bench.rank([0.0, 2.0], [10.0, 5.0]).top1_regret == pytest.approx(1.0)
+
+
+def test_tau_is_undefined_when_one_side_is_constant(bench):
+    assert np.isnan(bench.rank([1.0, 1.0], [10.0, 5.0]).kendall_tau)
+    assert np.isnan(bench.rank([1.0, 2.0], [7.0, 7.0]).kendall_tau)
+
+
+def test_a_job_needs_two_layouts(bench):
+    with pytest.raises(ValueError, match="two layouts"):
+        bench.rank([1.0], [1.0])
+
+
+def _tau_by_pairs(x, y) -> float:
+    """Kendall τ-a by counting pairs (τ-b when neither side has ties)."""
+    signs = [np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
+             for i, j in combinations(range(len(x)), 2)]
+    return float(np.mean(signs))
+
+
+@pytest.mark.skipif(not MULTI.exists(), reason=f"reference data not found at {MULTI}")
+def test_one_real_job_vtrain_multi_node(bench):
+    from advisor import Predictor
+
+    rows = bench.vtrain_rows(MULTI, Predictor.load(), multi=True)
+    assert len(rows) == 109 and not rows["refused"].any()
+    # Measured throughput is the iteration time's: gbs × seq / time / GPUs.
+    first = rows.iloc[0]
+    assert first[bench.MEASURED] == pytest.approx(
+        first["gbs"] * first["seq_len"] / (first["measured_ms"] / 1e3) / first["num_gpus"])
+    table = bench.layouts(rows.assign(source_set="vtrain-multi"))
+    jobs = bench.rank_jobs(table)
+    distinct = len(rows.drop_duplicates(["job", *bench.LAYOUT]))
+    assert len(jobs) == 4 and jobs["runs"].sum() == 109 and jobs["layouts"].sum() == distinct
+
+    job = jobs.sort_values("layouts").iloc[0]        # the smallest job, checked by hand
+    part = table[table["job"] == job["job"]]
+    predicted, measured = part[bench.PREDICTED].to_numpy(), part[bench.MEASURED].to_numpy()
+    assert len(np.unique(predicted)) == len(predicted)         # no ties: τ-a = τ-b
+    assert job["kendall_tau"] == pytest.approx(_tau_by_pairs(predicted, measured))
+    assert job["top1_regret_pct"] == pytest.approx(
+        100 * (measured.max() / measured[np.argmax(predicted)] - 1))
+    assert job["top1_regret_pct"] >= 0 and job["not_fit"] == 0
+
+    summary = bench.summary(jobs)
+    assert summary.loc["all", "jobs"] == 4
+    within = int((jobs["top1_regret_pct"] <= 5).sum())
+    assert summary.loc["all", "regret_le_5pct"] == f"{within}/4"
