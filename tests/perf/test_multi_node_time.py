@@ -1,0 +1,93 @@
+"""Multi-node step time: Megatron's asynchronous input-gradient reduce, the network vTrain's
+multi-node runs had, and those runs against the model (`shared/reference/vtrain`)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.catalog import load_platform
+from advisor.perf.step import step_table
+from advisor.perf.vtrain import (
+    FRAMEWORK,
+    gpt_spec,
+    load_vtrain,
+    predict_vtrain,
+    score_vtrain,
+    vtrain_cluster,
+    vtrain_configs,
+)
+
+
+def _layouts(**changes) -> pd.DataFrame:
+    """vTrain-style layouts of a 39B GPT (hidden 8192, 48 layers) on 512 GPUs."""
+    rows = pd.DataFrame({"tp": [8, 4, 2, 8], "pp": [2, 4, 8, 8], "dp": [32, 32, 32, 8],
+                         "mbs": [2, 2, 2, 4], "gbs": 1536, "seq_len": 2048})
+    return vtrain_configs(rows).assign(**changes)
+
+
+@pytest.fixture(scope="module")
+def gpt39():
+    return gpt_spec(8192, 64, 48, 2048)
+
+
+def test_megatron_reduces_input_gradients_under_the_weight_gradient(gpt39):
+    """Without tp_comm_overlap, Megatron (Core and DeepSpeed) still runs each column-parallel
+    linear's backward all-reduce beside its weight-gradient GEMM; a framework without it
+    waits for every TP collective. At most the backward half of a block's collectives hides
+    (no recompute, no SP: one all-reduce forward, one backward)."""
+    platform = load_platform("a100")
+    configs = _layouts(recompute="none")
+    megatron = step_table(gpt39, platform, configs, framework="megatron")
+    titan = step_table(gpt39, platform, configs, framework="torchtitan")
+    hidden = titan["tp_comm_s"] - megatron["tp_comm_s"]
+    assert (hidden > 0).all()
+    assert (hidden <= 0.5 * titan["tp_comm_s"] + 1e-12).all()
+    assert (megatron["hidden_comm_s"] > titan["hidden_comm_s"]).all()
+
+
+def test_sequence_parallel_hides_the_reduce_scatter_too(gpt39):
+    platform = load_platform("h100")
+    configs = _layouts(recompute="none", sequence_parallel=True, precision="bf16")
+    megatron = step_table(gpt39, platform, configs, framework="megatron")
+    titan = step_table(gpt39, platform, configs, framework="torchtitan")
+    assert (megatron["tp_comm_s"] < titan["tp_comm_s"]).all()
+
+
+def test_tp_comm_overlap_is_unchanged_by_the_async_reduce(gpt39):
+    """With Transformer Engine's overlap on, its rule (hide up to the budget under the GEMMs)
+    decides, whatever the framework."""
+    platform = load_platform("h100")
+    configs = _layouts(recompute="none", sequence_parallel=True, precision="bf16",
+                       tp_comm_overlap=True)
+    megatron = step_table(gpt39, platform, configs, framework="megatron")
+    titan = step_table(gpt39, platform, configs, framework="torchtitan")
+    assert np.allclose(megatron["tp_comm_s"], titan["tp_comm_s"])
+
+
+def test_vtrain_cluster_has_four_nics_per_node(gpt39):
+    """800 Gb/s per 8-GPU node (vTrain's configs): half a DGX A100's per-GPU share, so a
+    data-parallel all-reduce across nodes takes longer; nothing else changes."""
+    cluster, dgx = vtrain_cluster(), load_platform("a100")
+    assert cluster.num_nics_per_node == 4
+    assert cluster.inter_node_bandwidth_bytes_per_s == pytest.approx(12.5e9)
+    assert dgx.inter_node_bandwidth_bytes_per_s == pytest.approx(25e9)
+    configs = _layouts()
+    slow = step_table(gpt39, cluster, configs, framework=FRAMEWORK)
+    fast = step_table(gpt39, dgx, configs, framework=FRAMEWORK)
+    assert (slow["dp_comm_s"] > fast["dp_comm_s"]).all()
+    assert np.allclose(slow["compute_s"], fast["compute_s"])
+
+
+@pytest.fixture(scope="module")
+def multi(vtrain_dir):
+    frame = load_vtrain(vtrain_dir / "ground_truth_multi.csv")
+    return frame, predict_vtrain(frame, platform=vtrain_cluster())
+
+
+def test_vtrain_multi_node_runs_are_all_there(multi):
+    frame, predicted = multi
+    assert len(frame) == 109
+    assert frame["num_gpus"].min() == 64 and frame["num_gpus"].max() == 512
+    assert predicted.notna().all()
+    _, per_job = score_vtrain(frame, predicted)
+    assert sorted(per_job["layouts"]) == [15, 21, 26, 47]
