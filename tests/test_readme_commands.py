@@ -12,7 +12,8 @@ temporary directory, and a command that changes datasets/, models/ or runs/ ther
 NOT_RUNNABLE lists the few commands that cannot run here, with the reason.
 
 Each runs the installed `advisor` in a subprocess from the repository root and must exit 0 with
-output on stdout (valid JSON for `--json`).
+output on stdout (valid JSON for `--json`). `tests/test_docs_commands.py` runs the commands of
+docs/**/*.md with the same machinery (`commands_in`, `cases`, `run_command`).
 """
 
 from __future__ import annotations
@@ -33,15 +34,17 @@ README = ROOT / "README.md"
 TIMEOUT_S = 900  # one command; `advisor train` takes about 2 minutes on 2 busy cores
 SHELL_LANGS = {"bash", "console", "sh", "shell"}
 
-#: README text (after placeholders are read as written) -> why this test cannot run it. A regex,
-#: searched in the command; each must match a README command (test_not_runnable_is_current).
+DOCS = sorted((ROOT / "docs").rglob("*.md"))  # the documentation site's pages
+
+#: Command text (after placeholders are read as written) -> why this test cannot run it. A regex,
+#: searched in the command; each must match a command of README.md or docs/
+#: (test_not_runnable_is_current).
 NOT_RUNNABLE = {
     r"^advisor evaluate(?! --help$)":
-        "grouped cross-validation retrains the surrogate per fold: 13-50 minutes (README)",
+        "grouped cross-validation retrains the surrogate per fold: 13-50 minutes per split "
+        "(docs/guide/train-evaluate.md)",
     r"--launcher slurm": "submits sbatch jobs: needs a Slurm cluster (tests/collectors/ runs "
                          "collect on the one-node cluster fixture)",
-    r"^advisor predict -p cpu$": "a fragment of a sentence (the closing-the-loop paragraph): "
-                                 "no --model or --gpus, so it is a usage error as written",
 }
 
 #: (option before it or None, placeholder) -> what runs instead. Paths are relative to ROOT;
@@ -72,8 +75,8 @@ TMP = "{tmp}"
 
 @dataclass
 class Command:
-    text: str  # as README shows it (placeholders included), one alternative of a synopsis
-    sources: list[str] = field(default_factory=list)  # README.md:LINE (kind)
+    text: str  # as the page shows it (placeholders included), one alternative of a synopsis
+    sources: list[str] = field(default_factory=list)  # FILE:LINE (kind)
 
 
 # ---- extraction --------------------------------------------------------------------------------
@@ -160,9 +163,22 @@ def _inline_commands(text: str, lines: list[str]):
 
 
 def readme_commands() -> list[Command]:
-    raw = README.read_text(encoding="utf-8")
-    lines = raw.splitlines()
+    return commands_in([README])
+
+
+def commands_in(paths: list[Path]) -> list[Command]:
+    """Every `advisor ...` command the Markdown files show, in order, each text once (with
+    every place it appears)."""
     found: dict[str, Command] = {}
+    for path in paths:
+        _commands_of(path, found)
+    return list(found.values())
+
+
+def _commands_of(path: Path, found: dict[str, Command]) -> None:
+    raw = path.read_text(encoding="utf-8")
+    lines = raw.splitlines()
+    name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
 
     def add(text: str, source: str) -> None:
         found.setdefault(text, Command(text)).sources.append(source)
@@ -174,10 +190,9 @@ def readme_commands() -> list[Command]:
                 blanked[k] = ""  # keep the line numbers for the inline pass
         if lang in SHELL_LANGS:
             for n, command in _shell_commands(start, body):
-                add(command, f"README.md:{n} (```{lang})")
+                add(command, f"{name}:{n} (```{lang})")
     for n, command in _inline_commands("\n".join(blanked), lines):
-        add(command, f"README.md:{n} (inline)")
-    return list(found.values())
+        add(command, f"{name}:{n} (inline)")
 
 
 # ---- turning a README command into an argv -----------------------------------------------------
@@ -210,14 +225,18 @@ def resolve(text: str) -> tuple[list[str], list[str]]:
     return argv, outputs
 
 
-def _cases():
-    cases, seen = [], {}
-    for command in readme_commands():
+def cases(commands: list[Command], *, already: set[tuple[str, ...]] = frozenset()):
+    """pytest params (command, why not runnable) for each distinct argv; argvs in `already`
+    (run by another test) are left out."""
+    out, seen = [], {}
+    for command in commands:
         why = _not_runnable(command.text)
         marks = []
         if why is None:
             argv, _ = resolve(command.text)
             key = tuple(argv)
+            if key in already:
+                continue
             if key in seen:  # e.g. `advisor train -o models` is `advisor train` here
                 seen[key].sources += [f"{s} as {command.text!r}" for s in command.sources]
                 continue
@@ -226,11 +245,16 @@ def _cases():
                 marks.append(pytest.mark.plot)
             if argv[1] == "collect" and "--dry-run" not in argv and "--help" not in argv:
                 marks.append(pytest.mark.torch)  # torchrun (the collect extra)
-        cases.append(pytest.param(command, why, id=command.text, marks=marks))
-    return cases
+        out.append(pytest.param(command, why, id=command.text, marks=marks))
+    return out
 
 
-CASES = _cases()
+def argvs(commands: list[Command]) -> set[tuple[str, ...]]:
+    """The argvs these commands run (the runnable ones)."""
+    return {tuple(resolve(c.text)[0]) for c in commands if _not_runnable(c.text) is None}
+
+
+CASES = cases(readme_commands())
 
 
 def _advisor() -> str:
@@ -248,9 +272,14 @@ def _error_line(out: str, err: str) -> str:
     return (errors or lines or ["(no output)"])[-1]
 
 
-@pytest.mark.slow  # about 70 commands, four CPU campaigns and three trainings among them
+@pytest.mark.slow  # about 30 commands, CPU campaigns and a training among them
 @pytest.mark.parametrize(("command", "not_runnable"), CASES)
 def test_readme_command(command: Command, not_runnable: str | None, tmp_path, request):
+    run_command(command, not_runnable, tmp_path, request)
+
+
+def run_command(command: Command, not_runnable: str | None, tmp_path, request) -> None:
+    """Run one shown command as the module docstring says, or skip it with its reason."""
     if not_runnable:
         pytest.skip(f"not runnable here: {not_runnable}")
     argv, outputs = resolve(command.text)
@@ -296,21 +325,46 @@ def _checkout_outputs() -> dict[str, tuple[int, int]]:
 
 def test_readme_commands_are_found():
     texts = {c.text for c in readme_commands()}
-    assert len(texts) >= 30
+    assert len(texts) >= 10  # one example per command
     assert "advisor recommend --model 70b --gpus 64 --platform h200" in texts  # quick start chain
-    assert ("advisor compare -m mixtral-8x7b --seq-len 4096 --gbs 128 --platforms "
-            "examples/paper-h200-cluster.toml:32,examples/paper-h100-cluster.toml:64") in texts
-    assert "advisor catalog models" in texts  # `advisor catalog platforms` / `models`
-    assert "advisor predict --input runs.csv --json" in texts  # `[--output out.csv \| --json]`
-    assert "advisor collect --campaign cpu-smoke --launcher slurm" in texts
-    assert "advisor train --help" in texts  # prose naming the subcommand
-    assert not any(t.startswith(("pip", "python")) or "&&" in t for t in texts)
+    assert "advisor collect --campaign paper-h200-parallelism --dry-run" in texts
+    assert "advisor train -o models-new" in texts
+    assert not any(t.startswith(("pip", "python", "mkdocs")) or "&&" in t for t in texts)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """The README's test command is the command `.ci/run` runs (after making its venv)."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    shown = [line for _, lang, body in _fences(README.read_text(encoding="utf-8").splitlines())
+             if lang in SHELL_LANGS for line in body if "pytest" in line]
+    venv = "python3 -m venv .venv && . .venv/bin/activate && "
+    assert ci.startswith("pip install ") and "mkdocs build --strict" in ci
+    assert shown and shown[0].strip() == venv + ci
+
+
+def test_extraction_of_tables_synopses_prose_and_chains(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "| command | what |\n|---|---|\n"
+        "| `advisor catalog platforms` / `models` | the catalog |\n"
+        "| `advisor predict --input runs.csv [--output out.csv \\| --json]` | rows |\n\n"
+        "Run `advisor train` to refit; `advisor space -m 8b -g 8 -p h100` counts.\n\n"
+        "```bash\npip install . && advisor recommend -m 8b \\\n    -g 8 -p h100  # comment\n```\n"
+        "```console\n$ advisor memory -m 8b -g 8 -p h100\nit's output, not a command\n```\n"
+        "```text\nadvisor predict -m 8b   (output: never run)\n```\n", encoding="utf-8")
+    texts = [c.text for c in commands_in([page])]
+    assert sorted(texts) == sorted([
+        "advisor catalog platforms", "advisor catalog models",
+        "advisor predict --input runs.csv", "advisor predict --input runs.csv --output out.csv",
+        "advisor predict --input runs.csv --json", "advisor train --help",
+        "advisor space -m 8b -g 8 -p h100", "advisor recommend -m 8b -g 8 -p h100",
+        "advisor memory -m 8b -g 8 -p h100"])
 
 
 def test_not_runnable_is_current():
-    """Each entry still matches a README command (an entry for a removed example would
-    silently skip a new one)."""
-    texts = [c.text for c in readme_commands()]
+    """Each entry still matches a command of the README or the docs (an entry for a removed
+    example would silently skip a new one)."""
+    texts = [c.text for c in commands_in([README, *DOCS])]
     for pattern in NOT_RUNNABLE:
         assert any(re.search(pattern, t) for t in texts), f"NOT_RUNNABLE {pattern!r} matches none"
 

@@ -1,0 +1,177 @@
+"""Regenerate the validation pages: run each `benchmarks/` script and write its output, with the
+exact command, the commit and the time it took, to `docs/validation/<slug>.md`.
+
+    python docs/generate_validation.py                  # every benchmark below (about 35 minutes)
+    python docs/generate_validation.py --only power     # one page
+    python docs/generate_validation.py --list
+
+The scripts run on a clean export of the commit (`git archive HEAD`), not on the working tree,
+so the page's commit is exactly what produced the figures even while the checkout has
+uncommitted edits. The reference data beside the checkout (`../shared`) is linked in.
+Benchmarks too slow to rerun for every change (the expert check, grouped cross-validation with
+`advisor evaluate`, the fuzzer: 15-50 minutes each) are quoted on `docs/validation/index.md`
+with their command and the commit that recorded them; nothing here is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "validation"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    slug: str
+    title: str
+    args: tuple[str, ...]  # after `python`
+    about: str  # one paragraph: what the figures are and how to read them
+
+
+BENCHMARKS = (
+    Benchmark("calibration-loso", "Analytical model: error on sources never seen",
+              ("benchmarks/calibrate.py",),
+              "The calibration fit, then leave-one-source-out cross-validation (refit without "
+              "each source, predict it; the MLPerf submissions are one source), by source, "
+              "platform, model family and precision, Kendall τ within groups sharing model, "
+              "platform and GPU count, whole publication series and platform families held "
+              "out, and the vTrain single-node scores. About 20 minutes on 2 cores."),
+    Benchmark("calibration", "Analytical model: calibration fit (in-sample)",
+              ("benchmarks/calibrate.py", "--no-loso"),
+              "The per-family efficiencies fitted to the published and MLPerf runs and the "
+              "in-sample error of tokens/s per GPU, plus the vTrain single-node scores. The "
+              "honest (held-out) error needs the full run without `--no-loso`; its last result "
+              "is quoted on the [validation page](index.md#quoted-slow-benchmarks)."),
+    Benchmark("power", "Power model: fitted on measured power, each source held out",
+              ("benchmarks/power_validation.py",),
+              "The five power parameters fitted on `shared/reference/power` (Perseus, the "
+              "GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps) and each source "
+              "predicted by the others' fit; the MLPerf node-energy rows are never in the fit."),
+    Benchmark("thermal", "Thermal forms: fitted on the V100 fleet",
+              ("benchmarks/thermal_validation.py",),
+              "Temperature against power per slot, the clock's fall with temperature at the "
+              "cap, and the GPU-to-GPU spreads behind the slowest-of-N loss, fitted on "
+              "`shared/reference/thermal`."),
+    Benchmark("expected-loss", "Expected losses: do power and heat change a decision?",
+              ("benchmarks/expected_loss.py",),
+              "For two jobs, the expected losses (power cap, slowest of N, heat) of the top "
+              "layouts and how the ranking changes with them; one layout's temperatures across "
+              "platforms and rooms; the highest average power against the limit."),
+    Benchmark("space-memory", "Configuration space and memory model: speed",
+              ("benchmarks/space_memory.py",),
+              "Whole spaces enumerated and memory-checked: valid and fitting counts, and "
+              "configurations per second (medians of repeats)."),
+    Benchmark("perf-model", "Analytical model: speed",
+              ("benchmarks/perf_model.py",),
+              "Whole spaces predicted by the analytical model, step time alone and with power, "
+              "thermal and memory (target: at least 100,000 configurations/s)."),
+    Benchmark("predictor-speed", "Predictor: speed",
+              ("benchmarks/predictor_speed.py",),
+              "What a scheduler sees: `import advisor`, `Predictor.load()`, predictions per "
+              "second in batch and one configuration's latency."),
+    Benchmark("recommend-speed", "recommend: speed from the shell",
+              ("benchmarks/recommend_speed.py", "--repeats", "3"),
+              "`advisor recommend` from process start to exit, as a user runs it (wall and CPU "
+              "seconds, medians)."),
+)
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _export(commit: str, into: Path) -> Path:
+    """A clean copy of the commit's tree at into/main, with ../shared linked beside it (the
+    scripts find the reference data there) and models/ where the import system finds it."""
+    tree = into / "main"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    shared = ROOT.parent / "shared"
+    if shared.exists():
+        (into / "shared").symlink_to(shared)
+    # advisor/_models is the wheel's name for models/ (pyproject's package-dir): without it the
+    # editable install's finder would hand the checkout's models/ to the snapshot.
+    (tree / "advisor" / "_models").symlink_to(tree / "models")
+    return tree
+
+
+def _page(bench: Benchmark, commit: str, subject: str, when: str, wall_s: float,
+          output: str, returncode: int) -> str:
+    command = "python " + " ".join(bench.args)
+    status = "" if returncode == 0 else (
+        f"\n!!! failure \"exit {returncode}\"\n"
+        "    The script failed at this commit; its output is below.\n")
+    return f"""# {bench.title}
+
+{bench.about}
+
+| | |
+|---|---|
+| command | `{command}` (from the repository root) |
+| commit | `{commit[:12]}` ({subject}) |
+| run | {when} on {os.cpu_count()} CPU cores ({platform.machine()}, Python \
+{platform.python_version()}), {wall_s:.0f} s |
+| regenerate | `python docs/generate_validation.py --only {bench.slug}` |
+{status}
+Generated by running the command on a clean export of the commit; the output is unedited.
+
+```text
+{output.rstrip()}
+```
+"""
+
+
+def run(bench: Benchmark, tree: Path, commit: str, subject: str) -> Path:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, *bench.args], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    wall_s = time.monotonic() - start
+    output = done.stdout + (f"\n[stderr]\n{done.stderr}" if done.returncode else "")
+    path = OUT / f"{bench.slug}.md"
+    path.write_text(_page(bench, commit, subject, when, wall_s, output, done.returncode),
+                    encoding="utf-8")
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="a benchmark's slug (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the slugs and exit")
+    parser.add_argument("--commit", default="HEAD", help="the commit to run (default HEAD)")
+    args = parser.parse_args()
+    if args.list:
+        for b in BENCHMARKS:
+            print(f"{b.slug:16} python {' '.join(b.args)}")
+        return 0
+    chosen = [b for b in BENCHMARKS if not args.only or b.slug in args.only]
+    unknown = set(args.only or ()) - {b.slug for b in BENCHMARKS}
+    if unknown:
+        print(f"error: unknown benchmark {sorted(unknown)}; see --list", file=sys.stderr)
+        return 2
+    commit = _git("rev-parse", args.commit)
+    subject = _git("log", "-1", "--format=%cs: %s", commit)[:90].replace("|", "/").replace("`", "'")
+    with tempfile.TemporaryDirectory(prefix="advisor-docs-") as tmp:
+        tree = _export(commit, Path(tmp))
+        for bench in chosen:
+            path = run(bench, tree, commit, subject)
+            print(f"{bench.slug}: wrote {path.relative_to(ROOT)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
