@@ -45,7 +45,6 @@ from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_c
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
 from advisor.perf.vtrain import (
-    JOB,
     cross_validated,
     fit_host_overhead,
     load_vtrain,
@@ -190,11 +189,6 @@ def _vtrain_multi(path: Path, calibration) -> dict[str, float]:
     predicted = predict_vtrain(multi, calibration, platform=vtrain_cluster())
     score, per_job = score_vtrain(multi, predicted)
     ratio = multi["measured_ms"] / predicted
-    ape = (1.0 / ratio - 1.0).abs() * 100
-    per_job["mape_pct"] = [ape[(multi[list(JOB)] == key).all(axis=1)].mean()
-                           for key in per_job[list(JOB)].itertuples(index=False)]
-    per_job["median_ratio"] = [ratio[(multi[list(JOB)] == key).all(axis=1)].median()
-                               for key in per_job[list(JOB)].itertuples(index=False)]
     print(f"\n## vTrain multi-node A100 ({score.rows} runs, {score.jobs} jobs on 64-512 GPUs; "
           f"nothing fitted to them)\n")
     print(f"MAPE {score.mape_pct:.1f} %, median APE {score.median_ape_pct:.1f} %; measured / "

@@ -173,7 +173,8 @@ class VtrainScore:
 
 def score_vtrain(frame: pd.DataFrame, predicted_ms: pd.Series) -> tuple[VtrainScore,
                                                                          pd.DataFrame]:
-    """Summary and per-job table (rows, τ, top-1 regret %)."""
+    """Summary and per-job table (rows, τ, top-1 regret %, MAPE and the median of measured /
+    predicted)."""
     from scipy.stats import kendalltau
 
     ape = (predicted_ms / frame["measured_ms"] - 1.0).abs() * 100
@@ -185,8 +186,10 @@ def score_vtrain(frame: pd.DataFrame, predicted_ms: pd.Series) -> tuple[VtrainSc
         tau = kendalltau(pred, part["measured_ms"]).statistic
         chosen = part.loc[pred.idxmin(), "measured_ms"]
         regret = (chosen / part["measured_ms"].min() - 1.0) * 100
-        jobs.append((*key, len(part), tau, regret))
-    per_job = pd.DataFrame(jobs, columns=[*JOB, "layouts", "kendall_tau", "top1_regret_pct"])
+        jobs.append((*key, len(part), tau, regret, ape.loc[part.index].mean(),
+                     (part["measured_ms"] / pred).median()))
+    per_job = pd.DataFrame(jobs, columns=[*JOB, "layouts", "kendall_tau", "top1_regret_pct",
+                                          "mape_pct", "median_ratio"])
     score = VtrainScore(rows=len(frame), mape_pct=float(ape.mean()),
                         median_ape_pct=float(ape.median()), jobs=len(per_job),
                         median_kendall_tau=float(per_job["kendall_tau"].median()),
