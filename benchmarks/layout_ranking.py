@@ -11,7 +11,8 @@ recompute, sharding, ...) under one software release:
 - `published_runs.csv` and the expressible MLPerf Training submissions, read as
   `benchmarks/calibrate.py` reads them (`advisor.learn.fit.load_reference`); a job is also one
   source and software release (one MLPerf round), so a layout change is never confused with
-  a software upgrade;
+  a software upgrade (`--across-releases` pools a model's releases, as a publication series
+  that re-tunes its layout with each container asks; software changes then confound it);
 - vTrain's single-node (A100) and multi-node (64-512 A100) sweeps (`advisor.perf.vtrain`:
   `JOB`, the GPT models, Megatron-DeepSpeed's settings, the multi-node cluster's network);
 - Megatron-LM's functional tests (`shared/reference/megatron_ci`), mapped to models and
@@ -79,10 +80,14 @@ def rank(predicted: np.ndarray, measured: np.ndarray) -> Ranking:
 
 
 def _predict(frame: pd.DataFrame, predictor) -> dict[str, np.ndarray]:
-    """`PREDICTED` tokens/s/GPU per row of a `Predictor.predict` frame (0 where advisor
-    predicts the layout does not fit or refuses it) and `refused` (the layout rules or the
-    model refused the row: its `pred_error`)."""
-    out = predictor.predict(frame.reset_index(drop=True))
+    """`PREDICTED` and `refused` for the rows of a `Predictor.predict` frame."""
+    return _read(predictor.predict(frame.reset_index(drop=True)))
+
+
+def _read(out: pd.DataFrame) -> dict[str, np.ndarray]:
+    """`PREDICTED` tokens/s/GPU per row of predictions (0 where advisor predicts the layout
+    does not fit or refuses it) and `refused` (the layout rules or the model refused the row:
+    its `pred_error`)."""
     speed = pd.to_numeric(out["pred_tokens_per_sec_per_gpu"], errors="coerce").to_numpy(float)
     refused = (out["pred_error"].fillna("") != "").to_numpy()
     fits = (out["pred_fits"].astype("boolean").fillna(False).to_numpy(bool)
@@ -92,28 +97,39 @@ def _predict(frame: pd.DataFrame, predictor) -> dict[str, np.ndarray]:
 
 
 # ---- the sources ---------------------------------------------------------------------------
-def published_rows(reference: Path, predictor) -> pd.DataFrame:
-    """Rows of `published_runs.csv` and the MLPerf submissions (calibrate.py's reader) with
-    their job, layout, measured and predicted throughput."""
-    from advisor.learn.fit import MLPERF_SOURCE, load_reference
+def published_rows(reference: Path, predictor, *, across_releases: bool = False
+                   ) -> pd.DataFrame:
+    """Rows of `published_runs.csv` and the MLPerf submissions with their job, layout,
+    measured and predicted throughput. Read as `calibrate.py` reads them
+    (`load_reference`: the same two files, the same usable rows, tokens/s derived from TFLOP/s
+    where a source gives only those); predicted as `advisor predict --input` predicts them
+    (`advisor.predict.rows.predict_frame`: empty cells filled by its stated rules, e.g. the
+    least recompute that fits)."""
+    from advisor.data.mlperf import mlperf_runs
+    from advisor.learn.fit import MLPERF_SOURCE, reference_from_frame
+    from advisor.predict.rows import predict_frame
 
-    ref = load_reference(reference / "published_runs.csv", reference / "mlperf" /
-                         "mlperf_runs.csv")
+    # `load_reference`'s two frames, kept to predict the rows as they are written.
+    raw = pd.concat([pd.read_csv(reference / "published_runs.csv", dtype=str,
+                                 keep_default_na=False),
+                     mlperf_runs(reference / "mlperf" / "mlperf_runs.csv")[0]],
+                    ignore_index=True).fillna("")   # a column of one file is empty in the other
+    ref = reference_from_frame(raw)
     configs = pd.concat([c for _, c in ref.groups.values()]).drop(columns="framework")
     rows = ref.rows.join(configs[[c for c in configs.columns if c not in ref.rows.columns]])
     rows = rows.assign(source_set=np.where(rows["source"] == MLPERF_SOURCE, "mlperf",
                                            "published"))
     release = np.where(rows["source_set"] == "mlperf", "MLPerf " + rows["round"].astype(str),
                        rows["source"].astype(str) + " " + rows["software"].astype(str))
+    if across_releases:
+        release = np.where(rows["source_set"] == "mlperf", "MLPerf", rows["series"])
     rows["job"] = (rows["model"] + " · " + rows["platform"] + " × " +
                    rows["num_gpus"].astype(str) + " · gbs " + rows["gbs"].astype(str) +
                    " · seq " + rows["seq_len"].astype(str) + " · " + rows["precision"] +
                    np.where(rows["finetune"] != "none", " · " + rows["finetune"], "") +
                    " · " + pd.Series(release, index=rows.index).str.strip())
-    frame = rows[[c for c in configs.columns]].assign(
-        model=rows["model"], gpu=rows["platform"], framework=rows["framework"],
-        software=rows["software"], num_gpus=rows["num_gpus"])
-    rows = rows.assign(**_predict(frame, predictor))
+    predicted = predict_frame(raw.loc[rows.index].reset_index(drop=True), predictor)
+    rows = rows.assign(**_read(predicted.set_axis(rows.index)))
     rows[MEASURED] = rows["measured"].astype(float)
     return rows
 
@@ -237,10 +253,10 @@ def summary(jobs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def collect(reference: Path, predictor) -> pd.DataFrame:
+def collect(reference: Path, predictor, *, across_releases: bool = False) -> pd.DataFrame:
     """Every source's rows, one frame with the columns `layouts` needs."""
     keep = ["source_set", "job", "moe", "refused", MEASURED, PREDICTED, *LAYOUT]
-    parts = [published_rows(reference, predictor),
+    parts = [published_rows(reference, predictor, across_releases=across_releases),
              vtrain_rows(reference / "vtrain" / "ground_truth_single.csv", predictor,
                          multi=False),
              vtrain_rows(reference / "vtrain" / "ground_truth_multi.csv", predictor,
@@ -254,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=SHARED)
     parser.add_argument("--analytical", action="store_true",
                         help="the analytical model alone (no surrogates)")
+    parser.add_argument("--across-releases", action="store_true",
+                        help="published and MLPerf jobs pool their releases (see above)")
     parser.add_argument("--jobs", action="store_true", help="print every job, not only MoE "
                         "jobs and those over the regret goal")
     args = parser.parse_args(argv)
@@ -261,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     from advisor import Predictor
 
     predictor = Predictor(None) if args.analytical else Predictor.load()
-    jobs = rank_jobs(layouts(collect(args.reference, predictor)))
+    jobs = rank_jobs(layouts(collect(args.reference, predictor,
+                                     across_releases=args.across_releases)))
     pd.set_option("display.width", 200, "display.max_colwidth", 90, "display.max_rows", 500)
     shown = jobs if args.jobs else jobs[jobs["moe"] | (jobs["top1_regret_pct"] >
                                                       100 * REGRET_GOAL)]

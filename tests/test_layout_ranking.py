@@ -95,3 +95,29 @@ def test_one_real_job_vtrain_multi_node(bench):
     assert summary.loc["all", "jobs"] == 4
     within = int((jobs["top1_regret_pct"] <= 5).sum())
     assert summary.loc["all", "regret_le_5pct"] == f"{within}/4"
+
+
+@pytest.mark.skipif(not (MULTI.parents[1] / "published_runs.csv").exists(),
+                    reason="reference data not found")
+def test_published_and_mlperf_rows_are_predicted_as_they_ran(bench):
+    """The published rows are refused exactly where `advisor predict --input` refuses them
+    (the two files' columns differ: a cell one file lacks must read as empty, not as 'nan',
+    which refused every published row), and Korthikanti et al.'s GPT-3 175B on 64 A100 is a
+    job of two measured layouts (selective and full recompute)."""
+    import pandas as pd
+
+    from advisor import Predictor
+    from advisor.predict.rows import predict_frame
+
+    predictor = Predictor.load()
+    rows = bench.published_rows(MULTI.parents[1], predictor)
+    published = pd.read_csv(MULTI.parents[1] / "published_runs.csv", dtype=str,
+                            keep_default_na=False)
+    mine = rows.loc[rows.index < len(published)]
+    cli = predict_frame(published.loc[mine.index], predictor)
+    assert (mine["refused"].to_numpy() == (cli["pred_error"] != "").to_numpy()).all()
+    assert mine["refused"].mean() < 0.05
+    jobs = bench.rank_jobs(bench.layouts(rows))
+    gpt3 = jobs[jobs["job"].str.startswith("gpt3-175b · a100 × 64 · gbs 64")]
+    assert len(gpt3) == 1 and gpt3["layouts"].iloc[0] == 2
+    assert set(jobs["source"]) == {"published", "mlperf"}
