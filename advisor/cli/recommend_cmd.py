@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -33,6 +34,7 @@ from advisor.cli.common import (
 )
 from advisor.cli.predict_cmd import AnalyticalOpt, ModelsOpt
 from advisor.core.errors import ConfigError
+from advisor.search.trials import SearchInterrupted
 
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule), "
@@ -169,11 +171,15 @@ def recommend(
                               max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)
     start = time.perf_counter()
-    with _progress(enabled=not json_out) as progress:
-        rec = run(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
-                  top=top, predictor=predictor, progress=progress,
-                  engine=SearchEngine(search, trials=trials, storage=storage,
-                                      study_name=study_name, seed=seed))
+    try:
+        with _progress(enabled=not json_out) as progress:
+            rec = run(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
+                      top=top, predictor=predictor, progress=progress,
+                      engine=SearchEngine(search, trials=trials, storage=storage,
+                                          study_name=study_name, seed=seed))
+    except SearchInterrupted as stop:
+        typer.echo(f"interrupted: {interrupted_message(stop)}", err=True)
+        raise typer.Exit(code=130) from None
     verdict = None
     if probe is not None:
         from advisor.search.why_not import rank_layout
@@ -352,7 +358,7 @@ class _progress:
         return self
 
     def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
+        if not self.enabled or not sys.stderr.isatty():  # a log file gets no bar
             return
         if self.bar is None:
             from rich.progress import Progress
@@ -365,3 +371,13 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def interrupted_message(stop: SearchInterrupted) -> str:
+    """What a Ctrl-C during an Optuna search kept, and how to go on from it."""
+    if not stop.storage:
+        return (f"{stop.num_told:,} trials ran in memory and are gone; pass --storage FILE "
+                f"to make a long search resumable.")
+    return (f"{stop.num_told:,} finished trials are kept in the Optuna study "
+            f"{stop.study_name!r} in {stop.storage} (unfinished ones marked failed); "
+            f"run the same command again to continue it: its trials count towards the answer.")

@@ -27,6 +27,12 @@ from advisor.core.table import Table
 from advisor.perf.columns import config_columns, full_length
 from advisor.perf.memory import memory_arrays, memory_table
 from advisor.search.objective import POWER_BOUNDS, Constraints
+from advisor.search.trials import (
+    SearchInterrupted,
+    deferred_interrupt,
+    fail_stale,
+    fail_unfinished,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -351,6 +357,7 @@ def _optuna(job: Job, space: Table, engine: SearchEngine, *, predictor,
     except Exception as e:
         raise AdvisorError(f"cannot open the Optuna study {name} in {_redact(storage or '')}:"
                            f" {first_line(e)}") from None
+    fail_stale(study)
     keyed = _with_overlap(space.to_frame())
     choices, nearest = _choices(keyed), _Nearest(keyed)
     for preset in _presets(job, keyed, choices):
@@ -358,27 +365,39 @@ def _optuna(job: Job, space: Table, engine: SearchEngine, *, predictor,
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
     cache: dict[int, dict] = {}
     row_of_trial: dict[int, int] = {}
-    done = 0
-    while done < trials:
-        batch = [study.ask() for _ in range(min(BATCH, trials - done))]
-        try:
-            rows = [nearest(_suggest(t, choices)) for t in batch]
-        except ValueError as e:  # Optuna: a parameter's choices differ from the study's
-            raise AdvisorError(f"the Optuna study {name} was created with other choices "
-                               f"({first_line(e)}); pass a new `study_name`.") from None
-        new = sorted({r for r in rows if r not in cache})
-        if new:
-            part = score_configs(job, space.take(new), predictor=predictor,
-                                 constraints=constraints)
-            for r, row in zip(new, part.rows(), strict=True):
-                cache[r] = row
-        for trial, r in zip(batch, rows, strict=True):
-            row_of_trial[trial.number] = r
-            _tell(study, trial, cache.get(r), objective, directions,
-                  scales=_scales(constraints, capacity_gb), risk=risk)
-        done += len(batch)
-        if progress:
-            progress(done, trials)
+    done, batch, told = 0, [], set()
+    try:
+        with deferred_interrupt() as interrupt:
+            while done < trials:
+                interrupt.check()
+                batch = []
+                for _ in range(min(BATCH, trials - done)):
+                    batch.append(study.ask())
+                try:
+                    rows = [nearest(_suggest(t, choices)) for t in batch]
+                except ValueError as e:  # Optuna: a parameter's choices differ from the study's
+                    raise AdvisorError(f"the Optuna study {name} was created with other choices "
+                                       f"({first_line(e)}); pass a new `study_name`.") from None
+                new = sorted({r for r in rows if r not in cache})
+                if new:
+                    part = score_configs(job, space.take(new), predictor=predictor,
+                                         constraints=constraints)
+                    for r, row in zip(new, part.rows(), strict=True):
+                        cache[r] = row
+                for trial, r in zip(batch, rows, strict=True):
+                    row_of_trial[trial.number] = r
+                    _tell(study, trial, cache.get(r), objective, directions,
+                          scales=_scales(constraints, capacity_gb), risk=risk)
+                    told.add(trial.number)
+                done += len(batch)
+                if progress:
+                    progress(done, trials)
+    except BaseException as e:  # Ctrl-C or an error: no trial of ours stays RUNNING
+        fail_unfinished(study, [t for t in batch if t.number not in told])
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, SearchInterrupted):
+            raise SearchInterrupted(study_name=name, storage=storage and _redact(storage),
+                                    num_told=len(told)) from None
+        raise
     # Every worker sharing the study answers from all of its trials, not only its own.
     # (This process's trials were mapped as they ran.)
     tried = sorted({row_of_trial[t.number] if t.number in row_of_trial
