@@ -339,13 +339,14 @@ NEMO_DATA = {"micro_batch_size", "global_batch_size", "seq_length"}  # NeMo's da
 
 
 def _parse_nemo(overrides: list[str]) -> dict:
-    """key=value with Python-literal values, bare words as strings (NeMo-Run's reading)."""
+    """key=value with Python-literal values, bare words as strings (NeMo-Run's reading: its
+    TypeParser strips enclosing double quotes first)."""
     values = {}
     for item in overrides:
         key, _, text = item.partition("=")
         assert key not in values, f"{key} set twice"
         try:
-            values[key] = ast.literal_eval(text)
+            values[key] = ast.literal_eval(text.strip('"'))
         except (ValueError, SyntaxError):
             values[key] = text
     return values
@@ -354,7 +355,11 @@ def _parse_nemo(overrides: list[str]) -> dict:
 NEMO_CASES = [c for c in CASES if c != "ddp-unfused"]  # NeMo-Run cannot parse AttnBackend
 #: Parsed by NeMo-Run only: megatron-core's MXFP8 checks need Transformer Engine installed.
 NEMO_ONLY = {"mxfp8-moe": lambda: _case("mixtral-8x7b", 64, platform="b200", precision="mxfp8",
-                                        tp=2, ep=8)}
+                                        tp=2, ep=8),
+             # Selective recompute on a recipe with its own recompute_modules (deepseek_v3:
+             # mla_up_proj, layernorm), beside CASES' dense dense-loss-stage-pp3.
+             "moe-mla-selective": lambda: _case("deepseek-v3", 256, tp=8, pp=2, ep=64,
+                                                recompute="selective")}
 
 
 @pytest.mark.parametrize("case", NEMO_CASES)
@@ -452,12 +457,39 @@ def _read(partial, key: str):
     return value
 
 
+def _bash_argv(command: str, tmp_path) -> list[str]:
+    """The words bash hands `nemo` when it runs the emitted command (a recorder stands in for
+    `nemo`): what NeMo-Run's CLI receives, quoting and all."""
+    import json
+    import subprocess
+
+    recorder = tmp_path / "nemo"
+    recorder.write_text("#!/usr/bin/env python3\nimport json, sys\n"
+                        "print(json.dumps(sys.argv[1:]))\n")
+    recorder.chmod(0o755)
+    result = subprocess.run(["bash", "-e"], input=command, text=True, capture_output=True,
+                            env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=True)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("route", ["argv", "lazy"])
 @pytest.mark.parametrize("case", [*NEMO_CASES, *NEMO_ONLY])
-def test_nemo_overrides_parse_with_nemo_run(case, nemo_run_parse):
-    """Every override survives NeMo-Run's parser on the real recipe with the intended value
-    and type (a None read as the string 'None', or a rejected value, fails here)."""
+def test_nemo_overrides_parse_with_nemo_run(case, route, nemo_run_parse, tmp_path):
+    """Every override of the emitted command, as bash passes it, survives NeMo-Run's parser on
+    the real recipe with the intended value and type (a None read as the string 'None', or a
+    rejected value, fails here). Two routes: `nemo llm pretrain` hands the words on as they
+    are; `nemo ... --lazy` joins argv with spaces and splits it again with shlex
+    (nemo_run/cli/api.py `LazyEntrypoint(" ".join(sys.argv))`, cli/lazy.py `shlex.split`),
+    which strips one level of quotes: `['core_attn']` arrived there as `[core_attn]`."""
+    import shlex
+
     config, job = (CASES | NEMO_ONLY)[case]()
-    overrides = nemo_overrides(config, job)
+    argv = _bash_argv(nemo_command(config, job), tmp_path)
+    assert argv[:4] == ["llm", "pretrain", "--factory", nemo_factory(job.model)]
+    overrides = argv[4:]
+    assert overrides == nemo_overrides(config, job)  # the shell quoting round-trips
+    if route == "lazy":
+        overrides = [w for w in shlex.split(" ".join(overrides)) if "=" in w]
     recipe = nemo_run_parse(nemo_factory(job.model), overrides)
     for key, intended in _parse_nemo(overrides).items():
         got = _read(recipe, key)

@@ -210,7 +210,15 @@ def _precision(config: ParallelConfig) -> dict[str, object]:
 
 
 def _literal(value: object) -> str:
-    """NeMo-Run reads override values as Python literals; bare words stay strings."""
+    """NeMo-Run reads override values as Python literals; bare words stay strings.
+
+    A list of strings is written `"['a','b']"`: NeMo-Run's `TypeParser.parse` strips the
+    enclosing double quotes and `parse_list` reads the rest with `ast.literal_eval`
+    (nemo_run 0.11 `cli/cli_parser.py`). The double quotes keep the inner quotes through
+    `nemo ... --lazy`, which joins argv with spaces and splits it again with `shlex`
+    (`cli/api.py`, `cli/lazy.py`): a bare `['core_attn']` arrives there as `[core_attn]`, which
+    `literal_eval` refuses ("Failed to parse '[core_attn]' as typing.Optional[List[str]]").
+    """
     if isinstance(value, list):
-        return "[" + ",".join(f"'{v}'" for v in value) + "]"
+        return '"[' + ",".join(f"'{v}'" for v in value) + ']"'
     return "None" if value is None else str(value)
