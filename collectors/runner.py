@@ -89,15 +89,11 @@ def previous_runs(dataset: Path, campaign: str) -> PreviousRuns:
     frame = load(dataset)
     mine = frame[frame["source_ref"] == campaign]
     done = mine["status"].isin(DONE_STATUSES).fillna(False).to_numpy(bool)
-    record = read_metadata(dataset).get("campaigns", {}).get(campaign)
+    campaigns = read_metadata(dataset).get("campaigns")
+    record = campaigns.get(campaign) if isinstance(campaigns, dict) else None
     return PreviousRuns(frozenset(mine["run_id"].astype(str)),
                         frozenset(mine.loc[done, "run_id"].astype(str)),
                         record if isinstance(record, dict) else None)
-
-
-def existing_runs(dataset: Path, campaign: str) -> set[str]:
-    """Run ids of `campaign` already measured in `dataset` (what resume skips)."""
-    return set(previous_runs(dataset, campaign).done)
 
 
 def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
