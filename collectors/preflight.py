@@ -69,7 +69,8 @@ def preflight(campaign: Campaign, launcher, *, timeout_s: float = PROBE_TIMEOUT_
     Raises:
         PreflightError: the first problem found, with its fix.
     """
-    env = launcher.environ(campaign.device)
+    environ = getattr(launcher, "environ", None)  # a caller's own launcher may lack one
+    env = environ(campaign.device) if environ else dict(os.environ)
     launcher_note = _check_launcher(launcher, env)
     python = _runs_python(campaign, launcher, env)
     module = getattr(launcher, "module", WORKLOAD)
@@ -101,7 +102,7 @@ def preflight(campaign: Campaign, launcher, *, timeout_s: float = PROBE_TIMEOUT_
 
 def _check_launcher(launcher, env: dict[str, str]) -> str:
     if launcher.name != "slurm":
-        return launcher.name
+        return str(launcher.name)
     for command in ("sbatch", "scontrol", "scancel"):
         if shutil.which(command, path=env.get("PATH")) is None:
             raise PreflightError(f"{command} is not on PATH: the slurm launcher needs Slurm's "
@@ -127,7 +128,7 @@ def _runs_python(campaign: Campaign, launcher, env: dict[str, str]) -> str:
     """The interpreter the runs start: the launcher's, or the one behind the framework's
     command (`torchrun` for Megatron-LM, `nemo` for NeMo)."""
     if campaign.framework == "pytorch":
-        python = str(launcher.python)
+        python = str(getattr(launcher, "python", sys.executable))
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise PreflightError(f"the runs' interpreter {python} is not an executable file: "
                                  f"pass --python an interpreter that has torch.")
