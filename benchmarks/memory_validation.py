@@ -186,8 +186,9 @@ def predict(mapped: Mapped) -> Predicted:
     # Megatron-LM's defaults, which these tests' YAMLs leave alone: --hidden-dropout 0.1 and
     # --attention-dropout 0.1 (megatron/training/arguments.py).
     cols["dropout"] = np.array([0.1])
-    last = memory_arrays(mapped.model, platform=platform, cols=cols, stage="last")
-    heaviest = memory_arrays(mapped.model, platform=platform, cols=cols)
+    last = memory_arrays(mapped.model, platform=platform, cols=cols, stage="last",
+                         framework="megatron")
+    heaviest = memory_arrays(mapped.model, platform=platform, cols=cols, framework="megatron")
     return Predicted(allocated_bytes=float(last["total_bytes"][0] - last["reserve_bytes"][0]),
                      fits=bool(heaviest["fits"][0]),
                      capacity_bytes=float(platform.memory_capacity_bytes))

@@ -63,12 +63,17 @@ from advisor.perf.columns import (
 )
 from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.layout import stage_layout
+from advisor.perf.memory_activations import ACT_BYTES
+from advisor.perf.memory_activations import (
+    activation_bytes_per_token as _activation_bytes_per_token,
+)
+from advisor.perf.memory_activations import (
+    frozen_mlp_bytes_per_token as _frozen_mlp_bytes_per_token,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-ACT_BYTES = 2.0
-"""Activations are stored in 16-bit (FP8 recipes keep BF16 activations between layers)."""
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = {False: 2.0, True: 4.0}
 """By `grad_reduce_in_fp32`: NVIDIA's performance recipes keep the gradient buffer in BF16
@@ -96,7 +101,6 @@ own layout (`MXFP8_PARAM_BYTES`)."""
 FROZEN_FP8_PARAM_BYTES = 1.0
 """A LoRA run's frozen base in FP8 (see the module docstring); an NVFP4 run's frozen base is
 stored in NVFP4 (`NVFP4_PARAM_BYTES`: its data gradient still needs the column-wise copy)."""
-FP8_ACTIVATION_BYTES = 1.0
 FP8_STORAGE = ("fp8", "fp8-cs", "fp8-block")
 """Precisions whose frozen LoRA base and activation-function input are stored in FP8 (MXFP8
 keeps its own two-copy layout, MXFP8_PARAM_BYTES)."""
@@ -115,6 +119,14 @@ calls `vocab_parallel_cross_entropy(logits.float(), ...)` while the caller still
 logits (2 B), and the cross-entropy computes its FP32 softmax in place on that copy (4 B) and
 keeps it for backward; in backward the FP32 gradient (the same buffer, in place) is cast back to
 16 bits (2 B) before it is freed. The peak of the last stage holds both, 6 B."""
+MEGATRON_LOSS_FRAMEWORKS = ("megatron", "megatron-deepspeed")
+"""Frameworks whose loss is Megatron's `vocab_parallel_cross_entropy(logits.float())`
+(`LOGIT_BYTES`); a row without a framework is Megatron-Core, advisor's reference."""
+OTHER_LOGIT_BYTES = 4.0
+"""The loss of other frameworks: an FP32 softmax per vocabulary entry and token, the figure this
+model used before it was checked against Megatron-LM's peaks; not checked against a measurement
+of theirs (llm-foundry's default fused cross-entropy keeps less, torchtitan's `.float()` loss
+may keep more)."""
 DROPOUT_MASK_BYTES = 1.0
 """A dropout mask is one byte per element (`torch.bool`/uint8)."""
 RESERVE_FIXED_BYTES = 1.0 * 2**30
@@ -181,15 +193,22 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
 
 
 def memory_arrays(model: ModelSpec, *, platform: Platform, cols: Columns,
-                  stage: str = "heaviest") -> dict[str, np.ndarray]:
+                  stage: str = "heaviest", framework: str | None = None
+                  ) -> dict[str, np.ndarray]:
     """`memory_table`'s columns, from and to arrays.
 
     `stage`: "heaviest" (what decides whether a layout fits) or "last" (the last pipeline
     stage: the rank Megatron-LM logs memory from, for comparing with its measurements).
+    `framework`: every row's framework, where `cols` has no `framework` column (the loss keeps
+    different buffers in each; None = Megatron-Core, advisor's reference).
     """
     if stage not in ("heaviest", "last"):
         raise ValueError(f"stage {stage!r}: use 'heaviest' or 'last'.")
     n = num_rows(cols)
+    if framework is not None and "framework" not in cols:
+        column = np.empty(n, dtype=object)
+        column[:] = framework
+        cols = {**cols, "framework": column}
     out = {c: np.zeros(n) for c in COLUMNS}
     for pp, vp, first, last, idx in pipeline_groups(cols):
         part = _stage_memory(model, take(cols, idx), pp=pp, vp=vp, first=first, last=last,
@@ -319,7 +338,12 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         in_flight = np.minimum(pp - stage, m).astype(float)
     activations = per_mb * in_flight + np.where(is_full, working_layer, 0.0)
     activations = activations + (stage == 0) * ACT_BYTES * model.hidden_size / sp * tokens
-    logits = LOGIT_BYTES * model.vocab_size / tp * tokens * (1 + model.num_mtp_layers)
+    logit_bytes = LOGIT_BYTES
+    if "framework" in configs:
+        framework = np.asarray(configs["framework"], dtype=object)[:, None]
+        logit_bytes = np.where(np.isin(framework, MEGATRON_LOSS_FRAMEWORKS), LOGIT_BYTES,
+                               OTHER_LOGIT_BYTES)
+    logits = logit_bytes * model.vocab_size / tp * tokens * (1 + model.num_mtp_layers)
     activations = activations + (stage == pp - 1) * logits
 
     tensors = weights + grads + optimizer + activations
@@ -331,58 +355,3 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
             "optimizer_bytes": optimizer[pick], "activations_bytes": activations[pick],
             "reserve_bytes": reserve[pick], "total_bytes": total[pick],
             "stage": heaviest.astype(float)}
-
-
-def _frozen_mlp_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
-                                fp8: np.ndarray) -> np.ndarray:
-    """A frozen dense MLP without adapters: the norm's input and the activation function's
-    input (FC1 output), in FP8 where `fp8`; no GEMM input (no weight gradients)."""
-    fc1_out = model.ffn_hidden_size * (2 if model.gated_mlp else 1) / tp
-    return ACT_BYTES * model.hidden_size / sp + np.where(fp8, FP8_ACTIVATION_BYTES,
-                                                          ACT_BYTES) * fc1_out
-
-
-def _activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
-                                etp: np.ndarray, cp: np.ndarray) -> dict[str, np.ndarray]:
-    """Stored bytes per token for one layer of each kind, without recompute."""
-    h = model.hidden_size
-    a = ACT_BYTES
-    norm_and_input = 2 * a * h / sp        # norm input + the next GEMM's (norm output) input
-    # Attention: Q, K, V (inputs of fused attention), its output O (input of the projection),
-    # FP32 softmax statistics; MLA also keeps the compressed latents (not TP-split).
-    if model.is_mla:
-        latents = a * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim) / sp
-    else:
-        latents = 0.0
-    qkv = a * (model.q_dim + model.kv_dim + model.v_dim) / tp
-    out = a * model.v_dim / tp
-    stats = 4.0 * model.num_attention_heads / tp
-    ring = np.where(cp > 1, 2 * a * (model.kv_dim + model.v_dim) / tp, 0.0)  # CP KV buffers
-    attention = norm_and_input + latents + qkv + out + stats + ring
-    # Dense MLP: FC1 output (2 × ffn when gated) and the activation's output (FC2 input).
-    ffn = model.ffn_hidden_size
-    mlp = norm_and_input + a * ffn * ((2 if model.gated_mlp else 1) + 1) / tp
-    # MoE: router probabilities (FP32), and per routed copy of a token: the permuted input,
-    # FC1 output and activation output of one expert (split by etp); shared experts like MLP.
-    moe = np.zeros_like(tp, dtype=float)
-    if model.is_moe:
-        width = model.moe_latent_size or h
-        f = model.moe_ffn_hidden_size
-        # With sequence parallelism a GPU dispatches tokens/tp tokens; after the all-gather over
-        # etp it holds etp·k copies of each, each with an f/etp-wide expert slice.
-        routed = model.moe_top_k * (etp * a * width
-                                    + a * f * ((2 if model.gated_mlp else 1) + 1)) / sp
-        shared = model.num_shared_experts * a * model.shared_ffn_size * (
-            (2 if model.gated_mlp else 1) + 1) / tp
-        latent = 2 * a * model.moe_latent_size / sp if model.moe_latent_size else 0.0
-        moe = norm_and_input + 4.0 * model.num_experts / sp + routed + shared + latent
-    # Mamba-2: in_proj output (z, x, B, C, dt), conv output, SSM output y, gated-norm output.
-    mamba = np.zeros_like(tp, dtype=float)
-    if model.mamba_num_heads:
-        d_inner = model.mamba_inner_size
-        groups_state = 2 * max(model.mamba_num_groups, 1) * model.mamba_state_dim
-        mamba = norm_and_input + a * ((2 * d_inner + groups_state + model.mamba_num_heads)
-                                      + (d_inner + groups_state) + 2 * d_inner) / tp
-    zeros = np.zeros_like(tp, dtype=float)
-    return {"attention": attention + zeros, "attention_stats": stats + zeros, "mlp": mlp + zeros,
-            "moe": moe + zeros, "mamba": mamba + zeros}

@@ -1,0 +1,69 @@
+"""Stored activation bytes per token of one layer of each kind (attention, dense MLP, MoE,
+Mamba-2), without recompute: the per-layer terms `advisor.perf.memory` multiplies by tokens,
+layers and in-flight micro-batches (its docstring gives the conventions and sources)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from advisor.core.model import ModelSpec
+
+ACT_BYTES = 2.0
+"""Activations are stored in 16-bit (FP8 recipes keep BF16 activations between layers)."""
+FP8_ACTIVATION_BYTES = 1.0
+"""An activation stored in FP8 (the LoRA MLP's activation-function input, `memory`)."""
+
+
+def frozen_mlp_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
+                                fp8: np.ndarray) -> np.ndarray:
+    """A frozen dense MLP without adapters: the norm's input and the activation function's
+    input (FC1 output), in FP8 where `fp8`; no GEMM input (no weight gradients)."""
+    fc1_out = model.ffn_hidden_size * (2 if model.gated_mlp else 1) / tp
+    return ACT_BYTES * model.hidden_size / sp + np.where(fp8, FP8_ACTIVATION_BYTES,
+                                                          ACT_BYTES) * fc1_out
+
+
+def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
+                                etp: np.ndarray, cp: np.ndarray) -> dict[str, np.ndarray]:
+    """Stored bytes per token for one layer of each kind, without recompute."""
+    h = model.hidden_size
+    a = ACT_BYTES
+    norm_and_input = 2 * a * h / sp        # norm input + the next GEMM's (norm output) input
+    # Attention: Q, K, V (inputs of fused attention), its output O (input of the projection),
+    # FP32 softmax statistics; MLA also keeps the compressed latents (not TP-split).
+    if model.is_mla:
+        latents = a * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim) / sp
+    else:
+        latents = 0.0
+    qkv = a * (model.q_dim + model.kv_dim + model.v_dim) / tp
+    out = a * model.v_dim / tp
+    stats = 4.0 * model.num_attention_heads / tp
+    ring = np.where(cp > 1, 2 * a * (model.kv_dim + model.v_dim) / tp, 0.0)  # CP KV buffers
+    attention = norm_and_input + latents + qkv + out + stats + ring
+    # Dense MLP: FC1 output (2 × ffn when gated) and the activation's output (FC2 input).
+    ffn = model.ffn_hidden_size
+    mlp = norm_and_input + a * ffn * ((2 if model.gated_mlp else 1) + 1) / tp
+    # MoE: router probabilities (FP32), and per routed copy of a token: the permuted input,
+    # FC1 output and activation output of one expert (split by etp); shared experts like MLP.
+    moe = np.zeros_like(tp, dtype=float)
+    if model.is_moe:
+        width = model.moe_latent_size or h
+        f = model.moe_ffn_hidden_size
+        # With sequence parallelism a GPU dispatches tokens/tp tokens; after the all-gather over
+        # etp it holds etp·k copies of each, each with an f/etp-wide expert slice.
+        routed = model.moe_top_k * (etp * a * width
+                                    + a * f * ((2 if model.gated_mlp else 1) + 1)) / sp
+        shared = model.num_shared_experts * a * model.shared_ffn_size * (
+            (2 if model.gated_mlp else 1) + 1) / tp
+        latent = 2 * a * model.moe_latent_size / sp if model.moe_latent_size else 0.0
+        moe = norm_and_input + 4.0 * model.num_experts / sp + routed + shared + latent
+    # Mamba-2: in_proj output (z, x, B, C, dt), conv output, SSM output y, gated-norm output.
+    mamba = np.zeros_like(tp, dtype=float)
+    if model.mamba_num_heads:
+        d_inner = model.mamba_inner_size
+        groups_state = 2 * max(model.mamba_num_groups, 1) * model.mamba_state_dim
+        mamba = norm_and_input + a * ((2 * d_inner + groups_state + model.mamba_num_heads)
+                                      + (d_inner + groups_state) + 2 * d_inner) / tp
+    zeros = np.zeros_like(tp, dtype=float)
+    return {"attention": attention + zeros, "attention_stats": stats + zeros, "mlp": mlp + zeros,
+            "moe": moe + zeros, "mamba": mamba + zeros}
