@@ -141,3 +141,19 @@ def test_slurm_without_an_answering_controller_is_refused(tmp_path):
     with pytest.raises(PreflightError, match=r"controller does not answer `scontrol ping` "
                                              r"\(Slurmctld\(primary\) at .* is DOWN\)"):
         preflight(load_campaign("cpu-smoke"), launcher)
+
+
+def test_framework_runs_are_checked_in_the_interpreter_behind_their_command(tmp_path):
+    """NeMo runs start `nemo` from PATH: its `#!` interpreter (here a bare venv) is asked."""
+    bare = _venv(tmp_path / "bare", hide=None)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nemo = bin_dir / "nemo"
+    nemo.write_text(f"#!{bare}\nimport sys\nsys.exit('not reached')\n")
+    nemo.chmod(0o755)
+    data = {"name": "nemo", "platform": "h100", "device": "cuda", "framework": "nemo",
+            "models": [{"name": "llama3-8b", "scale": {"num_layers": 2}}],
+            "sweep": {"num_gpus": [2], "seq_len": [2048], "gbs": [8]}}
+    launcher = make_launcher("local", env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    with pytest.raises(PreflightError, match=f"torch is not importable by {bare}, which runs"):
+        preflight(campaign_from_dict(data), launcher)
