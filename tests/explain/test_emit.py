@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import re
 import sys
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -641,8 +642,11 @@ def test_torchtitan_refuses_what_it_cannot_express():
         torchtitan_args(*_case("llama3-70b", 64, precision="fp8", tp=8, pp=2))
     with pytest.raises(ConfigError, match="attention unfused"):
         torchtitan_args(*CASES["ddp-unfused"]())
-    with pytest.raises(ConfigError, match="no recipe for mixtral-8x7b.*routed experts"):
+    with pytest.raises(ConfigError, match="no recipe for mixtral-8x7b.*routed experts") as e:
         torchtitan_args(*CASES["moe-ep8"]())
+    # One sentence: the reason, then the alternative (it was a run-on with a recipe list).
+    assert str(e.value).endswith("emit it for megatron or nemo instead.")
+    assert ". " not in str(e.value) and "ships recipes" not in str(e.value)
     with pytest.raises(ConfigError, match="no recipe for gpt3-175b.*non-gated MLP.*layernorm"):
         torchtitan_args(*_case("gpt3-175b", 64, tp=8, pp=8))
     config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, etp=1, dp_sharding="none")
@@ -655,6 +659,7 @@ def test_torchtitan_refuses_what_it_cannot_express():
         torchtitan_args(*CASES["uneven-21-19-pp4"]())
 
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 UNSHIPPED = {"llama2-7b": dict(gpus=8, tp=1), "llama2-13b": dict(gpus=16, tp=2),
              "llama2-70b": dict(gpus=64, tp=8, pp=2), "llama3.1-405b": dict(gpus=512, tp=8, pp=8)}
 
@@ -691,6 +696,42 @@ def test_torchtitan_config_module_builds_the_model_advisor_priced(model, titan, 
     with torch.device("meta"):
         params = sum(p.numel() for p in built.build().parameters())
     assert params == pytest.approx(job.model.params.total, rel=1e-6)
+    rope = built.layers[0].attention.rope
+    assert rope.theta == job.model.rope_theta > 0  # the catalog's base, not a default
+    if model == "llama3.1-405b":  # torchtitan's own 405B flavour: base 500000, "llama" scaling
+        from torchtitan.models import llama3
+
+        assert rope == llama3.llama3_configs["405B"]("flex").layers[0].attention.rope
+    else:  # Llama 2: config.json rope_scaling null
+        assert (rope.theta, rope.scaling) == (10000.0, "none")
+    assert "/" not in recipe.source.split('"""')[1]  # no machine path in the docstring
+
+
+def test_torchtitan_config_module_rope_from_config_json(tmp_path, titan, importable):
+    """A config.json model: its rope_theta, a comment that its rope_scaling is not read, and
+    none of the installing machine's paths in the module."""
+    import shutil
+
+    import advisor.catalog
+
+    model_dir = tmp_path / "my-405b"
+    model_dir.mkdir()
+    shutil.copy(FIXTURES / "hf_configs" / "llama3.1-405b.json", model_dir / "config.json")
+    model = load_model(str(model_dir / "config.json"))
+    recipe = importable(torchtitan_recipe(model, "bf16"))
+    assert "advisor does not read its rope_scaling" in recipe.source
+    assert str(tmp_path) not in recipe.source
+    assert str(Path(advisor.catalog.__file__).parent) not in recipe.source
+    module = importlib.import_module(recipe.module)
+    rope = getattr(module, recipe.function)().model_spec.model.layers[0].attention.rope
+    assert (rope.theta, rope.scaling) == (500000.0, "none")
+
+
+def test_torchtitan_config_module_says_when_the_rope_base_is_unknown(titan, importable):
+    unknown = dataclasses.replace(load_model("llama2-7b"), rope_theta=0.0)
+    recipe = importable(torchtitan_recipe(unknown, "bf16"))
+    assert "RoPE base: unknown to advisor" in recipe.source and "ROPE = {}" in recipe.source
+    assert "theta=" not in recipe.source  # no guessed value
 
 
 @pytest.mark.parametrize("model,precision,converter", [

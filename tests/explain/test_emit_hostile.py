@@ -70,3 +70,20 @@ def test_emitted_commands_run_only_the_framework(tmp_path, name, kind, finetune)
     assert len(calls) == 1 and calls[0][0] in RECORDED     # the framework, once, and nothing else
     written = [p.name for p in work.iterdir()]             # a heredoc's recipe or script only
     assert all(n.startswith("advisor_") and n.endswith(".py") for n in written), written
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_torchtitan_config_module_keeps_the_name_out_of_its_code(tmp_path, name):
+    """The written config module is valid Python whatever the directory is called, and the
+    name appears only as data (the tokenizer path), never as code or a path of this machine."""
+    import ast
+
+    from advisor.explain.emit.torchtitan import torchtitan_recipe
+
+    job, _ = _job(tmp_path, name)
+    source = torchtitan_recipe(job.model, "bf16").source
+    tree = ast.parse(source)  # a quote in the name broke out of the string literal before
+    paths = [node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             and getattr(node.targets[0], "attr", "") == "hf_assets_path"]
+    assert paths == ["./assets/hf/" + job.model.name]
+    assert str(tmp_path) not in source

@@ -24,7 +24,12 @@ from advisor.explain.emit import (
     torchrun_words,
 )
 from advisor.explain.emit.megatron import pipeline_extra_layers
-from advisor.explain.emit.torchtitan_model import config_module, function_name, module_name
+from advisor.explain.emit.torchtitan_model import (
+    CONVERTERS,
+    config_module,
+    function_name,
+    module_name,
+)
 
 #: advisor model -> (module, config function) of a bf16 recipe in torchtitan 0.3.0's own
 #: `torchtitan/models/*/config_registry.py` (llama3_405b is left out: it trains in float8).
@@ -70,13 +75,14 @@ def torchtitan_recipe(model: ModelSpec, precision: str = "bf16") -> TitanRecipe:
         return TitanRecipe(*RECIPES[model.name])
     if (model.name, precision) in LOW_PRECISION_RECIPES:
         return TitanRecipe(*LOW_PRECISION_RECIPES[(model.name, precision)])
-    try:
-        source = config_module(model, precision)
-    except ConfigError as e:
-        shipped = ", ".join(sorted(RECIPES)) + "; low precision: " + ", ".join(
-            f"{m} {p} ({f})" for (m, p), (_, f) in LOW_PRECISION_RECIPES.items())
-        raise ConfigError(f"{e} (torchtitan 0.3.0 ships recipes for {shipped})") from None
-    return TitanRecipe(module_name(model), function_name(model), source)
+    if precision not in ("bf16", *CONVERTERS):
+        shipped = ", ".join(dict.fromkeys(f"{f} ({p})" for (_, p), (_, f)
+                                          in LOW_PRECISION_RECIPES.items()))
+        raise ConfigError(f"precision {precision} has no torchtitan 0.3.0 converter for "
+                          f"{model.name} (its low-precision recipes are {shipped}, and advisor "
+                          f"writes modules for {', '.join(CONVERTERS)} and bf16): use one of "
+                          f"those precisions, or emit for megatron.")
+    return TitanRecipe(module_name(model), function_name(model), config_module(model, precision))
 
 
 def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:

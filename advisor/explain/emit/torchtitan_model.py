@@ -6,7 +6,9 @@ any fully qualified module). For a Llama-architecture model (RMSNorm, SwiGLU, Ro
 biases) advisor writes that module: torchtitan's own llama3 builders with the model's shape from
 advisor's catalog (or its config.json), registered as a new llama3 flavour, inside the shipped
 llama3 recipe's optimizer, data and checkpoint settings; FP8 (tensorwise) and MXFP8 add
-torchtitan's own torchao converters, as its llama3_405b and llama3_8b_mxfp8 recipes do.
+torchtitan's own torchao converters, as its llama3_405b and llama3_8b_mxfp8 recipes do. RoPE
+takes the model's `rope_theta` (catalog or config.json) and, for Llama 3.1, its "llama3"
+frequency scaling; an unknown base is said in a comment, never guessed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ LLAMA_FAMILIES = ("llama", "mistral")
 """Catalog families and Hugging Face `model_type`s built like Llama (the shape checks below
 still apply: Mistral's sliding window, for one, is refused)."""
 
+LLAMA3_ROPE_SCALING = {
+    "scaling": "llama", "scaling_factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192}
+"""Llama 3.1's config.json `rope_scaling` (rope_type llama3, factor 8.0, low_freq_factor 1.0,
+high_freq_factor 4.0, original_max_position_embeddings 8192; tests/fixtures/hf_configs/
+llama3.1-405b.json) in torchtitan 0.3.0's `RoPE.Config` fields (models/common/rope.py), as its
+llama3 8B/70B/405B flavours set them (theta 500000, scaling "llama")."""
+
+LLAMA3_SCALED_MODELS = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
+"""Catalog models whose config.json carries that scaling (their `rope_theta` source says so);
+Llama 2 and Llama 3's config.json have rope_scaling null."""
+
 
 def module_name(model: ModelSpec) -> str:
     """The importable module the config is written to (`advisor_llama2_70b`)."""
@@ -37,12 +51,17 @@ def function_name(model: ModelSpec) -> str:
     return re.sub(r"\W", "_", model.name).strip("_").lower()
 
 
+def architecture_refusal(model: ModelSpec, gaps: list[str]) -> str:
+    """One sentence: why torchtitan cannot train `model` here, and what to do instead."""
+    return (f"torchtitan 0.3.0 has no recipe for {model.name} and advisor writes one only for "
+            f"Llama-architecture models, which {model.name} is not ({'; '.join(gaps)}): emit it "
+            f"for megatron or nemo instead.")
+
+
 def llama_architecture_gaps(model: ModelSpec) -> list[str]:
     """What keeps `model` from torchtitan's llama3 builders (empty when it fits them)."""
     checks = [
-        (model.family not in LLAMA_FAMILIES,
-         f"model family {model.family or model.name!r}, not Llama's (its own torchtitan module,"
-         f" if any, builds it: Qwen3 adds QK normalisation)"),
+        (model.family not in LLAMA_FAMILIES, f"family {model.family or model.name!r}"),
         (model.is_moe, "routed experts"),
         (model.is_mla, "multi-head latent attention"),
         (bool(model.layer_pattern), "Mamba layers"),
@@ -58,6 +77,29 @@ def llama_architecture_gaps(model: ModelSpec) -> list[str]:
     return [what for bad, what in checks if bad]
 
 
+def rope_settings(model: ModelSpec) -> tuple[dict[str, object], str]:
+    """(`RoPE.Config` keywords, a comment saying where they come from) for `model`: its
+    `rope_theta`, plus Llama 3.1's scaling for the catalog's Llama 3.1 models. Nothing is
+    written that advisor does not know: an unknown base leaves torchtitan's default, and the
+    comment says so."""
+    from_config_json = model.path.endswith(".json")
+    if model.rope_theta <= 0:
+        return {}, ("RoPE base: unknown to advisor, so torchtitan's default (theta 10000.0) "
+                    "applies; set theta (and the scaling) from your checkpoint's config.json "
+                    "(rope_theta, rope_scaling).")
+    settings: dict[str, object] = {"theta": model.rope_theta}
+    if from_config_json:
+        return settings, ("RoPE base: rope_theta from the model's config.json; advisor does not "
+                          "read its rope_scaling: if it has one, add torchtitan's scaling "
+                          "fields here (Llama 3.1's: " + ", ".join(
+                              f"{k}={v!r}" for k, v in LLAMA3_ROPE_SCALING.items()) + ").")
+    if model.name in LLAMA3_SCALED_MODELS:
+        settings.update(LLAMA3_ROPE_SCALING)
+        return settings, ("RoPE: base and Llama 3.1's 'llama3' frequency scaling from the "
+                          "model's config.json (advisor's catalog).")
+    return settings, "RoPE: base from the model's config.json (advisor's catalog); no scaling."
+
+
 def config_module(model: ModelSpec, precision: str) -> str:
     """Source of the config module for `model` trained in `precision`.
 
@@ -67,11 +109,7 @@ def config_module(model: ModelSpec, precision: str) -> str:
     """
     gaps = llama_architecture_gaps(model)
     if gaps:
-        raise ConfigError(f"torchtitan 0.3.0 ships no recipe for {model.name}, and advisor "
-                          f"writes config modules only for Llama-architecture models (it has "
-                          f"{', '.join(gaps)}); write a config function returning "
-                          f"Trainer.Config with the model's own builders, or emit for megatron "
-                          f"or nemo.")
+        raise ConfigError(architecture_refusal(model, gaps))
     if precision not in ("bf16", *CONVERTERS):
         raise ConfigError(f"precision {precision} has no torchtitan 0.3.0 converter advisor "
                           f"can write (it writes {', '.join(CONVERTERS)} and bf16); use one of "
@@ -83,11 +121,15 @@ def config_module(model: ModelSpec, precision: str) -> str:
     compile_line = ("    # torchao's converters need the model compiled (as the shipped "
                     "recipes set).\n    config.compile = CompileConfig(enable=True, "
                     "components=['model'])\n" if precision in CONVERTERS else "")
-    name = model.display_name or model.name
+    # Plain words only in the docstring (a config.json directory's name could hold quotes).
+    name = re.sub(r"[^\w.+ -]", "_", model.display_name or model.name)
+    origin = "the model's config.json" if model.path.endswith(".json") else "advisor's catalog"
+    rope, rope_note = rope_settings(model)
+    rope_block = ("ROPE = dict(\n" + "".join(f"    {k}={v!r},\n" for k, v in rope.items())
+                  + ")" if rope else "ROPE = {}")
     return f'''"""TorchTitan 0.3.0 config for {name}, written by advisor.
 
-The shape is advisor's ({model.path or 'catalog'}); RoPE is not part of it: set ROPE_THETA and
-the scaling to your checkpoint's config.json (rope_theta, rope_scaling) before training.
+The shape comes from {origin}; the comment above ROPE says where its RoPE settings come from.
 """
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
@@ -98,7 +140,8 @@ from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.llama3 import config_registry
 
 FLAVOR = {flavor!r}
-ROPE_THETA = 10000.0
+# {rope_note}
+{rope_block}
 DIM, VOCAB = {dim}, {model.vocab_size}
 
 
@@ -120,7 +163,7 @@ def _model(attn_backend="flex", tp_gemm_backend="default"):
             n_kv_heads={model.num_kv_heads},
             hidden_dim={model.ffn_hidden_size},
             rope=ComplexRoPE.Config(dim=DIM // {heads}, max_seq_len={model.max_seq_len},
-                                    theta=ROPE_THETA, scaling="none"),
+                                    **ROPE),
             attn_backend=attn_backend,
             tp_gemm_backend=tp_gemm_backend,
         ),
@@ -136,6 +179,6 @@ def {function_name(model)}():
     config.model_spec = llama3.model_registry(FLAVOR{converters})
 {compile_line}    config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=VOCAB))
-    config.hf_assets_path = "./assets/hf/{model.name}"  # your tokenizer
+    config.hf_assets_path = {"./assets/hf/" + model.name!r}  # your tokenizer
     return config
 '''
