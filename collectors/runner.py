@@ -119,8 +119,11 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
     picked = set(previous.ids)
     ledger = runs_dir / "gpu_hours.json"
     spent_gpu_h = 0.0 if dry_run else _spent(ledger)
-    metadata = {"campaigns": {campaign.name: {"sha256": report.campaign_hash,
-                                              "identity": identity(campaign)}}}
+    metadata = campaign_record(campaign)
+    if report.changed and extend and not dry_run:
+        from advisor.data.dataset import update_metadata
+
+        update_metadata(dataset, metadata)  # extended now, even if no run is left to add
     new_runs = 0
     while True:
         if retries:
@@ -160,6 +163,12 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
         if campaign.cooldown_s:
             time.sleep(campaign.cooldown_s)
     return report
+
+
+def campaign_record(campaign: Campaign) -> dict:
+    """What the dataset's metadata says about the version of `campaign` that wrote it."""
+    return {"campaigns": {campaign.name: {"sha256": campaign_hash(campaign),
+                                          "identity": identity(campaign)}}}
 
 
 def check_previous(campaign: Campaign, dataset: Path, *, resume: bool, extend: bool = False,

@@ -300,6 +300,22 @@ def append(path: Path, rows: pd.DataFrame | Iterable[dict], *, timeout_s: float 
         raise DatasetError(f"{path}: cannot write ({e.strerror or e}).") from None
 
 
+def update_metadata(path: Path, metadata: dict, *, timeout_s: float = 60.0) -> None:
+    """Merge `metadata` into the file-level document of the existing Parquet dataset at
+    `path` (as `append` does), its rows unchanged."""
+    from filelock import FileLock, Timeout
+
+    path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    try:
+        with FileLock(str(path) + ".lock", timeout=timeout_s):
+            _atomic_write(load(path), path, _merged(read_metadata(path), metadata))
+    except Timeout:
+        raise DatasetError(f"{path}: another writer has held {path}.lock for over "
+                           f"{timeout_s:.0f} s; is a stuck process holding it?") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot write ({e.strerror or e}).") from None
+
+
 def _atomic_write(frame: pd.DataFrame, path: Path, document: dict | None = None) -> None:
     frame = frame.copy(deep=False)
     frame.attrs = {METADATA_KEY: document} if document else {}

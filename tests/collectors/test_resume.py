@@ -20,7 +20,7 @@ from collectors.campaign import (
     load_campaign,
 )
 from collectors.plan import candidates
-from collectors.runner import append_result, run_campaign
+from collectors.runner import append_result, campaign_record, run_campaign
 from collectors.spec import RunResult
 
 SCALE = ("{ num_layers = 2, hidden_size = 64, ffn_hidden_size = 128, num_attention_heads = 4, "
@@ -153,7 +153,8 @@ def _failed(campaign, dataset: Path, index: int, status: str) -> str:
     from collectors.plan import spec_for
 
     spec = spec_for(campaign, candidates(campaign).iloc[index])
-    append_result(dataset, campaign, spec, RunResult(spec.run_id, status, error="lost node"))
+    append_result(dataset, campaign, spec, RunResult(spec.run_id, status, error="lost node"),
+                  metadata=campaign_record(campaign))
     return spec.run_id
 
 
@@ -173,3 +174,22 @@ def test_budget_counts_every_row_of_the_campaign_and_reruns_come_first(tmp_path)
     plan = run_campaign(full, launcher=None, dataset=dataset, runs_dir=tmp_path / "runs",
                         resume=True, dry_run=True)
     assert [s.run_id for s in plan.planned] == [timeout]
+
+
+def test_extending_records_the_new_version_even_with_no_run_left(tmp_path):
+    from advisor.core.errors import ConfigError
+    from collectors.runner import check_previous
+
+    dataset = tmp_path / "rows.parquet"
+    first = campaign_from_dict(_data(budget={"runs": 1}))
+    _failed(first, dataset, 0, "ok")
+    second = campaign_from_dict(_data(budget={"runs": 1}, steps={"warmup": 2, "measure": 2}))
+    with pytest.raises(ConfigError, match=r"changed since: steps.warmup: 1 -> 2\); resuming"):
+        check_previous(second, dataset, resume=True)
+    report = run_campaign(second, launcher=None, dataset=dataset, runs_dir=tmp_path / "runs",
+                          extend=True)
+    assert not report.planned and report.stopped_by == "run budget (1)"
+    check_previous(second, dataset, resume=True)  # the dataset is the second version's now
+    assert len(load(dataset)) == 1
+    with pytest.raises(ConfigError, match=r"steps.warmup: 2 -> 1"):
+        check_previous(first, dataset, resume=True)
