@@ -1,6 +1,7 @@
-"""Fuzz the `advisor` command with generated inputs of five kinds and print the table the README
-quotes: per kind, inputs tried, crashes (a traceback), hangs (over 30 s), and other broken
-promises (a refusal that is not one `error:` line, JSON with NaN or Infinity, another exit code).
+"""Fuzz the `advisor` command with generated inputs of eight kinds and print the table the docs
+quote: per kind, inputs tried, crashes (a traceback), hangs (over 30 s), escapes (an emitted
+command that runs anything but its framework) and other broken promises (a refusal that is not
+one `error:` line, JSON with NaN or Infinity, another exit code).
 
     python benchmarks/fuzz.py                         # 10,000 inputs, seed 0
     python benchmarks/fuzz.py --cases 500 --seed 3 --kinds cli,config
@@ -26,8 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fuzzing import KINDS, make_case, run  # noqa: E402
 
-SHARES = {"cli": 0.48, "csv": 0.17, "cluster": 0.12, "campaign": 0.09, "config": 0.14}
-"""Roughly the issue's mix (5,000 / 1,800 / 1,200 / 900 / 1,500 of 10,400)."""
+SHARES = {"cli": 0.40, "csv": 0.14, "cluster": 0.10, "campaign": 0.07, "config": 0.11,
+          "geometry": 0.08, "paths": 0.05, "emit": 0.05}
+"""The first five roughly the mix of the hardening issues (5,000 / 1,800 / 1,200 / 900 / 1,500
+of 10,400); then degenerate model shapes, special files for every path option, and hostile
+model names through every emitter."""
 
 
 def main() -> None:
@@ -71,8 +75,8 @@ def main() -> None:
                 counts[kind]["exit 0" if outcome.code == 0 else "exit 2"
                              if outcome.code == 2 else "other"] += 1
                 if problem:
-                    label = ("hang" if problem.startswith("hang") else "crash"
-                             if problem.startswith("crash") else "other")
+                    label = next((k for k in ("hang", "crash", "escape")
+                                  if problem.startswith(k)), "other")
                     counts[kind][label] += 1
                     problems.write(json.dumps({"kind": kind, "seed": seed, "args": case.args,
                                                "problem": problem}, ensure_ascii=False) + "\n")
@@ -83,12 +87,12 @@ def main() -> None:
     print(f"\n{sum(c['tried'] for c in counts.values()):,} inputs, seed {args.seed}, "
           f"{time.perf_counter() - start:.0f} s")
     print("| kind | tried | answered (exit 0) | refused (exit 2) | crashes | hangs > 30 s | "
-          "other | median s | max s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "escapes | other | median s | max s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kind in kinds:
         c, s = counts[kind], sorted(seconds[kind])
         print(f"| {kind} | {c['tried']:,} | {c['exit 0']:,} | {c['exit 2']:,} | {c['crash']} | "
-              f"{c['hang']} | {c['other']} | {s[len(s) // 2]:.2f} | {s[-1]:.1f} |")
+              f"{c['hang']} | {c['escape']} | {c['other']} | {s[len(s) // 2]:.2f} | {s[-1]:.1f} |")
     print("\nslowest: " + "; ".join(f"{s:.1f} s {kind} seed {seed} ({' '.join(a)[:90]})"
                                     for s, kind, seed, a in sorted(slowest)[-5:][::-1]))
     print(f"problems: {args.problems}")

@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KINDS = ("cli", "csv", "cluster", "campaign", "config")
+KINDS = ("cli", "csv", "cluster", "campaign", "config", "geometry", "paths", "emit")
 HANG_S = 30
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,11 +41,12 @@ ODD_TEXT = ["", " ", "x", "\x00", "nan", "inf", "-inf", "-1", "0", "-0", "1e308"
             "9223372036854775808", "1" * 45, "²", "٣", "0x10", "1_000", " 8 ", "8.5", "1e3",
             "true", "[]", "{}", "a" * 300, "華\u200bh100", "../../etc/passwd", "/dev/zero",
             "/dev/null", "con", "llama3-8b@num_layers=²", "llama3-8b@hidden_size=99999999999",
-            "llama3-8b@", "@", "x.toml", "x.json", "\u202e", "\ud800".encode(
+            "llama3-8b@", "@", "x.toml", "x.json", "\u202e", "1" + "0" * 309, "1e-300",
+            "1e300", "-1e400", "`x`", "\ud800".encode(
                 "utf-8", "surrogatepass").decode("utf-8", "replace")]
 ODD_VALUES = [True, False, 0, -1, 1, 2**63, 10**40, -(10**40), 1.5, math.nan, math.inf,
               -math.inf, 1e308, "", "x", "²", "\x00", [], [1, 2], {}, {"a": 1}, "a" * 300,
-              [[[[]]]], None]
+              [[[[]]]], None, 10**309, -(10**309), 1e-300, 1e300, 4096.5, 5e-324]
 """Values a file field may be given instead of the right one (None: the key removed)."""
 
 
@@ -55,7 +56,9 @@ class Case:
     args: list[str]
     files: dict[str, bytes] = field(default_factory=dict)
     """Files the args name, by file name (written into a fresh directory; `{dir}` in args is
-    replaced by it)."""
+    replaced by it). A name may hold a folder: `m$(x)/config.json`."""
+    specials: dict[str, str] = field(default_factory=dict)
+    """Things that are no regular file, by name: "dir", "fifo", "link:TARGET"."""
 
 
 @dataclass
@@ -67,6 +70,8 @@ class Outcome:
     seconds: float
     crash: str = ""
     """The traceback of an exception that escaped, or 'hang'."""
+    escape: str = ""
+    """What ran that should not have: a `pwned` file, an emitted command bash cannot parse."""
 
     @property
     def problem(self) -> str:
@@ -75,6 +80,8 @@ class Outcome:
             return f"hang: over {HANG_S} s"
         if self.crash:
             return "crash: " + self.crash.strip().splitlines()[-1][:200]
+        if self.escape:
+            return "escape: " + self.escape[:200]
         if "Traceback (most recent call last)" in self.stdout + self.stderr:
             return "crash: a traceback was printed"
         if self.code == 2:
@@ -110,7 +117,10 @@ def run(case: Case, workdir: Path, *, budget_s: float = HANG_S) -> Outcome:
 
     workdir.mkdir(parents=True, exist_ok=True)
     for name, content in case.files.items():
+        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
         (workdir / name).write_bytes(content)
+    for name, what in case.specials.items():
+        _make_special(workdir / name, what)
     args = [a.replace("{dir}", str(workdir)) for a in case.args]
     out, err = io.StringIO(), io.StringIO()
     code: int | None = None
@@ -139,15 +149,62 @@ def run(case: Case, workdir: Path, *, budget_s: float = HANG_S) -> Outcome:
         signal.signal(signal.SIGALRM, previous)
         sys.argv = old_argv
         os.chdir(old_cwd)
-    return Outcome(case, code, out.getvalue(), err.getvalue(), time.perf_counter() - start,
-                   crash)
+    seconds = time.perf_counter() - start
+    escape = _escape(case, code, out.getvalue(), workdir)
+    return Outcome(case, code, out.getvalue(), err.getvalue(), seconds, crash, escape)
+
+
+def _make_special(path: Path, what: str) -> None:
+    import os
+
+    if what == "dir":
+        path.mkdir(parents=True, exist_ok=True)
+    elif what == "fifo":
+        os.mkfifo(path)
+    elif what.startswith("link:"):
+        path.symlink_to(what.removeprefix("link:"))
+    else:
+        raise ValueError(what)
+
+
+RECORDED = ("torchrun", "nemo")
+"""The framework launchers an emitted command may run (replaced by a recorder)."""
+
+
+def _escape(case: Case, code: int | None, stdout: str, workdir: Path) -> str:
+    """A `pwned` file anywhere in the case's directory; for an emitted launch command, that
+    bash cannot parse it or that running it (frameworks replaced by a recorder) runs anything
+    else."""
+    import os
+    import subprocess
+
+    if case.kind == "emit" and code == 0:
+        launch = (json.loads(stdout).get("launch") or {}).get("command")
+        if launch:
+            if subprocess.run(["bash", "-n"], input=launch, text=True,
+                              capture_output=True).returncode:
+                return "bash -n rejects the emitted command"
+            work, bin_dir = workdir / "exec", workdir / "bin"
+            work.mkdir(exist_ok=True)
+            bin_dir.mkdir(exist_ok=True)
+            for name in RECORDED:
+                (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+                (bin_dir / name).chmod(0o755)
+            env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                   "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "DATA_ARGS": "",
+                   "TRAIN_ARGS": ""}
+            subprocess.run(["bash", "-e"], input=launch, text=True, cwd=work, env=env,
+                           capture_output=True, timeout=60)
+    pwned = [str(p.relative_to(workdir)) for p in workdir.rglob("pwned")]
+    return f"a file named pwned was created: {pwned[0]}" if pwned else ""
 
 
 # ---- generators ---------------------------------------------------------------------------
 
 def make_case(kind: str, rng: random.Random) -> Case:
     return {"cli": _cli, "csv": _csv, "cluster": _cluster, "campaign": _campaign,
-            "config": _config}[kind](rng)
+            "config": _config, "geometry": _geometry, "paths": _paths,
+            "emit": _emit}[kind](rng)
 
 
 def _pick(rng: random.Random, good: list[str], odd_share: float = 0.3) -> str:
@@ -347,3 +404,88 @@ def _config(rng: random.Random) -> Case:
                           ["space", "-g", "8", "-p", "h100", "--json"],
                           ["recommend", "-g", "8", "-p", "h100", "--json"]])
     return Case("config", [*command, "--model", "{dir}/config.json"], {"config.json": data})
+
+
+# ---- degenerate model geometry ------------------------------------------------------------
+
+GEOMETRY = {"hidden_size": [16, 64, 4096, 4096.5, 1, 3, 8192],
+            "num_attention_heads": [1, 3, 48, 64, 4097],
+            "num_key_value_heads": [1, 3, 7, 8, 64],
+            "head_dim": [None, 0, 1, 7, 128, 10**6],
+            "intermediate_size": [1, 3, 4096.5, 14336, 10**12],
+            "vocab_size": [1, 3, 32000, 2**40],
+            "num_hidden_layers": [1, 2, 3, 80, 10**6],
+            "max_position_embeddings": [None, 1, 8192, 10**9]}
+"""Shapes a config.json may have that no real model does: heads that do not divide the width,
+fractional widths, one-wide everything, absurd depths and vocabularies."""
+
+
+def _geometry(rng: random.Random) -> Case:
+    config = {"model_type": rng.choice(["llama", "mistral", "qwen3", "mixtral"])}
+    for key, values in GEOMETRY.items():
+        value = rng.choice(values)
+        if value is not None:
+            config[key] = value
+    if config["model_type"] == "mixtral":
+        config.update(num_local_experts=rng.choice([2, 8, 3]),
+                      num_experts_per_tok=rng.choice([1, 2, 9]))
+    command = rng.choice([["predict", "-g", "8", "-p", "h100", "--json"],
+                          ["explain", "-g", "8", "-p", "h100", "--json"],
+                          ["memory", "-g", "8", "-p", "h100", "--json"],
+                          ["recommend", "-g", "8", "-p", "h100", "--json"]])
+    return Case("geometry", [*command, "--model", "{dir}/config.json"],
+                {"config.json": json.dumps(config).encode()})
+
+
+# ---- special files for every path option ---------------------------------------------------
+
+SPECIAL_PATHS = {"/dev/zero": {}, "/dev/null": {}, "{dir}": {}, "{dir}/sub": {"sub": "dir"},
+                 "{dir}/fifo": {"fifo": "fifo"}, "{dir}/zero": {"zero": "link:/dev/zero"},
+                 "{dir}/loop": {"loop": "link:loop"}, "{dir}/dangling": {"dangling":
+                                                                           "link:nowhere"},
+                 "{dir}/missing/x": {}, "{dir}/new\nline": {}, "": {}}
+"""A path option's value, and what the case's directory must hold for it."""
+RUNS_CSV = (b"model,gpu,num_gpus,seq_len,gbs,tp,pp\nllama3-8b,h100,8,4096,128,2,1\n")
+
+
+def _paths(rng: random.Random) -> Case:
+    path = rng.choice(sorted(SPECIAL_PATHS))
+    job = ["-m", "llama3-8b", "-g", "16", "-p", "h100"]
+    command = rng.choice([
+        ["recommend", *job, "--search", "optuna", "--trials", "5", "--storage", path, "--json"],
+        ["recommend", *job, "--plot", path, "--json"],
+        ["predict", "--input", path, "--json"],
+        ["predict", "--input", "{dir}/runs.csv", "--output", path],
+        ["predict", *job, "--tp", "2", "--models", path, "--json"],
+        ["collect", "--campaign", path, "--dry-run", "--dataset", "{dir}/d.parquet",
+         "--runs-dir", "{dir}/runs", "--json"],
+        ["collect", "--campaign", "{dir}/c.toml", "--dry-run", "--dataset", path,
+         "--runs-dir", "{dir}/runs", "--json"],
+        ["dataset", "show", path],
+        ["dataset", "validate", path],
+        ["catalog", "show", path, "--json"],
+    ])
+    return Case("paths", command, {"runs.csv": RUNS_CSV, "c.toml": CAMPAIGN.encode()},
+                dict(SPECIAL_PATHS[path]))
+
+
+# ---- hostile names through every emitter ---------------------------------------------------
+
+HOSTILE_PIECES = ["m", "$(touch pwned)", "`touch pwned`", "'", '"', ";", " ", "&&", "|",
+                  ">pwned", "\n", "\\", "$HOME", "*", "?", "~", "-rf", "--help", "é", "#",
+                  "{a,b}", "!", "; touch pwned; ", "$'\\x41'", "\t", "%s", "${IFS}"]
+"""Pieces of a model folder's name that a shell would read as code if it were not quoted."""
+TINY_LLAMA = json.dumps({"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
+                         "intermediate_size": 8192, "num_attention_heads": 32,
+                         "num_key_value_heads": 8, "vocab_size": 128256,
+                         "max_position_embeddings": 8192}).encode()
+
+
+def _emit(rng: random.Random) -> Case:
+    name = "m" + "".join(rng.choice(HOSTILE_PIECES) for _ in range(rng.randint(1, 4)))
+    extra = rng.choice([[], [], ["--finetune", "lora"], ["--recompute", "selective"],
+                        ["--tp", "2"]])
+    kind = rng.choice(["megatron", "nemo", "torchtitan"])
+    return Case("emit", ["recommend", "-m", "{dir}/" + name, "-g", "16", "-p", "h100",
+                         "--emit", kind, *extra, "--json"],
+                {f"{name}/config.json": TINY_LLAMA})

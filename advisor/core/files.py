@@ -32,9 +32,10 @@ def read_bounded(path: Path, *, limit_bytes: int, what: str,
         with open(path, "rb") as f:
             data = f.read(limit_bytes + 1)
     except OSError as e:
-        raise error(f"{path}: cannot read ({e.strerror or e}).") from None
+        raise error(f"{shown_path(path)}: cannot read ({e.strerror or e}).") from None
     if len(data) > limit_bytes:  # grew while we looked
-        raise error(f"{path}: larger than {limit_bytes // MiB} MiB; a {what} is far smaller.")
+        raise error(f"{shown_path(path)}: larger than {limit_bytes // MiB} MiB; a {what} is "
+                    f"far smaller.")
     return data
 
 
@@ -44,15 +45,40 @@ def check_regular(path: Path, *, limit_bytes: int, what: str,
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise error(f"{path}: no such file.") from None
+        raise error(f"{shown_path(path)}: no such file.") from None
     except (OSError, ValueError) as e:  # ValueError: an embedded NUL byte
         raise error(f"{str(path)[:200]!r}: cannot open ({getattr(e, 'strerror', None) or e})."
                     ) from None
     if stat.S_ISDIR(info.st_mode):
-        raise error(f"{path}: is a directory; give a {what} file.")
+        raise error(f"{shown_path(path)}: is a directory; give a {what} file.")
     if not stat.S_ISREG(info.st_mode):
-        raise error(f"{path}: not a regular file (a device, FIFO or socket); give a {what} "
-                    f"file.")
+        raise error(f"{shown_path(path)}: not a regular file (a device, FIFO or socket); "
+                    f"give a {what} file.")
     if info.st_size > limit_bytes:
-        raise error(f"{path}: {info.st_size / MiB:,.0f} MiB; a {what} larger than "
+        raise error(f"{shown_path(path)}: {info.st_size / MiB:,.0f} MiB; a {what} larger than "
                     f"{limit_bytes // MiB} MiB is refused (real ones are far smaller).")
+
+
+def check_output(path: Path, *, what: str, error: type[AdvisorError] = AdvisorError) -> None:
+    """Refuse an output path that writing would hang on or cannot take: a FIFO (blocks until a
+    reader comes), a socket, a directory. A missing file, a regular one (replaced) and a
+    character device (/dev/null, /dev/stdout) are fine."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:  # a link loop, an embedded NUL byte
+        raise error(f"{shown_path(path)}: cannot write ({getattr(e, 'strerror', None) or e})."
+                    ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise error(f"{shown_path(path)}: is a directory; give a {what} file name.")
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISCHR(info.st_mode)):
+        raise error(f"{shown_path(path)}: a FIFO, socket or block device; give a {what} file "
+                    f"name (a FIFO would block until something reads it).")
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as an error line shows it: as written, or quoted and escaped (`repr`) where it
+    holds a newline or another character a terminal would not show as itself."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)

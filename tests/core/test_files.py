@@ -80,3 +80,30 @@ def test_bad_cluster_toml_bytes_get_one_error_line(tmp_path):
     path = tmp_path / "cluster.toml"
     path.write_bytes(b"base = \"h100\"\nname = \"\xff\"\n")
     _one_error_line(_advisor("catalog", "show", str(path)), "not UTF-8")
+
+
+def test_an_output_that_would_hang_or_cannot_take_a_file_is_refused(tmp_path):
+    import os
+
+    from advisor.core.files import check_output
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(AdvisorError, match="FIFO, socket or block device"):
+        check_output(fifo, what="CSV")
+    with pytest.raises(AdvisorError, match="is a directory"):
+        check_output(tmp_path, what="CSV")
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    with pytest.raises(AdvisorError, match="cannot write"):
+        check_output(loop, what="CSV")
+    existing = tmp_path / "old.csv"
+    existing.write_text("x")
+    for fine in (tmp_path / "new.csv", existing, type(tmp_path)("/dev/null")):
+        check_output(fine, what="CSV")
+
+
+def test_a_path_with_a_newline_stays_on_one_error_line(tmp_path):
+    with pytest.raises(AdvisorError) as refused:
+        read_bounded(tmp_path / "new\nline", limit_bytes=10, what="CSV")
+    assert "\n" not in str(refused.value) and "new\\nline" in str(refused.value)
