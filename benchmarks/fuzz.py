@@ -73,7 +73,7 @@ def main() -> None:
                 problem = outcome.problem
                 counts[kind]["tried"] += 1
                 counts[kind]["exit 0" if outcome.code == 0 else "exit 2"
-                             if outcome.code == 2 else "other"] += 1
+                             if outcome.code == 2 else "exit other"] += 1
                 if problem:
                     label = next((k for k in ("hang", "crash", "escape")
                                   if problem.startswith(k)), "other")
