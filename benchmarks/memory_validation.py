@@ -40,7 +40,7 @@ GPT2_VOCAB = 50257
 tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp1_pp1_resume_torch_dist_dist_optimizer/
 model_config.yaml), padded by Megatron to a multiple of 128 × tp
 (`--make-vocab-size-divisible-by` 128, megatron/training/tokenizer `_vocab_size_with_padding`)."""
-GPT2_FAMILIES = ("gpt3_mcore", "gpt3_moe_mcore", "gpt3_7b")
+GPT2_FAMILIES = ("gpt3_mcore", "gpt3_moe_mcore", "gpt3_7b", "gpt3_weekly_mcore")
 """Test-case prefixes that run the GPT-2 BPE tokenizer with Megatron-LM's GPT defaults (learned
 positions unless the name says rope, LayerNorm, biases unless disabled, GeLU MLP unless swiglu,
 tied embeddings unless untied). Other families (release recipes, proxies, BERT, T5, hybrid,
@@ -52,9 +52,13 @@ YAML_ONLY = ("_mla", "tp2_pp2_ep4_etp1")
 """DeepSeek-style proxies (e.g. moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed/
 model_config.yaml: MLA, MTP, a shared expert, a dense first layer, RMSNorm, swiglu, no
 dropout): the table carries none of those arguments."""
-OVERRIDES = {"gpt3_7b_": {"vocab": 131073, "tied": False}}
+OVERRIDES = {"gpt3_7b_": {"vocab": 131073, "tied": False},
+             "gpt3_weekly_mcore": {"norm": "rmsnorm"}}
 """gpt/gpt3_7b_tp1_pp4_memory_speed/model_config.yaml: `--tokenizer-type NullTokenizer
---vocab-size 131073`, `--untie-embeddings-and-output-weights`; otherwise GPT defaults."""
+--vocab-size 131073`, `--untie-embeddings-and-output-weights`; gpt/gpt3_weekly_mcore_tp2_pp2_
+current_scaling_native_fp8_tp_pp_sp_tp_overlap/model_config.yaml: `--normalization RMSNorm`
+(and `--fp8-param-gather`, which advisor assumes for FP8 with the distributed optimizer);
+otherwise GPT defaults."""
 PLATFORMS = {"dgx_a100": "a100", "dgxa100_dracooci": "a100", "dgxa100_dracooci-ord": "a100",
              "dgx_h100": "h100", "dgxh100_dgxc": "h100", "dgx_gb200": "gb200"}
 FEATURES = ("pp", "vp", "cp", "ep", "recompute_full", "recompute_selective", "fp8",
@@ -136,7 +140,8 @@ def map_row(row: pd.Series, world: dict[str, int]) -> Mapped | str:
         num_attention_heads=heads, num_kv_heads=_num(row, "num-query-groups", heads),
         vocab_size=-(-vocab // (128 * tp)) * 128 * tp, max_seq_len=seq,
         tied_embeddings=override.get("tied", "untie" not in case), gated_mlp="swiglu" in case,
-        position_embedding="rope" if "rope" in case else "learned", norm="layernorm",
+        position_embedding="rope" if "rope" in case else "learned",
+        norm=override.get("norm", "layernorm"),
         attention_bias="disable_bias" not in case, qkv_bias="disable_bias" not in case,
         mlp_bias="disable_bias" not in case, num_experts=experts,
         moe_top_k=_num(row, "moe-router-topk", 2) if experts else 0,
@@ -269,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                         "ratio"]].sort_values("ratio").to_string())
     print("\nerror = measured / predicted − 1 (signed; > 0 = under-predicted)")
     print(summary(rows).round(3).to_string())
+    absent = [f for f in FEATURES if not rows[f].any()]
+    if absent:
+        print(f"no mapped row has: {', '.join(absent)} (the table's selective-recompute rows "
+              f"recompute other modules; it has no NVFP4 run)")
     under = rows["under_of_capacity"]
     print(f"\n(measured − predicted) / GPU memory: median {under.median():.4f}, "
           f"p95 {under.quantile(0.95):.4f}, max {under.max():.4f}")
