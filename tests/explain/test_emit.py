@@ -71,7 +71,8 @@ TRAINING_ONLY = {"micro_batch_size", "global_batch_size", "seq_length", "max_pos
                  "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
                  "disable_bias_linear", "group_query_attention", "num_experts",
                  "num_virtual_stages_per_pipeline_rank", "ckpt_format",
-                 "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16"}
+                 "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16",
+                 "rotary_base", "use_rope_scaling"}  # GPTModel(rotary_base=, rope_scaling=)
 #: arguments.py flags whose dest differs from the flag name.
 DESTS = {"fp8_format": "fp8", "fp4_format": "fp4",
          "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
@@ -271,6 +272,27 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
     _check_layout(tc, config, job, mcore)
     if config.uneven:
         _check_uneven_split(tc, config, job, mcore)
+    # The model's RoPE base, not Megatron-LM's default 10000 (--rotary-base, type int).
+    assert ns.get("rotary_base") == (int(model.rope_theta) if model.position_embedding == "rope"
+                                     else None)
+
+
+def test_megatron_writes_llama31_rope_scaling():
+    """Llama 3.1: base 500000 and megatron-core's llama3 scaling (GPTModel rope_scaling, whose
+    RotaryEmbedding._apply_scaling defaults are Llama 3.1's factor 8, 1, 4 over 8192)."""
+    import inspect
+
+    config, job = _case("llama3.1-405b", 512, tp=8, pp=8)
+    args = megatron_args(config, job)
+    assert args[args.index("--rotary-base") + 1] == "500000" and "--use-rope-scaling" in args
+    assert "--use-rope-scaling" not in megatron_args(*CASES["dense-tp8-pp2-vp5"]())  # Llama 3
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    defaults = {k: v.default for k, v in inspect.signature(
+        RotaryEmbedding._apply_scaling).parameters.items() if k not in ("self", "freqs")}
+    assert defaults == {"factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+                        "original_max_position_embeddings": 8192}
 
 
 def _check_uneven_split(tc, config: ParallelConfig, job: Job, mcore) -> None:

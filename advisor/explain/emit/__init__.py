@@ -40,6 +40,13 @@ def emit(kind: str, config: ParallelConfig, job: Job) -> str:
     return power_limit_comments(job) + getattr(module, f"{kind}_command")(config, job)
 
 
+LLAMA3_SCALED_MODELS = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
+"""Catalog models whose config.json carries Llama 3.1's RoPE scaling (rope_type llama3, factor
+8.0, low_freq_factor 1.0, high_freq_factor 4.0, original_max_position_embeddings 8192: their
+`rope_theta` source; Llama 2's and Llama 3's have rope_scaling null). `ModelSpec` has no
+scaling field, so a config.json model's scaling is not known to the emitters."""
+
+
 SET_POWER_LIMIT = {"nvidia": "nvidia-smi -pl {w}", "amd": "amd-smi set --power-cap {w}"}
 """How each vendor's tool sets a GPU's power limit in watts (as root; on every node)."""
 

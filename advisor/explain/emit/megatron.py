@@ -11,6 +11,7 @@ from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import Job, ParallelConfig
 from advisor.explain.emit import (
+    LLAMA3_SCALED_MODELS,
     check_fits,
     gpus_label,
     pairs,
@@ -33,7 +34,7 @@ def megatron_args(config: ParallelConfig, job: Job) -> list[str]:
     """
     check_fits(config, job)
     refuse_lora("megatron", config)
-    return [*model_args(job.model, seq_len=config.seq_len),
+    return [*model_args(job.model, seq_len=config.seq_len), *_rope_args(job.model),
             *_parallel_args(config, job.model), *_batch_args(config),
             *_memory_args(config), *_precision_args(config)]
 
@@ -104,6 +105,22 @@ def model_args(model: ModelSpec, *, seq_len: int) -> list[str]:
             args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     if model.is_moe:
         args += _moe_args(model)
+    return args
+
+
+def _rope_args(model: ModelSpec) -> list[str]:
+    """The model's RoPE base (Megatron-LM's --rotary-base defaults to 10000) and Llama 3.1's
+    scaling: --use-rope-scaling applies megatron-core's llama3 scaling (factor 8 by default,
+    low/high frequency factors 1 and 4 over 8192 positions: RotaryEmbedding._apply_scaling),
+    Llama 3.1's config.json values. An unknown base (rope_theta 0) writes nothing."""
+    if model.position_embedding != "rope" or model.rope_theta <= 0:
+        return []
+    if not float(model.rope_theta).is_integer():
+        raise ConfigError(f"{model.name} has rope_theta {model.rope_theta}, but Megatron-LM's "
+                          f"--rotary-base takes a whole number; emit for nemo or torchtitan.")
+    args = ["--rotary-base", str(int(model.rope_theta))]
+    if model.name in LLAMA3_SCALED_MODELS and not model.path.endswith(".json"):
+        args.append("--use-rope-scaling")
     return args
 
 

@@ -17,6 +17,7 @@ import re
 
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
+from advisor.explain.emit import LLAMA3_SCALED_MODELS
 
 #: advisor precision -> the converter torchtitan 0.3.0's llama3 recipes use for it.
 CONVERTERS = {
@@ -36,10 +37,6 @@ LLAMA3_ROPE_SCALING = {
 high_freq_factor 4.0, original_max_position_embeddings 8192; tests/fixtures/hf_configs/
 llama3.1-405b.json) in torchtitan 0.3.0's `RoPE.Config` fields (models/common/rope.py), as its
 llama3 8B/70B/405B flavours set them (theta 500000, scaling "llama")."""
-
-LLAMA3_SCALED_MODELS = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
-"""Catalog models whose config.json carries that scaling (their `rope_theta` source says so);
-Llama 2 and Llama 3's config.json have rope_scaling null."""
 
 
 def module_name(model: ModelSpec) -> str:
