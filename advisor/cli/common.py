@@ -97,10 +97,18 @@ def guard(fn: F) -> F:
         except AdvisorError as e:
             if os.environ.get("ADVISOR_DEBUG") == "1":
                 raise
-            print(f"error: {as_flags(str(e), fn)}", file=sys.stderr)
+            print(f"error: {one_line(as_flags(str(e), fn))}", file=sys.stderr)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def one_line(message: str) -> str:
+    """`message` on one line: a newline or another control character (from a path or a name
+    the user gave) is shown escaped, as `repr` writes it; other text is left as written."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 _PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
