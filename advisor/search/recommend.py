@@ -34,6 +34,7 @@ from advisor.search import power_limit
 from advisor.search.degraded import DegradedAdvice, route_around
 from advisor.search.engine import SearchEngine, feasible, search, violation_columns
 from advisor.search.objective import (
+    HEADROOM_TOLERANCE,
     POWER_BOUNDS,
     TIE_TOLERANCE,
     Constraints,
@@ -220,7 +221,8 @@ def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list
     notes = [f"Ranked on the {basis} {what}; the p10–p90 band is the throughput's "
              f"uncertainty. Layouts within {TIE_TOLERANCE:.0%} of the best count as a tie, "
              f"which the more conventional one wins (no CP, no FSDP, smaller micro-batch, "
-             f"less recompute)."]
+             f"less recompute); layouts within {HEADROOM_TOLERANCE:.1%} of each other go to "
+             f"the one with more memory headroom."]
     if ranked.empty:
         return notes
     best = ranked.row(0)
@@ -229,7 +231,9 @@ def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list
     fastest = ranked.row(at)
     gain = float(fastest["pred_tokens_per_sec_per_gpu"]) / float(
         best["pred_tokens_per_sec_per_gpu"]) - 1
-    if gain < 0.005 or objective not in ("throughput", "cost"):
+    # Within the headroom rule's reach (0.5 % of a run's leader) the roomier layout won.
+    if gain <= HEADROOM_TOLERANCE / (1 - HEADROOM_TOLERANCE) or objective not in (
+            "throughput", "cost"):
         return notes
     if risk == "averse":
         low_best, low_fast = (float(x) for x in throughput_basis(ranked.take([0, at]),
