@@ -91,3 +91,24 @@ def test_vtrain_multi_node_runs_are_all_there(multi):
     assert predicted.notna().all()
     _, per_job = score_vtrain(frame, predicted)
     assert sorted(per_job["layouts"]) == [15, 21, 26, 47]
+
+
+def test_vtrain_multi_node_runs_are_not_predicted_too_fast(multi):
+    """Issue 29 found every multi-node run predicted too fast (measured / predicted 1.08-1.94,
+    median 1.23; 1.53 for the 3.6B model down to 1.12 for 175B). With the runs' own settings
+    (`vtrain_configs`: unfused attention, no overlap, FP16 gradients), Megatron's async
+    input-gradient reduce and the cluster's network, nothing fitted to these runs, measured
+    with the bundled calibration (2026-12-04): MAPE 7.3 %, median ratio 0.98, 17 % of runs
+    more than 10 % too fast (the worst 1.82: TP 8 with micro-batch 64 on the 3.6B model),
+    per-model median ratios 0.95-1.04 (no trend with size), Kendall tau per model 0.55-0.88.
+    Calculon, an analytical peer, scores 15.3 %."""
+    frame, predicted = multi
+    score, per_job = score_vtrain(frame, predicted)
+    ratio = frame["measured_ms"] / predicted
+    print(score, per_job.to_string(), sep="\n")
+    assert score.mape_pct < 10.0
+    assert 0.9 < ratio.median() < 1.1
+    assert (ratio > 1.1).mean() < 0.25
+    assert ratio.max() < 2.0
+    assert per_job["median_ratio"].max() / per_job["median_ratio"].min() < 1.15
+    assert (per_job["kendall_tau"] > 0.5).all()
