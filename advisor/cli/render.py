@@ -197,6 +197,7 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
     return {
         "model": j.model.name, "platform": j.platform.name, "num_gpus": j.num_gpus,
         "seq_len": j.seq_len, "gbs": j.gbs, "precision": j.precision,
+        "training": finetune_label(j) or "pre-training",
         "objective": rec.objective, "risk": rec.risk, "ranking": rec.ranking,
         "constraints": rec.constraints.__dict__, "pins": rec.pins,
         "power_limit_w": j.platform.limit_w, "inlet_c": _inlet(j.platform),
@@ -266,6 +267,7 @@ def print_comparison(console: Console, result: Comparison) -> None:
 def comparison_json(result: Comparison) -> dict:
     return {
         "model": result.model.name, "seq_len": result.seq_len, "gbs": result.gbs,
+        "training": finetune_label(result.sides[0].recommendation.job) or "pre-training",
         "objective": result.objective, "winner": result.winner.label,
         "verdict": result.verdict,
         "sides": [{

@@ -107,6 +107,9 @@ def test_lora_shows_in_every_header_and_table():
     full = run("recommend", "-m", "8b", "-p", "h100", "-g", "8", "--finetune", "full",
                "--top", "1")
     assert "full fine-tuning" in full.stdout.splitlines()[0]
+    d = _json("recommend", "-m", "8b", "-p", "h100", "-g", "8", "--finetune", "lora",
+              "--top", "1")
+    assert d["training"] == "LoRA rank 16 (attention)"
 
 
 def test_compare_says_what_it_trains_and_that_node_power_is_gpus_only():
@@ -115,6 +118,7 @@ def test_compare_says_what_it_trains_and_that_node_power_is_gpus_only():
     assert "LoRA rank 16 (attention)" in r.stdout.splitlines()[0]
     assert "GPUs" in r.stdout and "only: avg·peak" in r.stdout
     d = _json("compare", "-m", "8b", "--platforms", "h100:8,h200:8")
+    assert d["training"] == "pre-training"
     assert "peak_power_per_node_gpus_w" in d["sides"][0]
     assert "peak_power_per_node_w" not in d["sides"][0]
 
