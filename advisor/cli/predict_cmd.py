@@ -30,7 +30,7 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.core.errors import AdvisorError, first_line
-from advisor.core.parallel import finetune_label
+from advisor.core.parallel import finetune_label, make_config, make_job
 
 ModelOptional = Annotated[str | None, typer.Option(
     "--model", "-m", help="Catalog name or alias (70b, mixtral-8x7b, ...) or a Hugging Face "
@@ -66,7 +66,6 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     (`Predictor(None)`), so `predict`, `explain` and `--analytical` read their figures from
     the same place. The analytical model runs once: the breakdown comes with the answer."""
     from advisor.catalog import load_model, load_platform, with_conditions
-    from advisor.core.parallel import make_config, make_job
     from advisor.core.space import validate
     from advisor.predict.predictor import Prediction, Predictor
 
