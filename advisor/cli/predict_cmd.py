@@ -269,9 +269,12 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict, gpus=None) -> N
     table.add_column(style="dim")
     for label, value, source in [
         ("step time", f"{pred.step_time_s:.3f} s", f["step_time_s"].source),
-        ("tokens/s per GPU", f"{pred.tokens_per_sec_per_gpu:,.0f} ({band}"
-         f"{'extrapolating; ' if pred.extrapolation else ''}analytical alone "
-         f"{s.tokens_per_sec_per_gpu:,.0f})", tps.source),
+        ("tokens/s per GPU", f"{pred.tokens_per_sec_per_gpu:,.0f} (" + "; ".join(
+            part for part in (band.removesuffix("; "),
+                              "extrapolating" if pred.extrapolation else "",
+                              "" if pred.source == "analytical" else
+                              f"analytical alone {s.tokens_per_sec_per_gpu:,.0f}") if part)
+         + ")", tps.source),
         ("model TFLOP/s per GPU", f"{pred.tflops_per_gpu:,.0f}", f["tflops_per_gpu"].source),
         ("MFU", f"{pred.mfu:.1%}", f["mfu"].source),
         ("memory per GPU", f"{mem.total_bytes / 1e9:.1f} / {mem.capacity_bytes / 1e9:.1f} GB"
