@@ -18,7 +18,8 @@ Per pipeline stage and micro-batch (forward + backward):
 * recompute — the extra forward: all layers (full) or the attention core (selective).
 * TP/SP — per tensor-parallel block an all-gather and a reduce-scatter of the micro-batch's
   activations forward and again backward; `tp_comm_overlap` hides up to `OVERLAP_EFFICIENCY` of
-  the block's GEMM time.
+  the block's GEMM time. Without it, Megatron still runs each block's backward input-gradient
+  reduce beside the weight-gradient GEMM of the same linear (`ASYNC_DGRAD_FRAMEWORKS`).
 * CP — ring attention passes each K/V chunk cp − 1 times (gradients too, backward), hidden under
   the attention kernels it feeds.
 * EP — all-to-all dispatch and combine forward and backward, on NVLink while ep·etp fits the
