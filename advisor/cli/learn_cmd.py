@@ -38,8 +38,10 @@ def train(data: DataOpt = None,
     each need 30 usable runs that measured them; with fewer they report "no data", no
     artifact is kept and predictions stay analytical.
     """
+    from advisor.core.files import check_output_dir
     from advisor.learn.train import train as run_train
 
+    check_output_dir(output, what="artifacts")
     report = run_train(_data(data), output, seed=seed)
     if json_out:
         emit_json({"rows_used": report.rows_used, "rows_skipped": report.rows_skipped,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from advisor.core.errors import AdvisorError
+from advisor.core.errors import AdvisorError, first_line
+from advisor.core.files import check_output, shown_path
 
 MAX_LABELS = 8
 """Recommended layouts named on the Pareto plot (more would crowd the label column)."""
@@ -31,10 +32,12 @@ def pyplot():
 
 
 def save(fig, path: Path) -> None:
+    check_output(path, what="PNG")
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as e:
-        raise AdvisorError(f"{path}: cannot write the plot ({e.strerror}).") from None
+        raise AdvisorError(f"{shown_path(path)}: cannot write the plot ({first_line(e)}).") \
+            from None
 
 
 def layout_label(config) -> str:

@@ -30,6 +30,7 @@ from advisor.cli.common import (
     make_console,
 )
 from advisor.core.errors import AdvisorError, first_line
+from advisor.core.files import check_output, shown_path
 from advisor.core.parallel import finetune_label, make_config, make_job
 
 ModelOptional = Annotated[str | None, typer.Option(
@@ -170,12 +171,15 @@ def predict(input: Annotated[Path | None, typer.Option(
     from advisor.data.predict_input import read_rows
     from advisor.predict.rows import predict_frame
 
+    if output:
+        check_output(output, what="CSV")
     frame = predict_frame(read_rows(input), predictor, conditions=conditions)
     if output:
         try:
             frame.to_csv(output, index=False)
         except OSError as e:
-            raise AdvisorError(f"{output}: cannot write ({first_line(e)}).") from None
+            raise AdvisorError(f"{shown_path(output)}: cannot write ({first_line(e)}).") \
+                from None
     if json_out:
         records = frame.to_dict(orient="records")
         for rec in records:

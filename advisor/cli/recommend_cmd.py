@@ -154,6 +154,10 @@ def recommend(
     from advisor.search.recommend import recommend as run
 
     _check_emit(emit)
+    if plot:  # before the search, not after it
+        from advisor.core.files import check_output
+
+        check_output(plot, what="PNG")
     from advisor.search.why_not import parse_layout
 
     probe = parse_layout(layout) if layout is not None else None
@@ -312,6 +316,8 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
         return text, (f"layout #{position} of the ranking ({short(row, job.model)}"
                       f"{behind}), the best {kind} can express; the shown ones it cannot: "
                       f"{_reasons(refused)}")
+    if len(refused) == 1:  # one reason for every layout: that sentence alone says it
+        return None, next(iter(refused)) + "."
     return None, f"{kind} cannot express any recommended configuration: {_reasons(refused)}"
 
 

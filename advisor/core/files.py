@@ -82,3 +82,19 @@ def shown_path(path: Path | str) -> str:
     holds a newline or another character a terminal would not show as itself."""
     text = str(path)
     return text if text.isprintable() else repr(text)
+
+
+def check_output_dir(path: Path, *, what: str,
+                     error: type[AdvisorError] = AdvisorError) -> None:
+    """Refuse an output directory that exists as something else (a file, a FIFO, a device):
+    checked before the work, not after minutes of it. A missing one is created later."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:
+        raise error(f"{shown_path(path)}: cannot use as a directory "
+                    f"({getattr(e, 'strerror', None) or e}).") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise error(f"{shown_path(path)}: exists and is not a directory; give a directory for "
+                    f"the {what} (created if missing).")

@@ -17,7 +17,10 @@ from advisor.perf.analytical import Breakdown
 Row = Mapping[str, object]
 """One configuration's values by column: a `Table.row`, a dict, or a pandas Series."""
 
-SHARDING = {"none": "plain DDP", "optimizer": "distributed optimizer", "full": "FSDP"}
+SHARDING = {"none": "sharding none (plain data parallel)",
+            "optimizer": "sharding optimizer (distributed optimizer, ZeRO-1)",
+            "full": "sharding full (FSDP, ZeRO-3)"}
+"""Prose for each `--dp-sharding` value: its name first, then what frameworks call it."""
 NEAR_MEMORY_LIMIT = 0.05
 """Warn when less than this fraction of GPU memory is left: allocator fragmentation and uneven
 MoE routing are not in the memory model."""
@@ -68,13 +71,10 @@ def short(row: Row, model: ModelSpec) -> str:
     return " ".join(_layout(row, model, spaced=False))
 
 
-SHORT_SHARDING = {"none": "DDP", "optimizer": "ZeRO-1", "full": "FSDP"}
-
-
 def settings(row: Row) -> str:
-    """`none·ZeRO-1·ovl`: recompute, sharding, overlap."""
+    """`none·optimizer·ovl`: recompute, sharding (the `--dp-sharding` names), overlap."""
     k = knob_values(row)
-    return (f"{k['recompute']}·{SHORT_SHARDING[k['dp_sharding']]}"
+    return (f"{k['recompute']}·{k['dp_sharding']}"
             f"{'·ovl' if k['overlap'] else ''}")
 
 
@@ -136,7 +136,7 @@ def _change(a: dict, b: dict) -> str:
 def _fmt(knob: str, value: object) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
-    return SHARDING[str(value)] if knob == "dp_sharding" else str(value)
+    return str(value)
 
 
 def tradeoff(pick: Row, other: Row) -> str:

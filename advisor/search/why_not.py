@@ -15,7 +15,7 @@ import numpy as np
 
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, overlap
-from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE
+from advisor.core.parallel import DP_SHARDING, PARALLEL_FIELDS, RECOMPUTE, sharding_name
 from advisor.core.table import Table
 from advisor.explain.rationale import describe, tradeoff
 from advisor.search.engine import feasible, score_configs, violation_columns
@@ -23,12 +23,10 @@ from advisor.search.objective import TIE_TOLERANCE, rank
 from advisor.search.recommend import Recommendation, pinned_space
 
 SIZES = ("tp", "pp", "vp", "cp", "dp", "ep", "etp", "mbs")
-SHARDINGS = {"ddp": "none", "none": "none", "zero1": "optimizer", "zero-1": "optimizer",
-             "optimizer": "optimizer", "fsdp": "full", "full": "full"}
 _TOKEN = re.compile(r"^(tp|pp|vp|cp|dp|ep|etp|mbs)=?(\d+)$")
 SYNTAX = ("a layout is sizes such as \"tp4 pp4 vp5 cp2\" (tp, pp, vp, cp, dp, ep, etp, mbs; "
           "'tp=4' works too), optionally with recompute=none|selective|full and "
-          "sharding=ddp|zero1|fsdp")
+          "sharding=none|optimizer|full")
 
 
 def parse_layout(text: str) -> dict:
@@ -55,8 +53,8 @@ def _parse_token(token: str) -> tuple[str, object]:
     key, _, value = token.partition("=")
     if key == "recompute" and value in RECOMPUTE:
         return "recompute", value
-    if key in ("sharding", "dp_sharding") and value in SHARDINGS:
-        return "dp_sharding", SHARDINGS[value]
+    if key in ("sharding", "dp_sharding") and sharding_name(value) in DP_SHARDING:
+        return "dp_sharding", sharding_name(value)
     raise ConfigError(f"`layout`: cannot read {token!r}; {SYNTAX}.")
 
 

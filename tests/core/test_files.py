@@ -107,3 +107,22 @@ def test_a_path_with_a_newline_stays_on_one_error_line(tmp_path):
     with pytest.raises(AdvisorError) as refused:
         read_bounded(tmp_path / "new\nline", limit_bytes=10, what="CSV")
     assert "\n" not in str(refused.value) and "new\\nline" in str(refused.value)
+
+
+@pytest.mark.parametrize("args", [
+    ["predict", "--input", "{reference}", "--output", "{fifo}"],
+    ["recommend", "-m", "llama3-8b", "-g", "8", "-p", "h100", "--plot", "{fifo}"],
+    ["train", "-o", "{file}"],
+])
+def test_an_output_option_refuses_what_would_hang_before_the_work(tmp_path, args):
+    """A FIFO as --output/--plot blocked for ever; a file as train's -o failed after the
+    training. Each is refused at once."""
+    fifo, file = tmp_path / "fifo", tmp_path / "file"
+    os.mkfifo(fifo)
+    file.write_text("x")
+    reference = tmp_path / "runs.csv"
+    reference.write_text("model,gpu,num_gpus,seq_len,gbs,tp,pp\nllama3-8b,h100,8,4096,128,2,1\n")
+    args = [a.format(fifo=fifo, file=file, reference=reference) for a in args]
+    done = _advisor(*args, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert str(fifo) in done.stderr or str(file) in done.stderr
