@@ -211,7 +211,7 @@ def test_by_default_recommendations_keep_the_memory_models_known_error_free(pred
     capacity = job.platform.memory_capacity_bytes / 1e9
     default = recommend(job, predictor=predictor, top=3)
     used = default.ranked["pred_memory_gb"] / capacity
-    assert DEFAULT_MEMORY_MARGIN == 0.01 and (used <= 1 - DEFAULT_MEMORY_MARGIN).all()
+    assert 0 < DEFAULT_MEMORY_MARGIN < 0.05 and (used <= 1 - DEFAULT_MEMORY_MARGIN).all()
     unguarded = recommend(job, predictor=predictor, top=3,
                           constraints=Constraints(memory_margin=0.0))
     assert (unguarded.ranked["pred_memory_gb"] / capacity).max() > 1 - DEFAULT_MEMORY_MARGIN
@@ -246,13 +246,13 @@ def test_a_recommend_imports_neither_xgboost_nor_scikit_learn_nor_scipy():
     assert out.stdout.strip() == "[]"
 
 
-def test_nothing_predicted_is_one_clear_error(tmp_path, predictor):
-    # A cluster file whose network no collective can cross in finite time: every prediction
-    # is NaN, and recommend says so instead of failing inside its constraint message.
-    slow = tmp_path / "slow.toml"
-    slow.write_text('base = "h200"\nname = "slow"\nnum_nics_per_node = 8\n'
-                    'nic_bandwidth_bytes_per_s = 1e-300\n[sources]\nnum_nics_per_node = "t"\n'
-                    'nic_bandwidth_bytes_per_s = "t"\n')
-    job = make_job(load_model("70b"), load_platform(str(slow)), num_gpus=64)
-    with pytest.raises(Infeasible, match="could be predicted"):
+def test_nothing_predicted_is_one_clear_error(predictor):
+    # A network no collective can cross in finite time (a cluster file is refused such a
+    # number at load; a platform built in code is not): every prediction is non-finite, and
+    # recommend says so instead of failing inside its constraint message.
+    import dataclasses
+
+    slow = dataclasses.replace(load_platform("h200"), inter_node_bandwidth_bytes_per_s=1e-300)
+    job = make_job(load_model("70b"), slow, num_gpus=64)
+    with pytest.raises(AdvisorError, match="could be predicted"):
         recommend(job, predictor=predictor)
