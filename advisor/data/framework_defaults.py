@@ -11,6 +11,9 @@ the run names a release from 2022 or earlier (`software` such as "2021" or "22.0
 source dated 2019-2022 such as "SC'21"): Megatron-LM as published then had no overlap, reduced
 FP32 gradients and ran unfused attention (FlashAttention arrived in Megatron-LM in 2023).
 PyTorch FSDP (other frameworks) prefetches gathers and overlaps reduce-scatters by itself.
+Megatron-DeepSpeed runs unfused attention unless launched with one of its FlashAttention flags
+(`megatron/arguments.py`: `--use-flash-attn-v1`, `-v2`, `-triton` are `store_true`, off by
+default), so a run that does not say ran unfused.
 Frameworks are read under any spelling `advisor.core.frameworks` accepts ("megatron-lm", "nemo"
 and "mcore" are Megatron; "automodel-fsdp2" is NeMo AutoModel).
 """
@@ -65,12 +68,15 @@ def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
             "overlap_param_gather": overlap & (np.asarray(sharding, dtype=object) != "none"),
             "tp_comm_overlap": current & (tp > 1),
             "grad_reduce_in_fp32": megatron & old,
-            "attention": np.where(megatron & old, "unfused", "flash").astype(object)}
+            "attention": np.where((megatron & old) | (framework == "megatron-deepspeed"),
+                                  "unfused", "flash").astype(object)}
 
 
 def why(framework: str, software: str, source: str = "") -> str:
     """The assumption in words, for `pred_assumed`."""
     framework = find_framework(framework) or framework
+    if framework == "megatron-deepspeed":
+        return "megatron-deepspeed's defaults: unfused attention (no --use-flash-attn-* flag)"
     if framework != "megatron":
         return f"{framework}'s defaults (PyTorch FSDP prefetch and overlap)"
     if bool(old_megatron(np.array([framework]), np.array([software]), np.array([source]))[0]):

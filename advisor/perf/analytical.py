@@ -154,7 +154,7 @@ def analytical_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     calibration = calibration or load_calibration()
     step = step_arrays(model, platform, cols, calibration=calibration, framework=framework)
     if memory is None:
-        memory = memory_arrays(model, platform=platform, cols=cols)
+        memory = memory_arrays(model, platform=platform, cols=cols, framework=framework)
     return step | dict(memory)
 
 

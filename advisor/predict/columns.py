@@ -101,6 +101,9 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         if default:
             values[values == ""] = default
         cols[name] = values
+    # An alias (torchtitan-fsdp2, mcore) is modelled as its framework: step model, memory,
+    # surrogate feature and calibration all key on the canonical name.
+    cols["framework"] = framework_defaults.canonical(cols["framework"])
     unset = {name: (np.ones(n, dtype=bool) if name not in frame
                     else pd.isna(frame[name]).to_numpy())
              for name in (*framework_defaults.FIELDS, "etp")}

@@ -16,7 +16,7 @@ import numpy as np
 
 from advisor.catalog import with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
-from advisor.core.knobs import LAYOUT, NAMES, overlap
+from advisor.core.knobs import LAYOUT, NAMES, overlap, sorted_values
 from advisor.core.parallel import Job, ParallelConfig, make_job
 from advisor.core.space import config_from_row, space_table, tp_choices
 from advisor.core.table import Table
@@ -292,7 +292,7 @@ def pinned_space(job: Job, pins: dict) -> Table:
     applied: list[str] = []
     for name, value in pins.items():
         column = overlap(space) if name == "overlap" else space[name]
-        allowed = sorted(set(column.tolist()), key=str)
+        allowed = sorted_values(set(column.tolist()))
         if value not in allowed:
             given = " with " + ", ".join(applied) if applied else ""
             raise ConfigError(

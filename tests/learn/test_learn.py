@@ -258,7 +258,7 @@ def test_predictor_takes_the_same_defaults_as_predict_input(row):
     via_input = predict_frame(frame.astype(str)).iloc[0]
     assert direct["pred_error"] == "" and via_input["pred_error"] == ""
     assert direct["pred_tokens_per_sec_per_gpu"] == pytest.approx(
-        via_input["pred_tokens_per_sec_per_gpu"], rel=1e-4)  # predict --input rounds
+        via_input["pred_tokens_per_sec_per_gpu"], abs=0.05)  # predict --input rounds to 0.1
     assert direct["pred_memory_gb"] == pytest.approx(via_input["pred_memory_gb"], abs=0.01)
     assumed = direct["pred_assumed"]
     if "software" in row:
