@@ -79,8 +79,11 @@ def show(name: Annotated[str, typer.Argument(help="A platform or model name or a
     name, a cluster file (.toml) or a Hugging Face config.json (or its directory)."""
     try:
         # A config.json (or a model directory) is a model: never read it as a cluster TOML.
-        item = (catalog.load_model(name) if _is_model_path(name)
-                else catalog.load_platform(name))
+        # A model's Hugging Face id (meta-llama/Meta-Llama-3-70B) is a catalog alias, not a
+        # cluster file's path.
+        hf_id = "/" in name and not _is_model_path(name) and catalog.find_model(name)
+        item = (catalog.load_model(name) if _is_model_path(name) else hf_id
+                or catalog.load_platform(name))
     except UnknownNameError:
         try:
             item = catalog.load_model(name)

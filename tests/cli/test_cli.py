@@ -35,6 +35,9 @@ def test_catalog_show_gives_sources():
     data = json.loads(r.stdout)
     assert data["hbm_bytes"] == 141e9 and "hbm_bytes" in data["sources"]
     assert run("catalog", "show", "70b").exit_code == 0
+    # a Hugging Face id is the model's alias, not a cluster file's path
+    by_id = run("catalog", "show", "meta-llama/Meta-Llama-3-70B", "--json")
+    assert by_id.exit_code == 0 and json.loads(by_id.stdout)["name"] == "llama3-70b"
 
 
 def test_space_json_count_matches_library():
