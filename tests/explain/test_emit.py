@@ -74,7 +74,7 @@ TRAINING_ONLY = {"micro_batch_size", "global_batch_size", "seq_length", "max_pos
                  "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16",
                  "rotary_base", "use_rope_scaling"}  # GPTModel(rotary_base=, rope_scaling=)
 #: arguments.py flags whose dest differs from the flag name.
-DESTS = {"fp8_format": "fp8", "fp4_format": "fp4",
+DESTS = {"fp8_format": "fp8", "fp4_format": "fp4", "fp4_param_gather": "fp4_param",
          "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
          "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
 
@@ -184,6 +184,7 @@ def _transformer_kwargs(ns: dict, derived: dict, mcore) -> tuple[type, dict]:
               add_bias_linear=not ns.get("disable_bias_linear", False),
               num_query_groups=ns.get("num_query_groups") if ns.get("group_query_attention")
               else None)
+    kw["fp8_param"] = ns.get("fp8_param_gather", False)  # kw_args['fp8_param'] = args.fp8_...
     if ns.get("swiglu"):
         kw.update(activation_func=F.silu, gated_linear_unit=True)
     if kw["num_moe_experts"] and "moe_ffn_hidden_size" not in kw:
@@ -259,6 +260,12 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
     if tc.fp8:
         assert tc.fp8_recipe == fp8[config.precision]
     assert tc.fp4 == ("e2m1" if config.precision == "nvfp4" else None)
+    # Weights kept only in low precision where the memory model charges them so (a sharded
+    # optimizer with per-tensor FP8, MXFP8 or NVFP4: PARAM_GATHER_BYTES, MXFP8_PARAM_BYTES).
+    gathered = config.dp_sharding != "none"
+    assert ddp.fp8_param_gather == tc.fp8_param == (
+        gathered and config.precision in ("fp8", "fp8-cs", "mxfp8"))
+    assert tc.fp4_param == (gathered and config.precision == "nvfp4")
     if model.is_moe:
         assert (tc.num_moe_experts, tc.moe_router_topk, tc.moe_ffn_hidden_size) == (
             model.num_experts, model.moe_top_k, model.moe_ffn_hidden_size)

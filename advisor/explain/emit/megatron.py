@@ -20,6 +20,12 @@ from advisor.explain.emit import (
     torchrun_words,
 )
 
+#: Precisions whose weights the memory model keeps only in low precision under a sharded
+#: optimizer (advisor.perf.memory.PARAM_GATHER_BYTES, MXFP8_PARAM_BYTES), and the arguments.py
+#: flag that does so: `--fp8-param-gather` (dest fp8_param_gather, which also sets
+#: TransformerConfig.fp8_param), `--fp4-param-gather` (dest fp4_param).
+LOW_PRECISION_PARAM_GATHER = {"fp8": "--fp8-param-gather", "fp8-cs": "--fp8-param-gather",
+                              "mxfp8": "--fp8-param-gather", "nvfp4": "--fp4-param-gather"}
 #: advisor precision -> `--fp8-recipe` (TransformerConfig.fp8_recipe; megatron.core.enums).
 FP8_RECIPES = {"fp8": "delayed", "fp8-cs": "tensorwise", "fp8-block": "blockwise",
                "mxfp8": "mxfp8"}
@@ -246,4 +252,6 @@ def _precision_args(config: ParallelConfig) -> list[str]:
         args += ["--fp8-format", "hybrid", "--fp8-recipe", FP8_RECIPES[config.precision]]
     elif config.precision == "nvfp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    if config.dp_sharding != "none" and config.precision in LOW_PRECISION_PARAM_GATHER:
+        args.append(LOW_PRECISION_PARAM_GATHER[config.precision])
     return args
