@@ -24,7 +24,11 @@ def test_installed_wheel_finds_its_bundled_artifacts(tmp_path):
             f"assert str(bundled_models_dir()).startswith({str(target)!r}), bundled_models_dir()\n"
             "assert Predictor.load().surrogate is not None\n"
             f"assert advisor.__file__.startswith({str(target)!r})\n"
-            "assert 'h200-single' in c.templates()\n")
+            "assert 'h200-single' in c.templates()\n"
+            "from advisor.cli.dataset_cmd import checkout_datasets, resolve_dataset\n"
+            f"assert str(checkout_datasets()).startswith({str(target)!r})\n"
+            "from pathlib import Path\n"
+            "assert resolve_dataset(Path('datasets/published.parquet')).is_file()\n")
     # The wheel's copy first on the path; its dependencies from this environment.
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,

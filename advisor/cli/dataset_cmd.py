@@ -74,27 +74,34 @@ def import_mlperf_cmd(
 
 
 def checkout_datasets() -> Path:
-    """The checkout's datasets/ directory (published and MLPerf runs with their datasheet):
-    next to the advisor package in a checkout or an editable install; absent from a wheel,
-    which ships the catalogs and the trained surrogates, not the data they were trained on."""
+    """The bundled datasets/ directory (published and MLPerf runs with their datasheet): inside
+    an installed wheel (advisor/_datasets, data only, so a namespace package found by the
+    import system), else the checkout's datasets/."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("advisor._datasets")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
     return Path(__file__).resolve().parents[2] / "datasets"
 
 
 def resolve_dataset(path: Path) -> Path:
     """`path` as given where it exists; a relative path that does not (`datasets/
-    published.parquet` from another directory) read from the checkout's datasets/; else an
-    error saying where the datasets live."""
+    published.parquet` from another directory) read from the bundled datasets/; else an error
+    saying where the datasets live."""
     if path.exists() or path.is_absolute():
         return path
     parts = path.parts[1:] if path.parts[:1] == ("datasets",) else path.parts
     candidate = checkout_datasets().joinpath(*parts) if parts else None
     if candidate is not None and candidate.is_file():
         return candidate
-    raise AdvisorError(f"{path}: no such file here ({Path.cwd()}) or in the advisor "
-                       f"checkout's datasets/ directory; the published and MLPerf datasets "
-                       f"live in the checkout (datasets/published.parquet, datasets/"
-                       f"mlperf.parquet) and are not installed with the package: pass a path "
-                       f"to one, or build one with `advisor dataset import-published`.")
+    raise AdvisorError(f"{path}: no such file here ({Path.cwd()}) or among advisor's bundled "
+                       f"datasets (datasets/published.parquet, datasets/mlperf.parquet): pass "
+                       f"a path to a dataset, or build one with `advisor dataset "
+                       f"import-published`.")
 
 
 @app.command("validate")

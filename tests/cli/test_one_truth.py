@@ -207,4 +207,4 @@ def test_dataset_show_finds_the_checkout_datasets_from_any_directory(tmp_path, m
     d = _json("dataset", "show", "datasets/published.parquet")
     assert d["rows"] > 0
     _one_line_error(run("dataset", "show", "datasets/nothing.parquet"),
-                    "datasets/ directory", "not installed with the package")
+                    "bundled datasets", "advisor dataset import-published")
