@@ -42,7 +42,7 @@ NAME_CHARACTERS = 4096
 def check_most(name: str, value: int, limit: Limit, *, error: type = ConfigError) -> None:
     """`error` when `value` is beyond `limit`, saying why the limit is where it is."""
     if value > limit.most:
-        given = f"{value:,}" if value < 10**18 else _magnitude(value)
+        given = f"{value:,}" if value < 10**18 else magnitude(value)
         raise error(f"{name} {given} is beyond advisor's limit of {limit.most:,} ({limit.why}).")
 
 
@@ -57,7 +57,7 @@ def check_name(text: str, what: str, *, error: type = ConfigError) -> None:
         raise error(f"{what} {shown(text)} contains the control character {bad!r}.")
 
 
-def _magnitude(value: int) -> str:
+def magnitude(value: int) -> str:
     """A huge whole number as `1e+308`, or past float range (where float() overflows, and a
     decimal string past 4,300 digits is refused by Python) by its number of digits."""
     try:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import CatalogError, shown_value
-from advisor.core.limits import GPUS, check_most
+from advisor.core.limits import GPUS, check_most, magnitude
 
 
 @dataclass(frozen=True)
@@ -294,12 +293,17 @@ LARGEST_QUANTITY = 1e20
 def _positive(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CatalogError(f"{what} must be a number, got {shown_value(value)}.")
-    if not math.isfinite(value) or value <= 0:
-        raise CatalogError(f"{what} must be a positive finite number, got {value!r}.")
+    # Compared before any float conversion: an integer of 10^309 has no float (OverflowError).
+    if value != value or value <= 0:
+        raise CatalogError(f"{what} must be a positive finite number, got {_shown(value)}.")
     if value > LARGEST_QUANTITY:
-        raise CatalogError(f"{what} = {value:g} is beyond any device ({LARGEST_QUANTITY:g} in "
-                           f"SI units); check the unit.")
+        raise CatalogError(f"{what} = {_shown(value)} is beyond any device "
+                           f"({LARGEST_QUANTITY:g} in SI units); check the unit.")
     return float(value)
+
+
+def _shown(value: float | int) -> str:
+    return magnitude(value) if isinstance(value, int) else f"{value:g}"
 
 
 PLAUSIBLE = {

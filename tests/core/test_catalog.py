@@ -253,3 +253,20 @@ def test_power_limit_range_is_inclusive(tmp_path):
     assert catalog.load_platform(str(f)).power_limit_w == 175
     f = _cluster(tmp_path, "power_limit_w = 700")
     assert catalog.load_platform(str(f)).limit_w == 700
+
+
+@pytest.mark.parametrize("value, message", [
+    ("-1" + "0" * 300, "must be a positive finite number, got -1e\\+300"),
+    ("1" + "0" * 300, "= 1e\\+300 is beyond any device"),
+    ("1" + "0" * 400, "a number of about 401 digits"),
+    ("nan", "positive finite number, got nan"),
+])
+def test_a_cluster_number_past_float_range_is_one_clear_error(tmp_path, value, message):
+    """An integer of 10^309 or more has no float: the check compares it before converting
+    (it raised OverflowError inside math.isfinite)."""
+    cluster = tmp_path / "c.toml"
+    cluster.write_text(f'base = "h200"\nnic_bandwidth_bytes_per_s = {value}\n'
+                       f'num_nics_per_node = 8\n[sources]\nnic_bandwidth_bytes_per_s = "t"\n'
+                       f'num_nics_per_node = "t"\n')
+    with pytest.raises(CatalogError, match=message):
+        catalog.load_platform(str(cluster))
