@@ -90,11 +90,6 @@ def test_bundled_calibration_fits_the_published_runs(reference):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "calibration.toml predates Megatron's async input-gradient reduce in the step model (it "
-    "moves 19 old-Megatron rows): a refit moves ampere's gemm_half_dim beyond 5 % of 138.99. "
-    "The full refit (`python benchmarks/calibrate.py --write`, then `advisor train -o models`) "
-    "did not finish on the shared 2-core machine (load 10-12); run it idle and drop this mark"))
 def test_refit_reproduces_the_bundled_calibration(reference):
     """`benchmarks/calibrate.py --write` wrote what a fit on today's data gives."""
     bundled = load_calibration()
