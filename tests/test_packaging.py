@@ -2,6 +2,7 @@
 surrogate, catalog, and campaign templates (the README's quick start relies on it)."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_installed_wheel_finds_its_bundled_artifacts(tmp_path):
-    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    wheels, target, source = tmp_path / "wheels", tmp_path / "site", tmp_path / "src"
+    # Built from a copy: setuptools writes build/ into the tree it builds, and a build/ in the
+    # checkout while the README commands run reads as a command writing into the checkout.
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", "site", ".pytest_cache", "runs"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+                    "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=600)
     wheel = next(wheels.glob("advisor-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(target), str(wheel)], check=True, capture_output=True, timeout=600)
