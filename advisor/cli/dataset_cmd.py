@@ -75,17 +75,10 @@ def import_mlperf_cmd(
 
 def checkout_datasets() -> Path:
     """The bundled datasets/ directory (published and MLPerf runs with their datasheet): inside
-    an installed wheel (advisor/_datasets, data only, so a namespace package found by the
-    import system), else the checkout's datasets/."""
-    import importlib.util
+    an installed wheel (advisor/_datasets), else the checkout's datasets/."""
+    from advisor.core.files import bundled_dir
 
-    try:
-        spec = importlib.util.find_spec("advisor._datasets")
-    except ModuleNotFoundError:
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parents[2] / "datasets"
+    return bundled_dir("advisor._datasets", "datasets")
 
 
 def resolve_dataset(path: Path) -> Path:

@@ -98,3 +98,19 @@ def check_output_dir(path: Path, *, what: str,
     if not stat.S_ISDIR(info.st_mode):
         raise error(f"{shown_path(path)}: exists and is not a directory; give a directory for "
                     f"the {what} (created if missing).")
+
+
+def bundled_dir(package: str, checkout_dir: str) -> Path:
+    """Where data shipped as a data-only package is: inside an installed wheel (`package`,
+    e.g. advisor._models, a namespace package without __init__.py, so its location comes from
+    the import system, not `resources.files`, whose MultiplexedPath is no filesystem path),
+    else the checkout's `checkout_dir` beside the advisor package."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[2] / checkout_dir

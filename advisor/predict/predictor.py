@@ -12,7 +12,6 @@ a band from the analytical model's own cross-validated error, and `pred_source` 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.files import bundled_dir
 from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
 from advisor.core.space import invalid_rows, validate
 from advisor.core.table import Table
@@ -95,16 +95,8 @@ _LABELS = {"source", "power_source"}
 
 def bundled_models_dir() -> Path:
     """Where the shipped artifacts are: inside an installed wheel (advisor/_models), else the
-    checkout's models/ directory. advisor/_models is data only (no __init__.py), so it is a
-    namespace package: its location comes from the import system, not `resources.files`
-    (whose MultiplexedPath is not a filesystem path)."""
-    try:
-        spec = importlib.util.find_spec("advisor._models")
-    except ModuleNotFoundError:
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parents[2] / "models"
+    checkout's models/ directory."""
+    return bundled_dir("advisor._models", "models")
 
 
 class Predictor:
