@@ -198,14 +198,27 @@ def _framework_defaults(row: Mapping, *, tp: int, sharding: str,
     return out
 
 
+def _missing(cell: object) -> bool:
+    if cell is None:
+        return True
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(cell))
+    except (TypeError, ValueError):  # a list or array cell: not missing
+        return False
+
+
 def parse_row(row: dict, catalog: dict, conditions: Mapping | None = None) -> ParsedRow:
     """A row's configuration and job, checked against the model and platform; errors are
     captured, never raised (one bad cell must not fail the file). `catalog` keeps the models
     and platforms already loaded, so that rows naming the same share one object (and one
     vectorised group in the Predictor). The platform runs under the row's own `CONDITIONS`
     columns (`power_limit_w`, `inlet_c`, ...) where filled, else under `conditions` (the
-    command line's)."""
+    command line's). Missing values (None, NaN, pandas' NA: a dataset frame's empty cells) read
+    as empty cells, as in a CSV."""
     out = ParsedRow()
+    row = {k: "" if _missing(v) else v for k, v in row.items()}
     try:
         model = _cached(catalog, load_model, str(row["model"]))
         platform = _conditions(catalog, _cached(catalog, load_platform, str(row["gpu"])),

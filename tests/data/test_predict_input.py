@@ -100,3 +100,17 @@ def test_rows_are_predicted_as_the_predictor_predicts_them(tmp_path):
                    "pred_memory_gb"):
         digits = 2 if column == "pred_memory_gb" else 4
         assert (out[column].to_numpy() == direct[column].round(digits).to_numpy()).all(), column
+
+
+def test_a_dataset_frame_predicts_as_its_csv_does():
+    """predict_frame on a dataset read from Parquet (None and NaN in empty cells, as
+    schedulers hand it frames) gives what the same rows give through a CSV."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "datasets" / "campaigns" / "h200-single.parquet"
+    frame = pd.read_parquet(path)
+    assert frame["lora_rank"].isna().any()
+    direct = predict_frame(frame)
+    assert direct["pred_error"].eq("").all(), direct["pred_error"].unique()
+    as_csv = predict_frame(frame.astype(object).where(frame.notna(), "").astype(str))
+    assert direct["pred_step_time_s"].tolist() == as_csv["pred_step_time_s"].tolist()
