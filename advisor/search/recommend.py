@@ -149,12 +149,22 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
         return rec
     limit = best_limit(job, rec.ranked_table.first_of_each(LAYOUT), predictor,
                        objective=objective, risk=risk)
-    if limit != job.platform.tdp_w:
+    board, board_rec = float(job.platform.tdp_w), rec
+    current, tried = board, {board}
+    # The best layout at the chosen limit may prefer another limit itself (the trade-off shown
+    # is its own): follow it until #1 and its limit agree (two rounds at most in practice).
+    while limit != current and limit not in tried:
         limited = dataclasses.replace(job, platform=with_conditions(
             job.platform, power_limit_w=limit, given_by="the search"))
         rec = _recommend(limited, objective=objective, risk=risk, constraints=constraints,
                          pins=pins, top=top, predictor=predictor, engine=engine,
                          progress=progress)
+        current = limit
+        tried.add(limit)
+        limit = best_limit(job, rec.ranked_table.head(1), predictor, objective=objective,
+                           risk=risk)
+        if limit == board:  # back to the board's limit: its own search stands
+            rec = board_rec
     points = power_limit.tradeoff(job, rec.ranked_table.head(1), predictor)
     return dataclasses.replace(rec, limit_tradeoff=points, degraded=advice)
 
