@@ -55,8 +55,23 @@ BENCHMARKS = (
     Benchmark("power", "Power model: fitted on measured power, each source held out",
               ("benchmarks/power_validation.py",),
               "The five power parameters fitted on `shared/reference/power` (Perseus, the "
-              "GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps) and each source "
+              "GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps) and the H200 probe, "
+              "and each source "
               "predicted by the others' fit; the MLPerf node-energy rows are never in the fit."),
+    Benchmark("power-probe", "Power limit on an H200: what the probe measured",
+              ("benchmarks/power_probe.py",),
+              "One H200 at its 700 W limit (`datasets/probes/h200-power`, "
+              "`collectors/power_probe.py`): per phase the settled speed, clock, power and "
+              "temperature; GEMM speed against time since a burst began; the window after which "
+              "the cap acts; per duty cycle the share of the cap's loss escaped, measured and "
+              "as the model's window rule predicts; the kernel power ratios it measures."),
+    Benchmark("campaign", "Our own GPU campaigns against the model",
+              ("benchmarks/campaign_check.py",),
+              "Every campaign in `datasets/campaigns` (so far 16 runs on one H200: micro-batch × "
+              "recompute × sequence length of a Llama-3-8B cut to 8 layers, PyTorch eager), "
+              "predicted by the analytical model, which was fitted to none of them: throughput, "
+              "memory, average power and SM clock per run, then the errors, Kendall τ and the "
+              "top-1 regret. The measured clock is the mean of NVML samples, gaps included."),
     Benchmark("thermal", "Thermal forms: fitted on the V100 fleet",
               ("benchmarks/thermal_validation.py",),
               "Temperature against power per slot, the clock's fall with temperature at the "

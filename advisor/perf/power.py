@@ -8,6 +8,15 @@
 * **DVFS.** Busy power at clock fraction φ is static + (demand − static)·φ^a; where demand exceeds
   the limit the clock drops until it fits (power capping), and compute time stretches as
   β/φ + 1 − β (the clock-bound share β; the rest waits on HBM).
+* **The limit binds on a window, not an instant.** Measured on an H200
+  (`datasets/probes/h200-power`, `benchmarks/power_probe.py`): a GEMM burst after an idle gap
+  runs at full clock for about 40 ms before the controller pulls it to the capped clock, and
+  bursts of 5-20 ms between equal gaps run at 97-99 % of full speed while continuous load runs
+  at 83 %. So the limit holds power averaged over some tens of milliseconds. A stage's compute
+  is interleaved with gaps far shorter than that (exposed TP/CP/EP/PP/FSDP communication, host
+  launch waits, `StageTimeline.interleaved_comm_s` and `host_wait_s`): the limit binds on the
+  local average d·P_busy + (1 − d)·P_gap (d: the compute share between gaps), so a layout that
+  waits more between kernels keeps a higher clock while it computes (`windowed_limit`).
 * **Heat.** Each GPU's slot (`advisor/perf/thermal.py`) gives its inlet air (the room's inlet,
   preheated by the GPU upstream) and its platform's heat sink or cold plate gives the rise, so
   its steady temperature; bursts (one micro-batch's uninterrupted compute) heat it further.
@@ -26,7 +35,8 @@
   the straggler.
 * **Samples.** Average power is the time-weighted mean over the step and never exceeds the
   power limit; peak power is what the highest 50 ms NVML instantaneous sample of the hungriest
-  burst reads, which may exceed the limit briefly (the excursion the controller lets through).
+  burst reads (the compute with its short gaps), which may exceed the limit briefly (the
+  excursion the controller lets through).
 * **The power limit** (`Platform.limit_w`: `--power-limit-w`, a cluster file, or the search)
   caps the draw; demand is a share of the board's design power `tdp_w` whatever the limit.
 """
@@ -130,6 +140,16 @@ def load_power_params() -> PowerParams:
     return PowerParams(**{k: float(v) for k, v in values.items()}, sources=sources)
 
 
+def windowed_limit(limit_w: float | np.ndarray, busy_s: np.ndarray, gaps_s: np.ndarray,
+                   gaps_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The busy power a limit allows when it binds on the average over the controller's window
+    and the compute is interleaved with shorter gaps drawing `gaps_w`: the local average
+    d·P + (1 − d)·P_gap meets the limit, d = busy / (busy + gaps). Returns (allowed busy power,
+    d); d = 1 (no gaps) gives the limit itself."""
+    duty = np.clip(busy_s / np.maximum(busy_s + gaps_s, 1e-12), 1e-3, 1.0)
+    return (limit_w - (1.0 - duty) * np.minimum(gaps_w, limit_w)) / duty, duty
+
+
 @dataclass(frozen=True)
 class GpuState:
     """Every modelled GPU (configs × stages × slot entries; see `thermal.SlotMap`)."""
@@ -208,6 +228,12 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
     burst_s = tl.burst_s[:, :, None]
     wait_w = min(design * p.wait_share, limit)
     comm_w = min(wait_w + design * p.comm_extra_share, limit)
+    # The short gaps between a micro-batch's kernels, and what they draw.
+    gap_comm_s = tl.interleaved_comm_s[:, :, None]
+    gap_host_s = tl.host_wait_s[:, :, None]
+    gaps_s = gap_comm_s + gap_host_s
+    gaps_w = np.where(gaps_s > 0, (gap_comm_s * comm_w + gap_host_s * wait_w)
+                      / np.maximum(gaps_s, 1e-12), wait_w)
     nominal_step = tl.step_time()
     shape = np.broadcast_shapes(demand.shape, valid.shape)
     temp = np.full(shape, p.leakage_reference_c)
@@ -217,17 +243,19 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
         return _AtClock(stretch, busy_s * stretch, p.busy_power(static, load, clock),
                         burst_reach(chassis, burst_s * stretch))
 
-    def at_step(c: _AtClock, step: np.ndarray):
+    def at_step(c: _AtClock, step: np.ndarray, local_w: np.ndarray):
         energy = c.busy * c.burst_w + comm_s * comm_w + np.maximum(
             step[:, None, None] - c.busy - comm_s, 0.0) * wait_w
         # The power controller holds the average under the limit (the optimizer's stretch is
         # not in the step's critical path, so the phase sum can overrun it slightly).
         avg = np.minimum(energy / step[:, None, None], limit)
         steady = steady_temperature(chassis, inlet, avg, slots)
-        peak = steady + burst_heating(chassis, c.burst_w, avg, c.reach)
+        # the die sees the compute and its short gaps together: their local average
+        peak = steady + burst_heating(chassis, local_w, avg, c.reach)
         return avg, steady, peak
 
     step = nominal_step
+    stretch = np.ones_like(busy_s)
     for _ in range(ITERATIONS):
         # Leakage follows the die (held at its slowdown point by the firmware) and adds to
         # the draw at every clock: under a cap a hotter GPU keeps less for its clock (the
@@ -236,11 +264,14 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
             np.minimum(temp, slowdown_c) - p.leakage_reference_c)
         static = design * p.static_share + leak
         load = demand + leak
-        clock = p.capped_clock(static, load, limit)
+        burst_limit, duty = windowed_limit(limit, busy_s * stretch, gaps_s, gaps_w)
+        clock = p.capped_clock(static, load, burst_limit)
         running = at_clock(clock, static, load)
+        stretch = running.stretch
+        local_w = duty * running.burst_w + (1.0 - duty) * gaps_w
         stage_slow = np.where(valid, running.stretch, 1.0).max(axis=2)
         step = tl.step_time(stage_slow)
-        avg, steady, peak = at_step(running, step)
+        avg, steady, peak = at_step(running, step, local_w)
         temp = peak
     capped_step = step
 
@@ -248,7 +279,7 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
     n = len(step)
     rows = np.arange(n)
     busy_share = np.clip(busy_s * stretch / step[:, None, None], 0.0, 1.0)
-    w_power = np.clip((load - limit) / (CAP_EDGE * limit) + 0.5, 0.0, 1.0)
+    w_power = np.clip((load - burst_limit) / (CAP_EDGE * limit) + 0.5, 0.0, 1.0)
     frac_power = w_power * busy_share
     microbatch = tl.microbatch_s[:, :, None] + tl.microbatch_compute_s[:, :, None] * (
         stretch - 1.0)
@@ -286,16 +317,20 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
     thermal_s = thermal_share * capped_step
     degraded_s = degraded_extra(platform, tl, p, demand=load, static=static, valid=valid,
                                 stage_slow=stage_slow, capped_step=capped_step,
-                                num_gpus=num_gpus)
+                                num_gpus=num_gpus, busy_s=busy_s * stretch, gaps_s=gaps_s,
+                                gaps_w=gaps_w)
     step = capped_step + straggler_s + thermal_s + degraded_s
     # Waiting for the slowest GPU, the hot one or the degraded node draws the waiting power.
     stage_avg = _stage_mean(avg, valid)
     avg_w = (stage_avg.mean(axis=1) * capped_step
              + (step - capped_step) * wait_w) / step
 
-    overshoot = p.peak_excursion * np.maximum(load - limit, 0.0)
+    # A 50 ms sample averages the compute with its short gaps; it overshoots the limit by a
+    # share of what that local average would draw uncapped.
+    local_demand = duty * load + (1.0 - duty) * gaps_w
+    overshoot = p.peak_excursion * np.maximum(local_demand - limit, 0.0)
     window = 1.0 - np.exp(-burst_s * stretch / p.sample_window_s)
-    sampled = avg + (burst_w + overshoot - avg) * window
+    sampled = avg + (local_w + overshoot - avg) * window
     peak_temp = np.minimum(peak, slowdown_c)
     k = valid.shape[2]
     front = np.asarray(chassis.row)[slots.slot] == "front"
@@ -342,7 +377,8 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
 def degraded_extra(platform: Platform, tl: StageTimeline, p: PowerParams, *,
                    demand: np.ndarray, static: np.ndarray, valid: np.ndarray,
                    stage_slow: np.ndarray, capped_step: np.ndarray,
-                   num_gpus: np.ndarray) -> np.ndarray:
+                   num_gpus: np.ndarray, busy_s: np.ndarray, gaps_s: np.ndarray,
+                   gaps_w: np.ndarray) -> np.ndarray:
     """Seconds a step loses to the cluster's degraded nodes (`Platform.degraded_nodes` held at
     `degraded_power_w`): the stage on them runs at the clock their limit allows, and the
     synchronous job waits for it. Which stage lands there is not known, so the heaviest is
@@ -351,7 +387,8 @@ def degraded_extra(platform: Platform, tl: StageTimeline, p: PowerParams, *,
     n = len(capped_step)
     if not platform.degraded_nodes or platform.degraded_power_w is None:
         return np.zeros(n)
-    degraded_clock = p.capped_clock(static, demand, float(platform.degraded_power_w))
+    allowed, _ = windowed_limit(float(platform.degraded_power_w), busy_s, gaps_s, gaps_w)
+    degraded_clock = p.capped_clock(static, demand, allowed)
     slow = np.where(valid, p.slowdown(degraded_clock), 1.0).max(axis=2)
     worst = np.zeros(n)
     for s in range(stage_slow.shape[1]):

@@ -11,6 +11,10 @@ Sources (`shared/reference/power`, read its README):
 * `zeus_power_limit` — the same pipelines under one GPU power limit from 300 W down (Zeus):
   iteration time and per-GPU power against the limit, predicted from the 300 W step's timeline
   (itself capped where the demand exceeds 300 W; see `predict_zeus`).
+* `h200_probe` — one H200 at its 700 W limit (`datasets/probes/h200-power`, this project's own
+  measurement with `collectors/power_probe.py`): bf16 GEMMs of three shapes and fused attention
+  back to back, each kernel's capped time against its time at full clock (cold, before the cap
+  acts) and the SM clock the cap left (`load_probe`). The one Hopper source.
 
 Each source's error is the mean absolute percentage error (MAPE) of its targets. The fit minimises
 the sum over sources of their mean squared log errors (each source weighs the same), with a
@@ -49,7 +53,13 @@ DESIGN_W = {"a40": 300.0, "a100-pcie-80gb": 400.0}
 """What the silicon is built to draw, against which the shares are fitted: the part's own limit,
 except A100 PCIe, which caps the GA100 die of the A100 SXM4 (400 W, NVIDIA A100 datasheet) at
 300 W. The products' shares are of their SXM/OAM limits (tdp_w), which are their design power."""
-SOURCES = ("perseus", "stage_profiles", "zeus_power_limit")
+SOURCES = ("perseus", "stage_profiles", "zeus_power_limit", "h200_probe")
+DEFAULT_PROBE = Path(__file__).resolve().parents[2] / "datasets" / "probes" / "h200-power"
+PROBE_KERNELS = {"continuous": ("gemm8192", "gemm"), "kind-gemm4096": ("gemm4096", "gemm"),
+                 "kind-gemm8192x1024": ("gemm8192x1024", "gemm"),
+                 "kind-attention": ("attention", "attention")}
+"""Probe phase -> (kernel, kind): the kernels that run long enough back to back to be capped
+(the 2048³ GEMM leaves launch gaps; the copy never reaches the limit)."""
 BASE_LIMIT_W = 300.0
 """The Zeus sweeps' reference step: the highest limit NVML allowed (shared/reference/power)."""
 
@@ -66,10 +76,78 @@ class PowerReference:
     zeus: pd.DataFrame
     """One row per (job, limit, stage): busy_s and iter_s at 300 W, limit_w, iter_ratio,
     avg_power_w."""
+    probe: pd.DataFrame
+    """One row per probe kernel: kind (gemm/attention), utilization (speed at full clock over
+    the best-fed GEMM's), time_ratio (capped over full clock), clock_frac, limit_w, design_w."""
 
 
-def load_reference(folder: Path) -> PowerReference:
-    """Read and reduce the three per-GPU sources in `folder` (`shared/reference/power`)."""
+def read_probe(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """A power probe's kernels, NVML samples and device facts, as `collectors/power_probe.py`
+    wrote them."""
+    import json
+
+    return (pd.read_csv(folder / "kernels.csv.gz"), pd.read_csv(folder / "samples.csv.gz"),
+            json.loads((folder / "device.json").read_text()))
+
+
+def load_probe(folder: Path) -> pd.DataFrame:
+    """Reduce a power probe (`collectors/power_probe.py`) to its capped kernels: the second half
+    of each phase (the cap settled) against the kernel's cold time (full clock)."""
+    kernels, samples, facts = read_probe(folder)
+    spans = {name: (begin, end) for name, begin, end in facts["spans"]}
+    cold = facts["warm_kernel_s"]
+    flop = kernels.groupby("phase")["flop"].first()
+    best = flop["continuous"] / cold["gemm8192"]
+    rows = []
+    for phase, (kernel, kind) in PROBE_KERNELS.items():
+        begin, end = spans[phase]
+        half = begin + (end - begin) / 2
+        k = kernels[(kernels.phase == phase) & (kernels.start_s >= half)]
+        s = samples[(samples.timestamp_s >= half) & (samples.timestamp_s < end)]
+        rows.append({"kernel": kernel, "kind": kind,
+                     "utilization": flop[phase] / cold[kernel] / best,
+                     "time_ratio": float(k.duration_s.median()) / cold[kernel],
+                     "clock_frac": float(s.sm_clock_mhz.mean()) / facts["max_sm_clock_mhz"],
+                     "limit_w": facts["power_limit_w"], "design_w": facts["power_limit_w"]})
+    return pd.DataFrame(rows)
+
+
+def phase_table(kernels: pd.DataFrame, samples: pd.DataFrame, facts: dict) -> pd.DataFrame:
+    """Per probe phase, its second half (settled): speed (TFLOP/s; TB/s for the copy), mean SM
+    clock, NVML instantaneous and 1-s average power, temperature, share of samples capped."""
+    rows = []
+    for name, begin, end in facts["spans"]:
+        half = begin + (end - begin) / 2
+        k = kernels[(kernels.phase == name) & (kernels.start_s >= half)]
+        s = samples[(samples.timestamp_s >= half) & (samples.timestamp_s < end)]
+        moved = k.flop.sum() if k.flop.sum() else k.bytes.sum()
+        rows.append({"phase": name, "speed": moved / k.duration_s.sum() / 1e12 if len(k) else
+                     np.nan, "sm_mhz": s.sm_clock_mhz.mean(),
+                     "inst_w": s.power_instant_w.mean(), "max_inst_w": s.power_instant_w.max(),
+                     "avg_w": s.power_avg_w.mean(), "temp_c": s.gpu_temp_c.mean(),
+                     "capped": s.throttle_power.astype(float).mean()})
+    return pd.DataFrame(rows).set_index("phase")
+
+
+def kernel_ratios(table: pd.DataFrame, facts: dict) -> dict[str, float]:
+    """The kernel power ratios of `power.toml` this probe measures, through the fitted curve:
+    memory_ratio, the HBM-bound copy's draw at full clock (never capped) over the best-fed
+    GEMM's full-clock demand busy_share × design; attention_ratio, fused attention's full-clock
+    demand static + (limit − static) / φ^a (φ: the clock the cap left it) over the same."""
+    p = load_power_params()
+    design = limit = float(facts["power_limit_w"])
+    busy = p.busy_share * design
+    static = p.static_share * design
+    phi = table.loc["kind-attention", "sm_mhz"] / facts["max_sm_clock_mhz"]
+    attention = static + (limit - static) / phi ** p.clock_power_exponent
+    return {"memory_ratio": float(table.loc["kind-copy", "avg_w"]) / busy,
+            "attention_ratio": float(attention / busy)}
+
+
+def load_reference(folder: Path, probe: Path | None = DEFAULT_PROBE) -> PowerReference:
+    """Read and reduce the three per-GPU sources in `folder` (`shared/reference/power`) and the
+    power probe in `probe` (the checkout's H200 one by default; left out where there is none,
+    as in an installed wheel)."""
     perseus = pd.read_csv(folder / "perseus_runs.csv")
     runs = perseus[perseus["plan_kind"] == "all_max_frequency"].copy()
     runs["busy_s"] = runs["fwd_time_s"] + runs["bwd_time_s"]
@@ -108,7 +186,9 @@ def load_reference(folder: Path) -> PowerReference:
     steps = steps.rename(columns={"busy_s_300": "busy300_s", "iter_time_s_300": "iter300_s",
                                   "power_limit_w": "limit_w"})
     steps["design_w"] = steps["gpu"].map(DESIGN_W)
-    return PowerReference(perseus=per_stage, profiles=prof, zeus=steps)
+    return PowerReference(perseus=per_stage, profiles=prof, zeus=steps,
+                          probe=load_probe(probe) if probe is not None
+                          and (probe / "device.json").exists() else pd.DataFrame())
 
 
 def predict_perseus(p: PowerParams, d: pd.DataFrame) -> np.ndarray:
@@ -167,6 +247,17 @@ def predict_zeus(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
     return iteration / base, power
 
 
+def predict_probe(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(time ratio, clock fraction) of kernels run back to back at the limit: demand as
+    `power.phase_demand` draws it for GEMMs of that utilization or fused attention."""
+    design = d["design_w"].to_numpy()
+    busy = p.busy_share * design
+    gemm = busy * (p.gemm_floor + (1.0 - p.gemm_floor) * d["utilization"].to_numpy())
+    demand = np.where(d["kind"].to_numpy() == "attention", busy * p.attention_ratio, gemm)
+    phi = p.capped_clock(p.static_share * design, demand, d["limit_w"].to_numpy())
+    return p.slowdown(phi), phi
+
+
 def source_errors(p: PowerParams, ref: PowerReference) -> dict[str, dict[str, np.ndarray]]:
     """Log errors (predicted / measured) per source and target."""
     out: dict[str, dict[str, np.ndarray]] = {}
@@ -181,6 +272,10 @@ def source_errors(p: PowerParams, ref: PowerReference) -> dict[str, dict[str, np
     out["zeus_power_limit"] = {
         "iter_time_ratio": np.log(t[jobs] / ref.zeus["iter_ratio"].to_numpy()[jobs]),
         "avg_power": np.log(w / ref.zeus["avg_power_w"].to_numpy())}
+    if len(ref.probe):
+        t, phi = predict_probe(p, ref.probe)
+        out["h200_probe"] = {"time_ratio": np.log(t / ref.probe["time_ratio"].to_numpy()),
+                             "clock": np.log(phi / ref.probe["clock_frac"].to_numpy())}
     return out
 
 
@@ -202,7 +297,7 @@ def fit(ref: PowerReference, *, sources: tuple[str, ...] = SOURCES,
         errors = source_errors(params(x), ref)
         parts = []
         for name in sources:
-            for values in errors[name].values():
+            for values in errors.get(name, {}).values():
                 parts.append(values / np.sqrt(len(values) * len(errors[name])))
         parts.append(PRIOR_WEIGHT * np.log(x / prior))
         return np.concatenate(parts)
@@ -220,7 +315,7 @@ def validation_table(ref: PowerReference) -> pd.DataFrame:
     held out (the others fit, this one predicted), and the number of points."""
     full = fit(ref)
     rows = []
-    for held in SOURCES:
+    for held in [s for s in SOURCES if s in source_errors(full, ref)]:
         held_params = fit(ref, sources=tuple(s for s in SOURCES if s != held))
         inside = source_errors(full, ref)[held]
         outside = source_errors(held_params, ref)[held]
@@ -252,7 +347,7 @@ def without_workload(ref: PowerReference, gpu: str, model: str) -> PowerReferenc
         return frame[(frame["gpu"] != gpu) | (frame["model"] != model)]
 
     return PowerReference(perseus=keep(ref.perseus), profiles=keep(ref.profiles),
-                          zeus=keep(ref.zeus))
+                          zeus=keep(ref.zeus), probe=ref.probe)
 
 
 def limit_errors(p: PowerParams, zeus: pd.DataFrame) -> pd.DataFrame:

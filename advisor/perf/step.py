@@ -298,6 +298,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         return np.broadcast_to(x, (n, pp)).astype(float)
 
     tail_stage = stages(dp_exposed + optimizer)
+    interleaved_mb = tp_exposed + cp_exposed + ep_raw + pp_mb + fsdp_exposed_mb
     timeline = StageTimeline(
         gemm_s=stages(m * (gemm_mb + re_gemm)),
         attention_s=stages(m * (attn_mb + re_attn)),
@@ -305,8 +306,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         # what runs under the steady stretch's compute (the DP sync hides under the last
         # micro-batch only: no part of the sustained burst)
         hidden_comm_s=stages(m * sum(hidden.values())),
-        exposed_comm_s=stages(m * (tp_exposed + cp_exposed + ep_raw + pp_mb + fsdp_exposed_mb)
-                              + dp_exposed),
+        exposed_comm_s=stages(m * interleaved_mb + dp_exposed),
+        interleaved_comm_s=stages(m * interleaved_mb),
         host_wait_s=stages(m * overhead_mb),
         # 1F1B gathers a stage's waiting at the fill and drain: its micro-batches run back to
         # back in between, one sustained burst.

@@ -24,6 +24,9 @@ class StageTimeline:
     """Communication running under compute (adds to its draw, not to the time)."""
     exposed_comm_s: np.ndarray
     """Communication the GPU waits for (TP/CP/EP/PP/DP/FSDP not hidden)."""
+    interleaved_comm_s: np.ndarray
+    """The part of `exposed_comm_s` between one micro-batch's kernels (TP/CP/EP/PP/FSDP, not
+    the DP sync at the step's end): gaps far shorter than the power controller's window."""
     host_wait_s: np.ndarray
     """The GPU idle while the CPU launches kernels."""
     burst_s: np.ndarray

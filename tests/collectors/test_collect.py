@@ -243,13 +243,20 @@ def test_cpu_campaign_through_real_slurm(tmp_path, slurm):
     assert pd.to_numeric(rows["tokens_per_sec_per_gpu"]).gt(0).all()
 
 
-def test_h200_script_plans_its_sixteen_runs():
+def test_h200_script_plans_its_sixteen_runs(tmp_path):
+    """Its dataset is committed with all 16 runs measured on an H200 (2026-12-04), so the dry
+    run plans none and skips 16; against an empty dataset the template plans all 16."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "h200_campaign.sh"
     out = subprocess.run([str(script), "--dry-run", "--json"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
-    assert plan["campaign"] == "h200-single" and len(plan["planned"]) == 16
+    assert plan["campaign"] == "h200-single" and plan["skipped"] == 16 and not plan["planned"]
+    fresh = subprocess.run([sys.executable, "-m", "advisor", "collect", "--campaign",
+                            "h200-single", "--dry-run", "--json", "--dataset",
+                            str(tmp_path / "fresh.parquet")], capture_output=True, text=True,
+                           timeout=300)
+    assert len(json.loads(fresh.stdout)["planned"]) == 16, fresh.stderr
 
 
 FAKE_NVML = '''

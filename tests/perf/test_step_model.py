@@ -98,7 +98,16 @@ def test_no_temperature_beyond_the_slowdown_limit(space):
 def test_larger_micro_batch_never_lowers_peak_power(space):
     # Within 0.5 %: fewer micro-batches also mean fewer latency-bound overlapped messages, a
     # slightly smaller overlap share of the burst (under 1 W on 40 of 3,969 H200 layouts).
+    # Without context or expert parallelism, as the paper measured it: with CP 8-64 the ring's
+    # exposed share between kernels, and with EP the all-to-all's, can grow with the
+    # micro-batch, and a 50 ms sample averages the compute with it (the H200 probe: 5 ms GEMM
+    # bursts between 5 ms gaps sample at 563 W, the bursts alone at about 950 W), so there the
+    # peak sample may fall (by up to 6 % on Mixtral-8x7B CP16). MoE models too: their expert
+    # GEMMs' mix shifts with the micro-batch (DeepSeek-V3 TP4 EP1: -0.9 %).
     model, platform, configs, _ = space
+    if model.num_experts > 1:
+        pytest.skip("the paper measured dense models; see above")
+    configs = configs[configs["cp"] == 1]
     base = configs.drop_duplicates(subset=[c for c in configs.columns if c != "mbs"])
     previous = None
     for mbs in (1, 2, 4, 8):

@@ -1,0 +1,78 @@
+"""How the analytical model predicts this project's own GPU campaigns (nothing was fitted to
+them): per run, measured against predicted throughput, memory, power and SM clock, then the
+errors and how well the model orders the runs.
+
+    python benchmarks/campaign_check.py                                  # datasets/campaigns/*
+    python benchmarks/campaign_check.py datasets/campaigns/h200-single.parquet
+
+The measured clock is the mean of NVML samples over the measured steps, gaps included; the
+predicted one is the capped clock of the slowest GPU while it computes, so compare their trends,
+not their levels.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import kendalltau
+
+from advisor.data.predict_input import choose_recompute, parse_row
+from advisor.perf.analytical import predict_config
+from advisor.predict.rows import predict_frame
+
+CAMPAIGNS = Path(__file__).resolve().parents[1] / "datasets" / "campaigns"
+
+
+def check(path: Path) -> dict[str, float]:
+    frame = pd.read_parquet(path)
+    frame = frame[frame["status"] == "ok"].reset_index(drop=True)
+    out = predict_frame(frame)
+    rows = [parse_row(row, {}, None) for row in frame.to_dict("records")]
+    choose_recompute(rows)
+    clocks = []
+    for r in rows:
+        power = predict_config(r.job.model, r.job.platform, r.config).power
+        boost = r.job.platform.boost_clock_hz
+        clocks.append(power.min_clock_frac * boost / 1e6 if boost else np.nan)
+    out["pred_clock_mhz"] = clocks
+    pd.set_option("display.width", 200)
+    shown = out.assign(
+        tok_s=out.tokens_per_sec_per_gpu.round(0), pred_tok_s=out.pred_tokens_per_sec_per_gpu,
+        mem_gb=out.peak_mem_gb.round(1), pred_mem_gb=out.pred_memory_gb,
+        avg_w=out.avg_power_w.round(0), pred_avg_w=out.pred_avg_power_w.round(0),
+        clock=out.mean_sm_clock_mhz.round(0), pred_clock=np.round(clocks, 0))
+    cols = ["model", "seq_len", "mbs", "tp", "pp", "recompute", "tok_s", "pred_tok_s", "mem_gb",
+            "pred_mem_gb", "avg_w", "pred_avg_w", "clock", "pred_clock"]
+    print(f"\n{path.name}: {len(out)} runs ({frame['gpu'].iloc[0]}, "
+          f"{frame['software'].iloc[0]})")
+    print(shown[cols].to_string(index=False))
+    tps = out.pred_tokens_per_sec_per_gpu / out.tokens_per_sec_per_gpu - 1
+    mem = out.pred_memory_gb / out.peak_mem_gb - 1
+    tau = float(kendalltau(out.tokens_per_sec_per_gpu.to_numpy(),
+                           out.pred_tokens_per_sec_per_gpu.to_numpy()).statistic)
+    best = int(np.argmax(out.pred_tokens_per_sec_per_gpu.to_numpy()))
+    regret = 1 - out.tokens_per_sec_per_gpu.iloc[best] / out.tokens_per_sec_per_gpu.max()
+    summary = {"runs": len(out), "throughput_mape": float(np.mean(np.abs(tps))),
+               "throughput_bias": float(np.median(tps)), "memory_mape": float(np.mean(
+                   np.abs(mem))), "memory_bias": float(np.median(mem)), "tau": tau,
+               "top1_regret": float(regret)}
+    print(f"throughput: MAPE {summary['throughput_mape']:.1%}, median error "
+          f"{summary['throughput_bias']:+.1%}; Kendall τ {tau:.2f}; top-1 regret {regret:.1%}")
+    print(f"memory: MAPE {summary['memory_mape']:.1%}, median error "
+          f"{summary['memory_bias']:+.1%}")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("datasets", nargs="*", type=Path)
+    args = parser.parse_args()
+    for path in args.datasets or sorted(CAMPAIGNS.glob("*.parquet")):
+        check(path)
+
+
+if __name__ == "__main__":
+    main()
