@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from collectors.telemetry.nvml import _FIELD_VALUE_ATTR
+
 GEMM_SIDE = 8192
 
 
@@ -156,8 +158,7 @@ class DriverSamples:
             except Exception as exc:  # NOT_FOUND before the first sample; unsupported
                 self.error = self.error or f"{column}: {type(exc).__name__}: {exc}"
                 continue
-            attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}.get(vtype,
-                                                                                    "uiVal")
+            attr = _FIELD_VALUE_ATTR.get(vtype, "uiVal")
             for s in samples:
                 if s.timeStamp > self._last[column]:
                     self._last[column] = s.timeStamp
@@ -292,6 +293,16 @@ def main(argv: list[str] | None = None) -> None:
                         help="collectors.telemetry kind (default: nvml on cuda, cpu on cpu)")
     args = parser.parse_args(argv)
     telemetry = args.telemetry or ("nvml" if args.device == "cuda" else "cpu")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.exit(2, f"error: cannot write to {args.out}: {e.strerror or e}; pass another "
+                       f"--out.\n")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(2, "error: no CUDA GPU is visible to torch; run on a GPU node, or use "
+                       "--device cpu --scale 0.02 to try the code path.\n")
     facts = run_probe(args.out, device_kind=args.device, scale=args.scale, telemetry=telemetry)
     print(json.dumps({k: v for k, v in facts.items() if k not in ("phases", "spans")}))
 

@@ -90,6 +90,14 @@ def read_probe(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
             json.loads((folder / "device.json").read_text()))
 
 
+def _settled(kernels: pd.DataFrame, samples: pd.DataFrame, phase: str, begin: float,
+             end: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A probe phase's kernels and NVML samples in its second half, where the cap has settled."""
+    half = begin + (end - begin) / 2
+    return (kernels[(kernels.phase == phase) & (kernels.start_s >= half)],
+            samples[(samples.timestamp_s >= half) & (samples.timestamp_s < end)])
+
+
 def load_probe(folder: Path) -> pd.DataFrame:
     """Reduce a power probe (`collectors/power_probe.py`) to its capped kernels: the second half
     of each phase (the cap settled) against the kernel's cold time (full clock)."""
@@ -101,9 +109,7 @@ def load_probe(folder: Path) -> pd.DataFrame:
     rows = []
     for phase, (kernel, kind) in PROBE_KERNELS.items():
         begin, end = spans[phase]
-        half = begin + (end - begin) / 2
-        k = kernels[(kernels.phase == phase) & (kernels.start_s >= half)]
-        s = samples[(samples.timestamp_s >= half) & (samples.timestamp_s < end)]
+        k, s = _settled(kernels, samples, phase, begin, end)
         rows.append({"kernel": kernel, "kind": kind,
                      "utilization": flop[phase] / cold[kernel] / best,
                      "time_ratio": float(k.duration_s.median()) / cold[kernel],
@@ -117,9 +123,7 @@ def phase_table(kernels: pd.DataFrame, samples: pd.DataFrame, facts: dict) -> pd
     clock, NVML instantaneous and 1-s average power, temperature, share of samples capped."""
     rows = []
     for name, begin, end in facts["spans"]:
-        half = begin + (end - begin) / 2
-        k = kernels[(kernels.phase == name) & (kernels.start_s >= half)]
-        s = samples[(samples.timestamp_s >= half) & (samples.timestamp_s < end)]
+        k, s = _settled(kernels, samples, name, begin, end)
         moved = k.flop.sum() if k.flop.sum() else k.bytes.sum()
         rows.append({"phase": name, "speed": moved / k.duration_s.sum() / 1e12 if len(k) else
                      np.nan, "sm_mhz": s.sm_clock_mhz.mean(),
