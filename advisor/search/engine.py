@@ -67,6 +67,9 @@ class SearchResult:
     study_name: str = ""
     num_space: int = 0
     """Valid configurations in the (pinned) space."""
+    tried: Table | None = None
+    """Optuna only: the configurations its trials landed on (configuration columns), so that
+    a search at another power limit can re-score them instead of sampling again."""
 
 
 @dataclass(frozen=True)
@@ -408,12 +411,12 @@ def _optuna(job: Job, space: Table, engine: SearchEngine, *, predictor,
                     else nearest({**_fixed(choices), **t.params})
                     for t in study.get_trials(deepcopy=False,
                                               states=(optuna.trial.TrialState.COMPLETE,))})
-    scored = score_configs(job, space.take(tried), predictor=predictor,
-                           constraints=constraints)
+    landed = space.take(tried)
+    scored = score_configs(job, landed, predictor=predictor, constraints=constraints)
     fits = scored["pred_fits"].astype(bool) if len(scored) else np.zeros(0, bool)
     return SearchResult(scored.take(fits), "optuna", num_valid=len(tried),
                         num_fit=int(fits.sum()), num_trials=done, study_name=name,
-                        num_space=len(space))
+                        num_space=len(space), tried=landed)
 
 
 def _fixed(choices: dict[str, list]) -> dict:

@@ -107,6 +107,8 @@ class Recommendation:
     degraded: DegradedAdvice | None = None
     """Where the job's platform marks degraded nodes: the job with them against the healthy
     nodes alone."""
+    searched: Table | None = field(default=None, repr=False)
+    """Optuna only: the layouts its trials landed on (`SearchResult.tried`)."""
 
     @property
     def ranked(self) -> pd.DataFrame:
@@ -153,12 +155,19 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
     current, tried = board, {board}
     # The best layout at the chosen limit may prefer another limit itself (the trade-off shown
     # is its own): follow it until #1 and its limit agree (two rounds at most in practice).
+    # An Optuna search is not run again at another limit: the layouts its trials landed on
+    # are re-scored there (a second sampling would double the time for the same region).
     while limit != current and limit not in tried:
         limited = dataclasses.replace(job, platform=with_conditions(
             job.platform, power_limit_w=limit, given_by="the search"))
         rec = _recommend(limited, objective=objective, risk=risk, constraints=constraints,
                          pins=pins, top=top, predictor=predictor, engine=engine,
-                         progress=progress)
+                         progress=progress, space=board_rec.searched)
+        if board_rec.searched is not None:
+            rec = dataclasses.replace(
+                rec, engine=board_rec.engine, num_trials=board_rec.num_trials,
+                study_name=board_rec.study_name, num_valid=board_rec.num_valid,
+                searched=board_rec.searched)
         current = limit
         tried.add(limit)
         limit = best_limit(job, rec.ranked_table.head(1), predictor, objective=objective,
@@ -171,7 +180,9 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
 
 def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints | None,
                pins: dict | None, top: int, predictor, engine: SearchEngine | None,
-               progress) -> Recommendation:
+               progress, space: Table | None = None) -> Recommendation:
+    """One search of `job`'s (pinned) space, or, given `space` (layouts an Optuna search
+    already landed on), an exhaustive scoring of those."""
     check_objective(objective)
     check_risk(risk)
     if top < 1:
@@ -179,7 +190,10 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
     constraints = constraints or Constraints()
     pins = dict(pins or {})
     predictor = predictor or Predictor.load()
-    space = pinned_space(job, pins)
+    if space is None:
+        space = pinned_space(job, pins)
+    else:
+        engine = SearchEngine("exhaustive")
     result = search(job, predictor=predictor, constraints=constraints, objective=objective,
                     space=space, pins=pins, engine=engine, progress=progress, risk=risk)
     scored = result.scored
@@ -217,7 +231,8 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
         power_front=pareto_front(ranked, "pred_peak_power_w"),
         energy_front=pareto_front(ranked, "pred_energy_j_per_token"),
         ranked_table=ranked, num_trials=result.num_trials, study_name=result.study_name,
-        risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk))
+        risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk),
+        searched=result.tried)
 
 
 def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list[str]:

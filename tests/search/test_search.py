@@ -77,6 +77,22 @@ def test_optuna_balanced_is_multi_objective(job, predictor):
     assert rec.engine == "optuna" and rec.choices
 
 
+def test_optuna_balanced_rescores_its_layouts_at_the_chosen_limit(job, predictor, tmp_path):
+    """The power-limit search does not sample a second study: #1 at the chosen limit is one of
+    the layouts the board-limit trials landed on, and the study holds only those trials."""
+    journal = str(tmp_path / "limit.log")
+    rec = recommend(job, predictor=predictor, objective="balanced",
+                    engine=SearchEngine("optuna", trials=96, storage=journal, seed=5))
+    assert rec.job.platform.power_limit_w is not None  # a limit below the board's was chosen
+    assert rec.engine == "optuna" and rec.num_trials == 96
+    landed = {tuple(r[k] for k in ("tp", "pp", "cp", "dp", "mbs", "vp"))
+              for r in rec.searched.rows()}
+    best = rec.choices[0].config
+    assert (best.tp, best.pp, best.cp, best.dp, best.mbs, best.vp) in landed
+    studies = optuna.get_all_study_summaries(storage=open_storage(journal))
+    assert [(s.study_name, s.n_trials) for s in studies] == [(rec.study_name, 96)]
+
+
 def test_different_pins_get_different_studies(job, predictor, tmp_path):
     journal = str(tmp_path / "pins.log")
     shared = SearchEngine(trials=32, storage=journal)
