@@ -6,8 +6,8 @@ errors and how well the model orders the runs.
     python benchmarks/campaign_check.py datasets/campaigns/h200-single.parquet
 
 The measured clock is the mean of NVML samples over the measured steps, gaps included; the
-predicted one is the capped clock of the slowest GPU while it computes, so compare their trends,
-not their levels.
+predicted one is the capped clock of the slowest GPU while it computes (their trend is what the
+power model's GEMM demand, in proportion to how well fed the tensor cores are, has to follow).
 """
 
 from __future__ import annotations
@@ -59,10 +59,18 @@ def check(path: Path) -> dict[str, float]:
                "throughput_bias": float(np.median(tps)), "memory_mape": float(np.mean(
                    np.abs(mem))), "memory_bias": float(np.median(mem)), "tau": tau,
                "top1_regret": float(regret)}
+    clock = np.asarray(clocks) / out.mean_sm_clock_mhz.to_numpy() - 1
+    if np.isfinite(clock).any():
+        summary["clock_mape"] = float(np.nanmean(np.abs(clock)))
+        summary["clock_tau"] = float(kendalltau(out.mean_sm_clock_mhz.to_numpy(), clocks,
+                                                nan_policy="omit").statistic)
     print(f"throughput: MAPE {summary['throughput_mape']:.1%}, median error "
           f"{summary['throughput_bias']:+.1%}; Kendall τ {tau:.2f}; top-1 regret {regret:.1%}")
     print(f"memory: MAPE {summary['memory_mape']:.1%}, median error "
           f"{summary['memory_bias']:+.1%}")
+    if "clock_mape" in summary:
+        print(f"SM clock: MAPE {summary['clock_mape']:.1%}, Kendall τ "
+              f"{summary['clock_tau']:.2f}")
     return summary
 
 

@@ -9,7 +9,8 @@ SM clock, NVML instantaneous and 1-s average power and the temperature; the spee
 since a burst began, for bursts after long gaps; the window (ms) after which a burst is held to
 the capped clock; and, per duty cycle, the share of the power cap's loss that the bursts escape,
 measured and as `advisor.perf.power.windowed_limit` predicts it (first window of a burst at the
-clock the windowed limit allows, the rest capped; d = burst / period, the gaps at idle power).
+clock the windowed limit allows, the rest capped; d = burst / period, the gaps at idle power);
+and the capped clock of each GEMM against its utilization, measured and modelled.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ import pandas as pd
 
 from advisor import catalog
 from advisor.perf.power import load_power_params, windowed_limit
-from advisor.perf.power_fit import kernel_ratios, phase_table, read_probe
+from advisor.perf.power_fit import (
+    kernel_ratios,
+    load_probe,
+    phase_table,
+    predict_probe,
+    read_probe,
+)
 
 DEFAULT = Path(__file__).resolve().parents[1] / "datasets" / "probes" / "h200-power"
 PROFILE_BINS_S = (0, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
@@ -118,6 +125,13 @@ def main() -> None:
         print(f"{p['burst_s'] * 1e3:>6g}/{p['gap_s'] * 1e3:<7g} {measured:>9.2f} {model:>6.2f}")
     print(f"median |model − measured|: {np.median(np.abs(errors)):.2f} of the cap's loss")
     shipped = load_power_params()
+    print("\nGEMMs at the cap: a GEMM's dynamic power follows how well fed its tensor cores are"
+          "\n(utilization: speed at full clock over the 8192³ GEMM's); clock as the model has it")
+    gemms = load_probe(args.probe).query("kind == 'gemm'")
+    _, phi = predict_probe(shipped, gemms)
+    print(gemms.assign(clock_mhz=gemms.clock_frac * facts["max_sm_clock_mhz"],
+                       model_mhz=phi * facts["max_sm_clock_mhz"])[
+        ["kernel", "utilization", "clock_mhz", "model_mhz"]].round(3).to_string(index=False))
     print("\nkernel power ratios (power.toml): derived from this probe / shipped")
     for key, value in kernel_ratios(table, facts).items():
         print(f"  {key:16} {value:.3f} / {getattr(shipped, key):.3f}")

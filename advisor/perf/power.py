@@ -1,7 +1,9 @@
 """Power, clocks, temperature and throttling of every GPU, from each pipeline stage's timeline.
 
 * **Phases draw what they do.** A stage's compute draws a demand at full clock: tensor-core GEMMs
-  the most (more the better fed they are), fused attention and HBM-bound kernels less;
+  the most, their dynamic power in proportion to how well fed the tensor cores are (so larger
+  micro-batches and less tensor parallelism draw more, and cap deeper: the H200 campaign's
+  clock falls 9 % from micro-batch 1 to 8), fused attention and HBM-bound kernels less;
   communication under compute adds to it (overlap heats); exposed communication and waiting
   (bubbles, idle between micro-batches, host launch gaps) draw little. Shares of the power
   limit, fitted on `shared/reference/power` (`advisor/catalog/power.toml` says which).
@@ -83,7 +85,6 @@ class PowerParams:
     static_share: float
     clock_power_exponent: float
     clock_bound_share: float
-    gemm_floor: float
     attention_ratio: float
     memory_ratio: float
     overlap_share: float
@@ -107,6 +108,13 @@ class PowerParams:
         """Compute time at clock fraction φ relative to full clock: β/φ + 1 − β."""
         b = self.clock_bound_share
         return b / clock_frac + 1.0 - b
+
+    def gemm_demand(self, design_w: np.ndarray | float,
+                    utilization: np.ndarray) -> np.ndarray:
+        """A GEMM's demand at full clock: the static floor plus dynamic power in proportion to
+        how well fed its tensor cores are (utilization 1, the probe's 8192³ GEMM: `busy_share`)."""
+        static = self.static_share * design_w
+        return static + (self.busy_share * design_w - static) * utilization
 
     def busy_power(self, static_w: np.ndarray, demand_w: np.ndarray,
                    clock_frac: np.ndarray) -> np.ndarray:
@@ -190,7 +198,7 @@ def phase_demand(platform: Platform, tl: StageTimeline, p: PowerParams) -> np.nd
     board's design power `tdp_w`, whatever limit is set."""
     design = platform.tdp_w
     busy = design * p.busy_share
-    gemm = busy * (p.gemm_floor + (1.0 - p.gemm_floor) * tl.gemm_utilization[:, None])
+    gemm = p.gemm_demand(design, tl.gemm_utilization[:, None])
     compute = tl.compute_s
     safe = np.maximum(compute, 1e-12)
     mix = (gemm * tl.gemm_s + busy * p.attention_ratio * tl.attention_s

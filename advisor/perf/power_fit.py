@@ -255,9 +255,9 @@ def predict_probe(p: PowerParams, d: pd.DataFrame) -> tuple[np.ndarray, np.ndarr
     """(time ratio, clock fraction) of kernels run back to back at the limit: demand as
     `power.phase_demand` draws it for GEMMs of that utilization or fused attention."""
     design = d["design_w"].to_numpy()
-    busy = p.busy_share * design
-    gemm = busy * (p.gemm_floor + (1.0 - p.gemm_floor) * d["utilization"].to_numpy())
-    demand = np.where(d["kind"].to_numpy() == "attention", busy * p.attention_ratio, gemm)
+    gemm = p.gemm_demand(design, d["utilization"].to_numpy())
+    demand = np.where(d["kind"].to_numpy() == "attention",
+                      p.busy_share * design * p.attention_ratio, gemm)
     phi = p.capped_clock(p.static_share * design, demand, d["limit_w"].to_numpy())
     return p.slowdown(phi), phi
 

@@ -36,6 +36,9 @@ for fused elementwise kernels on HBM GPUs (STREAM-like copy reaches 80-90 %); ca
 replace it."""
 LOSS_BYTES_PER_LOGIT = 12.0
 """Vocab-parallel cross-entropy: write BF16 logits, FP32 softmax read/write, gradient write."""
+REFERENCE_GEMM_SIDE = 8192.0
+"""The best-fed GEMM the power model's demand is stated for: the H200 power probe's continuous
+8192³ load (`datasets/probes/h200-power`), whose utilization is 1 by definition there."""
 
 
 class _GemmClock:
@@ -77,7 +80,18 @@ class _GemmClock:
 
     @property
     def utilization(self) -> np.ndarray:
-        return np.asarray(self.ideal) / np.maximum(np.asarray(self.actual), 1e-30)
+        """Math-only over actual GEMM time, relative to the same ratio for a square
+        `REFERENCE_GEMM_SIDE` GEMM priced the same way: how well fed the tensor cores are
+        against the load the power model's demand is stated for (larger GEMMs pass 1 a little,
+        as the H200 campaign's clock keeps falling from 16k to 32k tokens per micro-batch)."""
+        side = REFERENCE_GEMM_SIDE
+        d = self.eff.gemm_half_dim
+        math = 2.0 * side ** 3 / (self.peak * self.eff.gemm)
+        traffic = 3.0 * side ** 2 * self.element_bytes / self.hbm
+        reference = math / (math / (side / (side + d)) ** 3
+                            + self.eff.gemm_memory_exposure * traffic)
+        own = np.asarray(self.ideal) / np.maximum(np.asarray(self.actual), 1e-30)
+        return own / reference
 
 @dataclass(frozen=True)
 class StageLayers:
@@ -126,7 +140,8 @@ class StageCompute:
     weight-gradient GEMMs of its column-parallel input projections (QKV, FC1, Mamba's in_proj)
     for one micro-batch, which the backward's input-gradient reduce runs under (`step`)."""
     gemm_utilization: np.ndarray
-    """Math-only over actual GEMM time (configurations × 1), for the power model."""
+    """How well fed the tensor cores are (configurations × 1; `_GemmClock.utilization`), for
+    the power model."""
 
 
 def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,

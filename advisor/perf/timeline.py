@@ -43,7 +43,7 @@ class StageTimeline:
     bubble_microbatches: float
     """(pp − 1) / vp: the pipeline fill and drain, in micro-batch times."""
     gemm_utilization: np.ndarray
-    """How well fed the tensor cores are, 0..1 (configs)."""
+    """How well fed the tensor cores are, against an 8192³ GEMM's (1; configs)."""
     gpus_per_stage: np.ndarray
     """tp · cp · dp (configs)."""
 
