@@ -1,6 +1,6 @@
 """How the analytical model predicts this project's own GPU campaigns (nothing was fitted to
-them): per run, measured against predicted throughput, memory, power and SM clock, then the
-errors and how well the model orders the runs.
+them): per run, measured against predicted throughput, memory, average and peak power and SM
+clock, then the errors and how well the model orders the runs.
 
     python benchmarks/campaign_check.py                                  # datasets/campaigns/*
     python benchmarks/campaign_check.py datasets/campaigns/h200-single.parquet
@@ -43,9 +43,10 @@ def check(path: Path) -> dict[str, float]:
         tok_s=out.tokens_per_sec_per_gpu.round(0), pred_tok_s=out.pred_tokens_per_sec_per_gpu,
         mem_gb=out.peak_mem_gb.round(1), pred_mem_gb=out.pred_memory_gb,
         avg_w=out.avg_power_w.round(0), pred_avg_w=out.pred_avg_power_w.round(0),
+        peak_w=out.peak_power_w.round(0), pred_peak_w=out.pred_peak_power_w.round(0),
         clock=out.mean_sm_clock_mhz.round(0), pred_clock=np.round(clocks, 0))
     cols = ["model", "seq_len", "mbs", "tp", "pp", "recompute", "tok_s", "pred_tok_s", "mem_gb",
-            "pred_mem_gb", "avg_w", "pred_avg_w", "clock", "pred_clock"]
+            "pred_mem_gb", "avg_w", "pred_avg_w", "peak_w", "pred_peak_w", "clock", "pred_clock"]
     print(f"\n{path.name}: {len(out)} runs ({frame['gpu'].iloc[0]}, "
           f"{frame['software'].iloc[0]})")
     print(shown[cols].to_string(index=False))
@@ -68,6 +69,10 @@ def check(path: Path) -> dict[str, float]:
           f"{summary['throughput_bias']:+.1%}; Kendall τ {tau:.2f}; top-1 regret {regret:.1%}")
     print(f"memory: MAPE {summary['memory_mape']:.1%}, median error "
           f"{summary['memory_bias']:+.1%}")
+    peak = out.pred_peak_power_w / out.peak_power_w - 1
+    if peak.notna().any():
+        summary["peak_power_bias"] = float(peak.median())
+        print(f"peak power (highest 50 ms sample): median error {summary['peak_power_bias']:+.1%}")
     if "clock_mape" in summary:
         print(f"SM clock: MAPE {summary['clock_mape']:.1%}, Kendall τ "
               f"{summary['clock_tau']:.2f}")
