@@ -29,9 +29,6 @@ ADVICE = {
     "bubble_s": "more micro-batches per step (smaller mbs or larger gbs), interleaving (vp), "
                 "or lower pp",
     "overhead_s": "larger micro-batches or CUDA graphs amortise launch costs",
-    "throttle_s": "a lower power demand per burst (smaller micro-batch, less overlap), a cooler "
-                  "inlet for the rear row, or an uneven split that lightens the straggler's "
-                  "stage",
 }
 
 
@@ -47,7 +44,28 @@ def _advice(component: str, prediction: Breakdown) -> str:
     if component == "recompute_s":
         return ("use selective instead of full recompute if memory allows"
                 if c.recompute == "full" else "turn recompute off if memory allows")
+    if component == "throttle_s":
+        return _throttle_advice(prediction)
     return ADVICE.get(component, "see the breakdown")
+
+
+def _throttle_advice(prediction: Breakdown) -> str:
+    """What lowers the clocks' loss for this layout: only the remedies that apply to it."""
+    c, p = prediction.config, prediction.power
+    remedies = []
+    if c.mbs > 1:
+        remedies.append(f"micro-batch 1 instead of {c.mbs} (smaller GEMMs draw less per clock; "
+                        f"the H200 campaign measured the capped clock falling with micro-batch)")
+    if c.tp_comm_overlap or c.overlap_grad_reduce or c.overlap_param_gather:
+        remedies.append("less compute/communication overlap (overlap heats)")
+    if p.temp_rear_c > p.temp_front_c + 1.0:
+        remedies.append("a cooler inlet for the rear row")
+    if c.pp > 1:
+        remedies.append("an uneven split that lightens the straggler's stage")
+    if not remedies:
+        return ("nothing in this layout: its GEMMs ask for more than the limit allows, the "
+                "ordinary state of a busy GPU")
+    return ", ".join(remedies[:-1]) + (" or " if len(remedies) > 1 else "") + remedies[-1]
 
 
 def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list[str]:
@@ -97,8 +115,9 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
         "These are analytical predictions"
         + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
            "has no measured runs)")
-        + "; the power model is fitted on measured A40/A100 power (shared/reference/power), "
-          "the spreads between GPUs on 392 V100s (shared/reference/thermal), and the chassis "
+        + "; the power model is fitted on measured A40/A100 power (shared/reference/power) "
+          "and an H200 probe (datasets/probes), the spreads between GPUs on 392 V100s "
+          "(shared/reference/thermal), and the chassis "
           "thermals are partly placeholders (advisor/catalog/chassis.toml) until campaigns "
           "measure them.")
     return lines
