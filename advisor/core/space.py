@@ -15,6 +15,7 @@ import numpy as np
 
 from advisor.core.errors import ConfigError
 from advisor.core.frameworks import PP_WITH_FSDP, canonical_framework, find_framework
+from advisor.core.interleaving import TORCH_PIPELINING, group_sizes, interleaving_error
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
     DP_SHARDING,
@@ -126,12 +127,9 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
                           f"stage needs a layer; try vp in {_fmt(ok)}.")
     if config.uneven:
         check_uneven(config, model)
-    if config.vp > 1 and config.num_microbatches % config.pp:
-        raise ConfigError(
-            f"with vp {config.vp}, the {config.num_microbatches} micro-batches per step must be a "
-            f"multiple of pp ({config.pp}): Megatron-Core's interleaved schedule runs them in "
-            f"groups of pp and stops at the first step otherwise; change mbs or gbs, or use "
-            f"vp 1.")
+    interleaving = interleaving_error(config.num_microbatches, config.pp, config.vp, framework)
+    if interleaving:
+        raise ConfigError(interleaving)
     if config.sequence_parallel and (config.seq_len // config.cp) % config.tp:
         raise ConfigError(f"with sequence parallelism, seq_len / cp ({config.seq_len // config.cp})"
                           f" must be divisible by tp ({config.tp}).")
@@ -175,7 +173,8 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             bad |= tp == t
     bad |= (pp > model.num_layers) | (pp * vp > model.num_layers + max(PIPELINE_EXTRA_LAYERS))
     microbatches = gbs // np.maximum(mbs * dp, 1)
-    bad |= (vp > 1) & (microbatches % np.maximum(pp, 1) != 0)
+    bad |= (vp > 1) & (group_sizes(microbatches, pp, torch_pipelining=(
+        find_framework(framework) in TORCH_PIPELINING)) == 0)
     if "sequence_parallel" in cols:
         bad |= np.asarray(cols["sequence_parallel"], dtype=bool) & (
             (seq // np.maximum(cp, 1)) % np.maximum(tp, 1) != 0)
@@ -309,7 +308,7 @@ def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
     """The configurations of one (tp, cp, pp) split, as columns: every combination of vp,
     (ep, etp), mbs, recompute, sharding and overlap (all communication-overlap switches on, or
     all off) in that nesting order, less overlap-on rows with nothing to overlap and vp > 1
-    where the micro-batches per step are not whole groups of pp."""
+    where Megatron-Core's interleaved schedule cannot run the micro-batches per step."""
     choices = (vps, experts, mbs, recompute, shardings, (True, False))
     if not all(choices):
         return None
@@ -323,7 +322,10 @@ def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
     param = grad & (sharding != "none")
     tpo = overlap & (tp > 1)
     keep = ~(overlap & ~(grad | param | tpo))          # nothing to overlap: same as off
-    keep &= ~((vp > 1) & ((gbs // (micro * dp)) % pp != 0))   # whole groups of pp
+    # Interleaving as Megatron-Core runs it: at least pp micro-batches per step, in groups of
+    # pp or, where that leaves a short last group, the larger group the emitters set
+    # (`advisor.core.interleaving`).
+    keep &= ~((vp > 1) & (group_sizes(gbs // (micro * dp), pp, torch_pipelining=False) == 0))
     rows = int(keep.sum())
     return {"tp": np.full(rows, tp), "pp": np.full(rows, pp), "dp": np.full(rows, dp),
             "cp": np.full(rows, cp), "ep": expert[keep, 0], "etp": expert[keep, 1],

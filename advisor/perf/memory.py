@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from advisor.core.interleaving import TORCH_PIPELINING, group_sizes
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import PRECISIONS, ParallelConfig
 from advisor.core.platform import Platform
@@ -330,10 +331,17 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     m = gbs // (mbs * dp)                  # micro-batches per step
     stage = np.arange(pp)[None, :]
     if vp > 1:
-        # Megatron's interleaved warm-up: stage s holds 2(pp−s−1) + (vp−1)·pp + 1 model-chunk
-        # micro-batches, i.e. that ÷ vp in whole-stage units (stage 0: pp + (pp−1)/vp, as in
-        # Korthikanti et al. §4.2.3).
-        in_flight = np.minimum(2 * (pp - stage - 1) + (vp - 1) * pp + 1, m * vp) / vp
+        # Megatron's interleaved warm-up: stage s holds 2(pp−s−1) + (vp−1)·N + 1 model-chunk
+        # micro-batches, i.e. that ÷ vp in whole-stage units (N = pp, the default group: stage
+        # 0 holds pp + (pp−1)/vp, as in Korthikanti et al. §4.2.3); a larger group N, which a
+        # micro-batch count that is no multiple of pp needs, holds more
+        # (`advisor.core.interleaving`; torch's interleaved rounds alike).
+        torch_pp = (np.isin(_col(configs, "framework"), TORCH_PIPELINING)
+                    if "framework" in configs else np.zeros(m.shape, dtype=bool))
+        group = np.where(torch_pp, group_sizes(m, pp, torch_pipelining=True),
+                         group_sizes(m, pp, torch_pipelining=False))
+        group = np.where(group > 0, group, pp)
+        in_flight = np.minimum(2 * (pp - stage - 1) + (vp - 1) * group + 1, m * vp) / vp
     else:
         in_flight = np.minimum(pp - stage, m).astype(float)
     activations = per_mb * in_flight + np.where(is_full, working_layer, 0.0)

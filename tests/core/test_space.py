@@ -6,8 +6,10 @@ from hypothesis import strategies as st
 
 from advisor import catalog
 from advisor.core.errors import ConfigError
+from advisor.core.interleaving import group_size, group_sizes
 from advisor.core.parallel import ParallelConfig, make_config, make_job
 from advisor.core.space import config_from_row, enumerate_space, validate
+from advisor.perf.memory import estimate_memory
 
 H200 = catalog.load_platform("h200")
 LLAMA70 = catalog.load_model("70b")
@@ -134,24 +136,48 @@ def test_boolean_pins_apply():
     assert table.grad_reduce_in_fp32.all() and set(table.tp) == {8}
 
 
-def test_vp_needs_microbatches_in_whole_groups_of_pp():
+def test_vp_runs_the_microbatches_megatron_core_can_group():
     # Llama 3.1 405B on 768 H100, PP 6 / VP 3 with 16 micro-batches per step: Megatron-Core's
-    # interleaved schedule raises at the first step (16 is not a multiple of 6).
+    # default group of pp (6) leaves a last group of 4 and raises at the first step; a group of
+    # 8 (--microbatch-group-size-per-virtual-pipeline-stage, which the emitters write) runs.
     model, platform = catalog.load_model("llama3.1-405b"), catalog.load_platform("h100")
     job = make_job(model, platform, num_gpus=768, seq_len=8192, gbs=256)
     config = make_config(job, tp=8, pp=6, vp=3)
-    assert config.num_microbatches == 16
-    with pytest.raises(ConfigError, match="multiple of pp"):
-        validate(config, model, platform, num_gpus=768)
+    assert config.num_microbatches == 16 and group_size(16, 6) == 8
+    validate(config, model, platform, num_gpus=768)
     space = enumerate_space(job, pins={"tp": 8, "pp": 6})
-    assert not space.empty and (space["vp"] == 1).all()   # no mbs gives a multiple of 6
-    validate(config.replace(vp=1), model, platform, num_gpus=768)  # plain 1F1B is fine
-    other = make_job(catalog.load_model("llama3-70b"), catalog.load_platform("h200"),
-                     num_gpus=64)
-    interleaved = enumerate_space(other).query("vp > 1")
+    interleaved = space.query("vp > 1")
     assert not interleaved.empty
-    assert ((other.gbs // (interleaved["mbs"] * interleaved["dp"])) % interleaved["pp"]
-            == 0).all()
+    assert (group_sizes(job.gbs // (interleaved["mbs"] * interleaved["dp"]), 6,
+                        torch_pipelining=False) > 0).all()
+    # The larger group holds more micro-batches in flight: 16 micro-batches (group 8) keep more
+    # activations than 18 (group 6).
+    more = make_job(model, platform, num_gpus=768, seq_len=8192, gbs=288)
+    grouped, default = (estimate_memory(model, platform=platform,
+                                        parallel=make_config(j, tp=8, pp=6, vp=3))
+                        for j in (job, more))
+    assert grouped.activations_bytes > default.activations_bytes
+    # Fewer micro-batches than pp cannot fill the pipeline: refused, and never enumerated.
+    few = make_job(model, platform, num_gpus=768, seq_len=8192, gbs=64)
+    with pytest.raises(ConfigError, match="at least pp"):
+        validate(make_config(few, tp=8, pp=6, vp=3), model, platform, num_gpus=768)
+    thin = enumerate_space(few, pins={"tp": 8, "pp": 6}).query("vp > 1")
+    assert (few.gbs // (thin["mbs"] * thin["dp"]) >= 6).all()
+
+
+def test_torch_pipelining_interleaves_in_equal_rounds():
+    # torch.distributed.pipelining (TorchTitan): M micro-batches in M // pp rounds of equal
+    # size: 9 on PP 4 is 2 rounds of 4.5 (refused), 5 is one round, 3 (fewer than pp) one too.
+    model, platform = catalog.load_model("llama3-70b"), catalog.load_platform("h200")
+    for gbs, ok in ((18, False), (10, True), (6, True)):
+        config = make_config(make_job(model, platform, num_gpus=64, gbs=gbs), tp=8, pp=4, vp=2)
+        if ok:
+            validate(config, model, platform, framework="torchtitan")
+        else:
+            with pytest.raises(ConfigError, match="rounds of equal size"):
+                validate(config, model, platform, framework="torchtitan")
+    megatron = make_config(make_job(model, platform, num_gpus=64, gbs=18), tp=8, pp=4, vp=2)
+    validate(megatron, model, platform)  # Megatron-Core: 9 in groups of 9
 
 
 _ODD = {"tp": [0, 3, 16], "pp": [3, 5, 100], "cp": [3, 4], "dp": [3], "ep": [2, 16],

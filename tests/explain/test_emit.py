@@ -37,7 +37,8 @@ from advisor.explain.emit.torchtitan import (
 
 def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16",
           **choices) -> tuple[ParallelConfig, Job]:
-    job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision)
+    job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision,
+                   gbs=choices.pop("gbs", None))
     changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32",
                                            "first_stage_layers", "last_stage_layers")
                if k in choices}
@@ -62,6 +63,10 @@ CASES = {
                                           last_stage_layers=14),
     "uneven-moe-61-pp8": lambda: _case("deepseek-v3", 512, tp=2, pp=8, ep=64,
                                        first_stage_layers=7, last_stage_layers=6),
+    # 5 micro-batches on PP 4 interleaved: Megatron-Core needs a group of 5 (Megatron-LM CI
+    # runs PP 4 VP 3 with 5 and 10, shared/reference/megatron_ci).
+    "interleaved-5-microbatches-pp4": lambda: _case("llama3-70b", 64, gbs=10, tp=8, pp=4,
+                                                    vp=2),
 }
 
 
@@ -75,6 +80,7 @@ TRAINING_ONLY = {"micro_batch_size", "global_batch_size", "seq_length", "max_pos
                  "rotary_base", "use_rope_scaling"}  # GPTModel(rotary_base=, rope_scaling=)
 #: arguments.py flags whose dest differs from the flag name.
 DESTS = {"fp8_format": "fp8", "fp4_format": "fp4", "fp4_param_gather": "fp4_param",
+         "microbatch_group_size_per_virtual_pipeline_stage": "microbatch_group_size_per_vp_stage",
          "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
          "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
 
@@ -85,6 +91,7 @@ def mcore():
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+    from megatron.core.pipeline_parallel.schedules import get_schedule_table
     from megatron.core.transformer import MLATransformerConfig, TransformerConfig
     from megatron.core.transformer.enums import AttnBackend
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
@@ -92,7 +99,7 @@ def mcore():
     return dict(TransformerConfig=TransformerConfig, MLA=MLATransformerConfig,
                 DDP=DistributedDataParallelConfig, Micro=ConstantNumMicroBatchesCalculator,
                 AttnBackend=AttnBackend, layers_to_build=get_num_layers_to_build,
-                RankGenerator=parallel_state.RankGenerator)
+                RankGenerator=parallel_state.RankGenerator, schedule_table=get_schedule_table)
 
 
 def _fields(cls) -> set[str]:
@@ -216,6 +223,12 @@ def _check_layout(tc, config: ParallelConfig, job: Job, mcore) -> None:
     expert = mcore["RankGenerator"](tp=config.etp, ep=config.ep, dp=job.num_gpus // experts,
                                     pp=config.pp, cp=1, order="tp-cp-ep-dp-pp")
     assert dense.get_ranks("pp") == expert.get_ranks("pp")
+    if vp:  # forward_backward_pipelining_with_interleaving's checks (schedules.py)
+        group, m = tc.microbatch_group_size_per_vp_stage, config.num_microbatches
+        assert config.pp <= group <= m
+        assert not 0 < m % group < config.pp
+        order = mcore["schedule_table"](m, vp, group)
+        assert sorted(order) == sorted((mb, chunk) for mb in range(m) for chunk in range(vp))
 
 
 def _microbatches(gbs: int, mbs: int, dp: int, mcore) -> int:

@@ -8,6 +8,7 @@ is checked against the installed package by `tests/explain/test_emit.py`.
 from __future__ import annotations
 
 from advisor.core.errors import ConfigError
+from advisor.core.interleaving import group_size
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import Job, ParallelConfig
 from advisor.explain.emit import (
@@ -186,6 +187,9 @@ def _parallel_args(config: ParallelConfig, model: ModelSpec) -> list[str]:
             args += ["--moe-token-dispatcher-type", "alltoall"]
     if config.vp > 1:
         args += ["--num-virtual-stages-per-pipeline-rank", str(config.vp)]
+        group = group_size(config.num_microbatches, config.pp)
+        if group != config.pp:  # micro-batches per step not a multiple of pp
+            args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
     if config.uneven:
         # Megatron-Core's uneven split: the named end stages, the rest even in between; it
         # cannot be combined with counting the embedding or loss as layers (TransformerConfig).

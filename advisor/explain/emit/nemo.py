@@ -19,6 +19,7 @@ import re
 import shlex
 
 from advisor.core.errors import ConfigError
+from advisor.core.interleaving import group_size
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import Job, ParallelConfig
 from advisor.explain.emit import check_fits, gpus_label, node_layout, shell_command
@@ -63,11 +64,15 @@ def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
     check_fits(config, job)
     model_args(job.model, seq_len=config.seq_len)  # the same model limits as Megatron-LM
     nodes, per_node = node_layout(job)
+    group = group_size(config.num_microbatches, config.pp) if config.vp > 1 else config.pp
     values: dict[str, object] = {
         "trainer.num_nodes": nodes, "trainer.devices": per_node,
         "trainer.strategy.tensor_model_parallel_size": config.tp,
         "trainer.strategy.pipeline_model_parallel_size": config.pp,
         "trainer.strategy.virtual_pipeline_model_parallel_size": config.vp if config.vp > 1
+        else None,
+        # Megatron-Core's default group is pp micro-batches; another count needs its own.
+        "trainer.strategy.microbatch_group_size_per_vp_stage": group if group != config.pp
         else None,
         "trainer.strategy.context_parallel_size": config.cp,
         "trainer.strategy.sequence_parallel": config.sequence_parallel,
