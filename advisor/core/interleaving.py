@@ -38,7 +38,7 @@ def group_sizes(microbatches, pp, *, torch_pipelining: bool) -> np.ndarray:
                                np.maximum(np.asarray(pp, dtype=np.int64), 1))
     if torch_pipelining:
         rounds = np.maximum(m // p, 1)
-        return np.where((m >= 1) & (m % rounds == 0), m // np.maximum(rounds, 1), 0)
+        return np.where((m >= 1) & (m % rounds == 0), m // rounds, 0)
     out = np.where((m >= p) & (m % p == 0), p, 0)
     todo = (out == 0) & (m >= p)
     n = p.copy()

@@ -15,7 +15,7 @@ import numpy as np
 
 from advisor.core.errors import ConfigError
 from advisor.core.frameworks import PP_WITH_FSDP, canonical_framework, find_framework
-from advisor.core.interleaving import TORCH_PIPELINING, group_sizes, interleaving_error
+from advisor.core.interleaving import group_sizes, interleaving_error, uses_torch_pipelining
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
     DP_SHARDING,
@@ -173,8 +173,8 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             bad |= tp == t
     bad |= (pp > model.num_layers) | (pp * vp > model.num_layers + max(PIPELINE_EXTRA_LAYERS))
     microbatches = gbs // np.maximum(mbs * dp, 1)
-    bad |= (vp > 1) & (group_sizes(microbatches, pp, torch_pipelining=(
-        find_framework(framework) in TORCH_PIPELINING)) == 0)
+    bad |= (vp > 1) & (group_sizes(microbatches, pp, torch_pipelining=uses_torch_pipelining(
+        framework)) == 0)
     if "sequence_parallel" in cols:
         bad |= np.asarray(cols["sequence_parallel"], dtype=bool) & (
             (seq // np.maximum(cp, 1)) % np.maximum(tp, 1) != 0)
