@@ -61,12 +61,18 @@ def print_job(model: str, platform: str, gpus: int, top: int,
               f"{full['analytical_straggler_loss'][i]:5.1%} "
               f"{full['analytical_thermal_loss'][i]:5.1%} {row['pred_throttle_risk']:5.0%} "
               f"{without[i] + 1:8d}")
-    distinct = len(np.unique(np.round(loss, 3)))
-    span = (loss.max() - loss.min()) * 100
-    moved = int((without != np.arange(len(without))).sum())
-    print(f"distinct losses (0.1-point steps): {distinct}; span {span:.1f} points; "
-          f"{moved} of {len(loss)} ranks differ without the losses")
-    return {"distinct": distinct, "span_points": span, "moved": moved}
+    s = spread(loss, without)
+    print(f"distinct losses (0.1-point steps): {s['distinct']}; span {s['span_points']:.1f} "
+          f"points; {s['moved']} of {len(loss)} ranks differ without the losses")
+    return s
+
+
+def spread(loss: np.ndarray, without: np.ndarray) -> dict:
+    """How much the expected losses of the top layouts differ, and how many of their ranks
+    they change: distinct values in 0.1-point steps, span in points, ranks moved."""
+    return {"distinct": len(np.unique(np.round(loss, 3))),
+            "span_points": float(loss.max() - loss.min()) * 100,
+            "moved": int((without != np.arange(len(without))).sum())}
 
 
 def print_platforms() -> None:

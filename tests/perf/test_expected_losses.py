@@ -1,0 +1,36 @@
+"""benchmarks/expected_loss.py on the two jobs issue 27 names: the expected losses of the 20
+fastest layouts must tell them apart and change the ranking."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import expected_loss
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return expected_loss
+
+
+@pytest.mark.parametrize("job", [("llama3-70b", "h200", 64), ("mixtral-8x22b", "h100", 64)])
+def test_top_layouts_differ_in_expected_loss(bench, job):
+    _, ranked, _, loss, without = bench.loss_table(*job, top=20)
+    s = bench.spread(loss, without)
+    assert len(ranked) == 20
+    assert s["distinct"] >= 5
+    assert s["span_points"] >= 3.0
+    assert s["moved"] >= 1
+
+
+def test_spread_counts_what_it_says(bench):
+    import numpy as np
+
+    s = bench.spread(np.array([0.10, 0.1004, 0.12, 0.15]), np.array([0, 2, 1, 3]))
+    assert s == {"distinct": 3, "span_points": pytest.approx(5.0), "moved": 2}
