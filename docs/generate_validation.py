@@ -82,6 +82,15 @@ BENCHMARKS = (
               "For two jobs, the expected losses (power cap, slowest of N, heat) of the top "
               "layouts and how the ranking changes with them; one layout's temperatures across "
               "platforms and rooms; the highest average power against the limit."),
+    Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
+              ("benchmarks/layout_ranking.py",),
+              "Every job in `shared/reference` measured in two or more layouts (published and "
+              "MLPerf runs of one release, vTrain's single- and multi-node A100 sweeps, "
+              "Megatron-LM's functional tests): Kendall τ between predicted and measured "
+              "throughput and the top-1 regret (how much faster the best-measured layout ran "
+              "than advisor's pick), per job where a job is MoE or its regret exceeds 5 %, "
+              "then a summary per source. The Megatron-LM tests are correctness tests of tiny "
+              "models, mostly bound by software overhead; read their regrets with that in mind."),
     Benchmark("space-memory", "Configuration space and memory model: speed",
               ("benchmarks/space_memory.py",),
               "Whole spaces enumerated and memory-checked: valid and fitting counts, and "
