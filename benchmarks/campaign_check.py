@@ -21,6 +21,8 @@ from scipy.stats import kendalltau
 
 from advisor.data.predict_input import choose_recompute, parse_row
 from advisor.perf.analytical import predict_config
+from advisor.perf.columns import columns_of
+from advisor.perf.memory import memory_arrays
 from advisor.predict.rows import predict_frame
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "datasets" / "campaigns"
@@ -32,26 +34,31 @@ def check(path: Path) -> dict[str, float]:
     out = predict_frame(frame)
     rows = [parse_row(row, {}, None) for row in frame.to_dict("records")]
     choose_recompute(rows)
-    clocks = []
+    clocks, allocated = [], []
     for r in rows:
+        # Allocated bytes, as `torch.cuda.max_memory_allocated` counts them: no reserve.
+        mem = memory_arrays(r.job.model, platform=r.job.platform, cols=columns_of([r.config]),
+                            framework=r.job.framework)
+        allocated.append(float(mem["total_bytes"][0] - mem["reserve_bytes"][0]) / 1e9)
         power = predict_config(r.job.model, r.job.platform, r.config).power
         boost = r.job.platform.boost_clock_hz
         clocks.append(power.min_clock_frac * boost / 1e6 if boost else np.nan)
     out["pred_clock_mhz"] = clocks
+    out["pred_alloc_gb"] = allocated
     pd.set_option("display.width", 200)
     shown = out.assign(
         tok_s=out.tokens_per_sec_per_gpu.round(0), pred_tok_s=out.pred_tokens_per_sec_per_gpu,
-        mem_gb=out.peak_mem_gb.round(1), pred_mem_gb=out.pred_memory_gb,
+        mem_gb=out.peak_mem_gb.round(1), pred_alloc_gb=out.pred_alloc_gb.round(1),
         avg_w=out.avg_power_w.round(0), pred_avg_w=out.pred_avg_power_w.round(0),
         peak_w=out.peak_power_w.round(0), pred_peak_w=out.pred_peak_power_w.round(0),
         clock=out.mean_sm_clock_mhz.round(0), pred_clock=np.round(clocks, 0))
     cols = ["model", "seq_len", "mbs", "tp", "pp", "recompute", "tok_s", "pred_tok_s", "mem_gb",
-            "pred_mem_gb", "avg_w", "pred_avg_w", "peak_w", "pred_peak_w", "clock", "pred_clock"]
+            "pred_alloc_gb", "avg_w", "pred_avg_w", "peak_w", "pred_peak_w", "clock", "pred_clock"]
     print(f"\n{path.name}: {len(out)} runs ({frame['gpu'].iloc[0]}, "
           f"{frame['software'].iloc[0]})")
     print(shown[cols].to_string(index=False))
     tps = out.pred_tokens_per_sec_per_gpu / out.tokens_per_sec_per_gpu - 1
-    mem = out.pred_memory_gb / out.peak_mem_gb - 1
+    mem = out.pred_alloc_gb / out.peak_mem_gb - 1
     tau = float(kendalltau(out.tokens_per_sec_per_gpu.to_numpy(),
                            out.pred_tokens_per_sec_per_gpu.to_numpy()).statistic)
     best = int(np.argmax(out.pred_tokens_per_sec_per_gpu.to_numpy()))

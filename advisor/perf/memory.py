@@ -64,7 +64,7 @@ from advisor.perf.columns import (
 )
 from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.layout import stage_layout
-from advisor.perf.memory_activations import ACT_BYTES
+from advisor.perf.memory_activations import ACT_BYTES, FP32_BYTES, eager_bytes_per_token
 from advisor.perf.memory_activations import (
     activation_bytes_per_token as _activation_bytes_per_token,
 )
@@ -130,6 +130,35 @@ of theirs (llm-foundry's default fused cross-entropy keeps less, torchtitan's `.
 may keep more)."""
 DROPOUT_MASK_BYTES = 1.0
 """A dropout mask is one byte per element (`torch.bool`/uint8)."""
+EAGER_FRAMEWORKS = ("pytorch",)
+"""Frameworks whose runs are eager PyTorch under `torch.autocast(bfloat16)` over FP32 weights,
+stepped by `torch.optim.AdamW` as constructed by default (the foreach implementation on CUDA):
+advisor's own workload (`collectors.workload`, framework `pytorch`). Their memory differs from
+Megatron-Core's in every term (`_eager_parameters`, `eager_bytes_per_token`):
+
+* FP32 weights (4 B), which are also the master copy; FP32 gradients (4 B), created by the
+  first backward (`zero_grad(set_to_none=True)` drops them each step); Adam's two FP32 moments
+  (8 B), sharded over data parallelism by `ZeroRedundancyOptimizer` or FSDP;
+* autocast's BF16 copy of every GEMM weight (2 B), cached from its first use until the
+  autocast region (forward and backward of every micro-batch) ends (`torch.autocast`: "the
+  cache of casted weights is cleared on exiting the outermost autocast region");
+* the optimizer step as its own peak: activations are gone, the gradients are all there, and
+  the foreach step materialises `torch._foreach_sqrt(exp_avg_sq)`, an FP32 copy of the second
+  moment of every parameter at once (torch/optim/adam.py, `_multi_tensor_adam`);
+* the loss `F.cross_entropy(logits.float())`: log_softmax's saved FP32 output, the FP32
+  gradient nll_loss hands it and the FP32 gradient it returns, 12 B per vocabulary entry and
+  token at once (`EAGER_LOGIT_BYTES`).
+
+Checked on this project's H200 campaign (`python benchmarks/campaign_check.py`): the
+optimizer-step peak alone is 20 B per parameter, 55.9 GB for its 2.80 B-parameter model, where
+the four runs with the smallest activations measured 56.0-56.3 GB."""
+EAGER_WEIGHT_BYTES = 4.0
+EAGER_AUTOCAST_CACHE_BYTES = 2.0
+EAGER_GRAD_BYTES = 4.0
+EAGER_OPTIMIZER_BYTES = 8.0
+EAGER_STEP_TEMP_BYTES = 4.0
+EAGER_LOGIT_BYTES = 12.0
+"""Bytes per vocabulary entry and token at an eager PyTorch loss's peak (`EAGER_FRAMEWORKS`)."""
 RESERVE_FIXED_BYTES = 1.0 * 2**30
 """CUDA context (~0.5 GiB with lazy module loading) plus NCCL communicator buffers (~0.5 GiB for
 the TP/PP/DP/EP groups). placeholder: typical values, not measured here; to be replaced by
@@ -284,9 +313,27 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         optimizer = np.where(lora, np.where(shard_opt, adapters_sharded, adapters)
                              * OPTIMIZER_BYTES, optimizer)
 
+    eager = ((np.isin(_col(configs, "framework"), EAGER_FRAMEWORKS) if "framework" in configs
+              else np.zeros(tp.shape, dtype=bool)) & ~lora)
+    if eager.any():
+        held = np.where(full, sharded, params)
+        # Every weight but the input embedding feeds a GEMM (norm weights are negligible);
+        # FSDP's BF16 mixed-precision policy computes with BF16 weights, so autocast casts none.
+        gemm = np.where(full, 0.0, params - layout.embedding_params[None, :] / tp)
+        master = held * EAGER_WEIGHT_BYTES
+        weights = np.where(eager, master + gemm * EAGER_AUTOCAST_CACHE_BYTES, weights)
+        eager_grads = held * EAGER_GRAD_BYTES
+        grads = np.where(eager, eager_grads + fsdp_buffers, grads)
+        moments = np.where(shard_opt, sharded, params) * EAGER_OPTIMIZER_BYTES
+        optimizer = np.where(eager, moments, optimizer)
+
     # ---- activations --------------------------------------------------------------------------
     tokens = mbs * seq / cp                # tokens of one micro-batch on one GPU
     per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp)
+    if eager.any():
+        eager_token = eager_bytes_per_token(model, tp=tp, sp=sp)
+        for kind in ("attention", "mlp"):
+            per_token[kind] = np.where(eager, eager_token[kind], per_token[kind])
     stored = {k: v.copy() for k, v in per_token.items()}
     if lora.any():
         fp8_act = np.isin(precision, FP8_ACTIVATION_STORAGE)
@@ -317,7 +364,7 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         stored["attention"] = stored["attention"] + np.where(
             drop & unfused, (DROPOUT_MASK_BYTES + ACT_BYTES) * model.num_attention_heads * seq
             / tp, 0.0)
-    layer_input = ACT_BYTES * model.hidden_size / sp
+    layer_input = np.where(eager, FP32_BYTES, ACT_BYTES) * model.hidden_size / sp
     per_mb_stage = (layout.num_attention * stored["attention"] + layout.num_mamba
                     * stored["mamba"] + layout.num_mlp * stored["mlp"] + layout.num_moe
                     * stored["moe"]) * tokens
@@ -351,8 +398,25 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         framework = np.asarray(configs["framework"], dtype=object)[:, None]
         logit_bytes = np.where(np.isin(framework, MEGATRON_LOSS_FRAMEWORKS), LOGIT_BYTES,
                                OTHER_LOGIT_BYTES)
+    logit_bytes = np.where(eager, EAGER_LOGIT_BYTES, logit_bytes)
     logits = logit_bytes * model.vocab_size / tp * tokens * (1 + model.num_mtp_layers)
     activations = activations + (stage == pp - 1) * logits
+
+    if eager.any():
+        # Eager PyTorch peaks at one of two moments (`EAGER_FRAMEWORKS`); the columns describe
+        # the heavier. In forward and backward: without gradients if none exists yet (one
+        # micro-batch, no pipeline, no DDP bucket). At the optimizer step: no activations and
+        # no autocast cache, every gradient, the moments and the foreach temporary.
+        no_grads_yet = (m == 1) & (pp == 1) & ((dp == 1) | full)
+        grads = np.where(eager & no_grads_yet, fsdp_buffers, grads)
+        step_optimizer = moments * (1 + EAGER_STEP_TEMP_BYTES / EAGER_OPTIMIZER_BYTES)
+        at_step = eager & (master + eager_grads + step_optimizer
+                           > weights + grads + optimizer + activations)
+        weights = np.where(at_step, master, weights)
+        grads = np.where(at_step, eager_grads, grads)
+        optimizer = np.where(at_step, step_optimizer, optimizer)
+        activations = np.where(at_step, 0.0, activations)
+        fsdp_buffers = np.where(at_step, 0.0, fsdp_buffers)
 
     tensors = weights + grads + optimizer + activations
     reserve = RESERVE_FIXED_BYTES + RESERVE_FRACTION * (activations + fsdp_buffers)

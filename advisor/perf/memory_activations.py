@@ -12,6 +12,9 @@ ACT_BYTES = 2.0
 """Activations are stored in 16-bit (FP8 recipes keep BF16 activations between layers)."""
 FP8_ACTIVATION_BYTES = 1.0
 """An activation stored in FP8 (the LoRA MLP's activation-function input, `memory`)."""
+FP32_BYTES = 4.0
+"""The residual stream of eager PyTorch under `torch.autocast` over FP32 weights: the
+embedding is not autocast, so it and every residual sum stay FP32 (`eager_bytes_per_token`)."""
 
 
 def frozen_mlp_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
@@ -67,3 +70,34 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
     zeros = np.zeros_like(tp, dtype=float)
     return {"attention": attention + zeros, "attention_stats": stats + zeros, "mlp": mlp + zeros,
             "moe": moe + zeros, "mamba": mamba + zeros}
+
+
+def eager_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray
+                          ) -> dict[str, np.ndarray]:
+    """Stored bytes per token of one dense attention and one dense MLP layer in eager PyTorch
+    under `torch.autocast(bfloat16)` over FP32 weights, the collectors' workload
+    (`collectors/workload/model.py`), counted tensor by tensor from what autograd saves:
+
+    * each norm saves its FP32 input (the residual stream stays FP32);
+    * autocast casts the norm's FP32 output to BF16 once per GEMM that reads it and each GEMM
+      saves its own copy (separate Q, K and V projections: three; gate and up: two);
+    * `scaled_dot_product_attention` (Flash) saves Q, K, V, its output and FP32 log-sum-exp;
+      the output projection saves its own contiguous copy of the transposed output;
+    * a gated MLP keeps the gate output (SiLU's input), SiLU's output and the up output (the
+      product's inputs) and the product (the down projection's input); ungated, the FC1 output
+      and the activation's output.
+    Per `campaign`'s H200 runs the sum holds the measured peaks to a few per cent
+    (`benchmarks/campaign_check.py`)."""
+    h = model.hidden_size
+    a = ACT_BYTES
+    head_out = model.num_attention_heads * (model.v_head_dim if model.is_mla
+                                            else model.attention_head_dim)
+    norm_in = FP32_BYTES * h / sp
+    attention = (norm_in + 3 * a * h / sp
+                 + a * (model.q_dim + model.kv_dim + model.v_dim + 2 * head_out) / tp
+                 + FP32_BYTES * model.num_attention_heads / tp)
+    ffn = model.ffn_hidden_size
+    mlp = norm_in + (2 if model.gated_mlp else 1) * a * h / sp + a * ffn * (
+        4 if model.gated_mlp else 2) / tp
+    zeros = np.zeros_like(tp, dtype=float)
+    return {"attention": attention + zeros, "mlp": mlp + zeros}
