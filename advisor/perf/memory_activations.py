@@ -39,7 +39,9 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
     else:
         latents = 0.0
     qkv = a * (model.q_dim + model.kv_dim + model.v_dim) / tp
-    out = a * model.v_dim / tp
+    # O has one v head per query head (GQA shares K and V, not the output).
+    out = a * model.num_attention_heads * (model.v_head_dim if model.is_mla
+                                           else model.attention_head_dim) / tp
     stats = 4.0 * model.num_attention_heads / tp
     ring = np.where(cp > 1, 2 * a * (model.kv_dim + model.v_dim) / tp, 0.0)  # CP KV buffers
     attention = norm_and_input + latents + qkv + out + stats + ring
