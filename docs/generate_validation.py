@@ -82,6 +82,15 @@ BENCHMARKS = (
               "For two jobs, the expected losses (power cap, slowest of N, heat) of the top "
               "layouts and how the ranking changes with them; one layout's temperatures across "
               "platforms and rooms; the highest average power against the limit."),
+    Benchmark("memory", "Memory model: against measured peaks",
+              ("benchmarks/memory_validation.py",),
+              "Megatron-LM's functional tests (`shared/reference/megatron_ci`) mapped to models "
+              "and layouts: advisor's allocated bytes (no reserve) on the rank that logs memory "
+              "against `torch.cuda.max_memory_allocated`, the error overall and by feature "
+              "(> 0 = under-predicted), the margin the measured under-prediction asks for "
+              "(`recommend`'s default `--memory-margin` is sized from it), and how many runs "
+              "that ran are predicted not to fit. The eager PyTorch accounting is checked on "
+              "this project's own campaign instead ([campaigns](campaign.md))."),
     Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
               ("benchmarks/layout_ranking.py",),
               "Every job in `shared/reference` measured in two or more layouts (published and "
