@@ -37,7 +37,9 @@ stage decides whether a configuration fits. Conventions (Megatron-Core mixed pre
   function's input, which FP8 runs store in FP8 (`fp8_activation_input_store`, set by the
   MLPerf LoRA configs: FP8_ACTIVATION=True). Attention keeps what it keeps in training (its
   adapters read the QKV input; the output projection's input is the attention output).
-* Stored activations are 16-bit (FP8 recipes keep BF16 activations between layers), and every
+* Stored activations are 16-bit (FP8 recipes keep BF16 activations between layers), except
+  what a GEMM keeps of its input for the weight gradient, which FP8/FP4 recipes keep quantised
+  (`GEMM_INPUT_BYTES`), and every
   MoE expert gets its even share of tokens (the force-balanced routing of NVIDIA's benchmarks);
   real routing imbalance needs headroom this model does not add.
 """
@@ -114,6 +116,16 @@ MXFP8_PARAM_BYTES = 2.0
 """MXFP8 recipes keep the weights only in MXFP8, row- and column-wise (1 B each, plus one scale
 per 32 values), with no BF16 copy: Megatron-Bridge turns on `fp8_param_gather` for MXFP8
 ("perf-optimal, = MLM", Megatron-Bridge performance configs)."""
+GEMM_INPUT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 1.0}
+"""Bytes per element a GEMM keeps of its input for the weight gradient, by precision class.
+Transformer Engine's `Linear`, `LayerNormLinear` and `GroupedLinear` quantise the input for
+the forward GEMM and keep the quantised copy, reduced to the usage the backward needs (the
+column-wise copy for the weight-gradient GEMM: `update_usage(rowwise_usage=False)` in
+transformer_engine/pytorch/module/linear.py), not the 16-bit input: 1 B per element for the FP8
+recipes (per-tensor, current-scaling, blockwise, MXFP8; their scales are one per 32 or more
+values). NVFP4 keeps 4-bit data plus a scale per 16 values, 0.56 B; 1 B is used for it as an
+upper bound, since this model has no NVFP4 measurement to check the layout against. LoRA rows
+keep their own accounting (`advisor/perf/finetune.py`)."""
 LOGIT_BYTES = 6.0
 """Bytes per vocabulary entry and token at the loss: Megatron's `compute_language_model_loss`
 calls `vocab_parallel_cross_entropy(logits.float(), ...)` while the caller still holds the 16-bit
@@ -329,7 +341,11 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
 
     # ---- activations --------------------------------------------------------------------------
     tokens = mbs * seq / cp                # tokens of one micro-batch on one GPU
-    per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp)
+    gemm_input = per_value(precision, lambda p: GEMM_INPUT_BYTES.get(PRECISIONS.get(p))
+                           ).astype(float)
+    gemm_input = np.where(lora | np.isnan(gemm_input), ACT_BYTES, gemm_input)
+    per_token = _activation_bytes_per_token(model, tp=tp, sp=sp, etp=etp, cp=cp,
+                                            gemm_input=gemm_input)
     if eager.any():
         eager_token = eager_bytes_per_token(model, tp=tp, sp=sp)
         for kind in ("attention", "mlp"):

@@ -27,11 +27,19 @@ def frozen_mlp_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
 
 
 def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
-                                etp: np.ndarray, cp: np.ndarray) -> dict[str, np.ndarray]:
-    """Stored bytes per token for one layer of each kind, without recompute."""
+                                etp: np.ndarray, cp: np.ndarray,
+                                gemm_input: np.ndarray | float = ACT_BYTES
+                                ) -> dict[str, np.ndarray]:
+    """Stored bytes per token for one layer of each kind, without recompute.
+
+    `gemm_input`: bytes per element of what a GEMM keeps of its input for the weight gradient
+    (`GEMM_INPUT_BYTES`): 16-bit, or the quantised copy of an FP8/FP4 recipe. Where a tensor
+    is also kept by something else in 16 bits (the attention output, which the fused attention
+    keeps for its own backward), an FP8 recipe keeps both."""
     h = model.hidden_size
     a = ACT_BYTES
-    norm_and_input = 2 * a * h / sp        # norm input + the next GEMM's (norm output) input
+    g = gemm_input
+    norm_and_input = (a + g) * h / sp      # norm input + the next GEMM's (norm output) input
     # Attention: Q, K, V (inputs of fused attention), its output O (input of the projection),
     # FP32 softmax statistics; MLA also keeps the compressed latents (not TP-split).
     if model.is_mla:
@@ -40,14 +48,15 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
         latents = 0.0
     qkv = a * (model.q_dim + model.kv_dim + model.v_dim) / tp
     # O has one v head per query head (GQA shares K and V, not the output).
-    out = a * model.num_attention_heads * (model.v_head_dim if model.is_mla
-                                           else model.attention_head_dim) / tp
+    head_out = model.num_attention_heads * (model.v_head_dim if model.is_mla
+                                            else model.attention_head_dim)
+    out = (a + np.where(np.asarray(g) < a, g, 0.0)) * head_out / tp
     stats = 4.0 * model.num_attention_heads / tp
     ring = np.where(cp > 1, 2 * a * (model.kv_dim + model.v_dim) / tp, 0.0)  # CP KV buffers
     attention = norm_and_input + latents + qkv + out + stats + ring
     # Dense MLP: FC1 output (2 × ffn when gated) and the activation's output (FC2 input).
     ffn = model.ffn_hidden_size
-    mlp = norm_and_input + a * ffn * ((2 if model.gated_mlp else 1) + 1) / tp
+    mlp = norm_and_input + (a * ffn * (2 if model.gated_mlp else 1) + g * ffn) / tp
     # MoE: router probabilities (FP32), and per routed copy of a token: the permuted input,
     # FC1 output and activation output of one expert (split by etp); shared experts like MLP.
     moe = np.zeros_like(tp, dtype=float)
@@ -56,10 +65,10 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
         f = model.moe_ffn_hidden_size
         # With sequence parallelism a GPU dispatches tokens/tp tokens; after the all-gather over
         # etp it holds etp·k copies of each, each with an f/etp-wide expert slice.
-        routed = model.moe_top_k * (etp * a * width
-                                    + a * f * ((2 if model.gated_mlp else 1) + 1)) / sp
-        shared = model.num_shared_experts * a * model.shared_ffn_size * (
-            (2 if model.gated_mlp else 1) + 1) / tp
+        routed = model.moe_top_k * (etp * g * width
+                                    + a * f * (2 if model.gated_mlp else 1) + g * f) / sp
+        shared = model.num_shared_experts * model.shared_ffn_size * (
+            a * (2 if model.gated_mlp else 1) + g) / tp
         latent = 2 * a * model.moe_latent_size / sp if model.moe_latent_size else 0.0
         moe = norm_and_input + 4.0 * model.num_experts / sp + routed + shared + latent
     # Mamba-2: in_proj output (z, x, B, C, dt), conv output, SSM output y, gated-norm output.

@@ -347,3 +347,20 @@ def test_eager_pytorch_small_runs_peak_at_the_optimizer_step():
         assert m["weights_bytes"] + m["gradients_bytes"] + m["optimizer_bytes"] == \
             pytest.approx(20 * params, rel=1e-6)
         assert allocated[i] == pytest.approx(56.0, abs=0.2)
+
+
+def test_fp8_recipes_keep_gemm_inputs_quantised():
+    """Transformer Engine keeps the quantised (1 B) copy of a GEMM's input for the weight
+    gradient, not the BF16 input: an FP8 run of the same layout stores fewer activation bytes,
+    by the GEMM inputs' second byte less the attention output it keeps twice (BF16 for the
+    fused attention, FP8 for the projection)."""
+    model = catalog.load_model("llama3-70b")
+    kw = dict(tp=8, pp=1, dp=1, gbs=1, mbs=1, seq_len=8192, sequence_parallel=True,
+              recompute="none")
+    bf16 = est(model, **kw, precision="bf16").activations_bytes
+    fp8 = est(model, **kw, precision="fp8").activations_bytes
+    h, ffn, tp = model.hidden_size, model.ffn_hidden_size, 8
+    per_layer_token = 2 * h / tp + ffn / tp - model.q_dim / tp   # bytes saved
+    layers_tokens = model.num_layers * 8192
+    # The loss's logits and the first stage's input are precision-independent.
+    assert bf16 - fp8 == pytest.approx(per_layer_token * layers_tokens, rel=1e-6)
