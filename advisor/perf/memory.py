@@ -146,7 +146,7 @@ EAGER_FRAMEWORKS = ("pytorch",)
 """Frameworks whose runs are eager PyTorch under `torch.autocast(bfloat16)` over FP32 weights,
 stepped by `torch.optim.AdamW` as constructed by default (the foreach implementation on CUDA):
 advisor's own workload (`collectors.workload`, framework `pytorch`). Their memory differs from
-Megatron-Core's in every term (`_eager_parameters`, `eager_bytes_per_token`):
+Megatron-Core's in every term (`_stage_memory`, `eager_bytes_per_token`):
 
 * FP32 weights (4 B), which are also the master copy; FP32 gradients (4 B), created by the
   first backward (`zero_grad(set_to_none=True)` drops them each step); Adam's two FP32 moments
