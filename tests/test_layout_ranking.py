@@ -1,12 +1,12 @@
 """benchmarks/layout_ranking.py: τ and top-1 regret on hand-checkable rankings, and its core
 (rows -> layouts -> per-job ranking) on one real job, vTrain's multi-node sweep."""
 
-import sys
 from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI = ROOT.parent / "shared" / "reference" / "vtrain" / "ground_truth_multi.csv"
@@ -14,12 +14,7 @@ MULTI = ROOT.parent / "shared" / "reference" / "vtrain" / "ground_truth_multi.cs
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import layout_ranking
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return layout_ranking
+    return load_benchmark("layout_ranking")
 
 
 def test_perfect_ranking(bench):

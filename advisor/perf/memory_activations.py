@@ -17,6 +17,13 @@ FP32_BYTES = 4.0
 embedding is not autocast, so it and every residual sum stay FP32 (`eager_bytes_per_token`)."""
 
 
+def attention_output_width(model: ModelSpec) -> int:
+    """Width of the attention output O, the projection's input: one value head per query head
+    (GQA shares K and V between query heads, not the output)."""
+    return model.num_attention_heads * (model.v_head_dim if model.is_mla
+                                        else model.attention_head_dim)
+
+
 def frozen_mlp_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray,
                                 fp8: np.ndarray) -> np.ndarray:
     """A frozen dense MLP without adapters: the norm's input and the activation function's
@@ -47,9 +54,7 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
     else:
         latents = 0.0
     qkv = a * (model.q_dim + model.kv_dim + model.v_dim) / tp
-    # O has one v head per query head (GQA shares K and V, not the output).
-    head_out = model.num_attention_heads * (model.v_head_dim if model.is_mla
-                                            else model.attention_head_dim)
+    head_out = attention_output_width(model)
     out = (a + np.where(np.asarray(g) < a, g, 0.0)) * head_out / tp
     stats = 4.0 * model.num_attention_heads / tp
     ring = np.where(cp > 1, 2 * a * (model.kv_dim + model.v_dim) / tp, 0.0)  # CP KV buffers
@@ -101,8 +106,7 @@ def eager_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray
     (`benchmarks/campaign_check.py`)."""
     h = model.hidden_size
     a = ACT_BYTES
-    head_out = model.num_attention_heads * (model.v_head_dim if model.is_mla
-                                            else model.attention_head_dim)
+    head_out = attention_output_width(model)
     norm_in = FP32_BYTES * h / sp
     attention = (norm_in + 3 * a * h / sp
                  + a * (model.q_dim + model.kv_dim + model.v_dim + 2 * head_out) / tp

@@ -1,22 +1,13 @@
 """benchmarks/expected_loss.py on the two jobs issue 27 names: the expected losses of the 20
 fastest layouts must tell them apart and change the ranking."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import expected_loss
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return expected_loss
+    return load_benchmark("expected_loss")
 
 
 @pytest.mark.parametrize("job", [("llama3-70b", "h200", 64), ("mixtral-8x22b", "h100", 64)])

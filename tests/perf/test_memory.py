@@ -227,18 +227,15 @@ LLAMA2_70 = catalog.find_model("llama2-70b")
 @pytest.fixture(scope="module")
 def megatron_ci():
     """benchmarks/memory_validation.py's rows: measured and predicted allocated bytes."""
-    import sys
     from pathlib import Path
+
+    from benchmark_scripts import load_benchmark
 
     root = Path(__file__).resolve().parents[2]
     csv = root.parent / "shared" / "reference" / "megatron_ci" / "runs.csv"
     if not csv.exists():
         pytest.skip(f"reference data not found at {csv}")
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        import memory_validation
-    finally:
-        sys.path.remove(str(root / "benchmarks"))
+    memory_validation = load_benchmark("memory_validation")
     rows, skipped = memory_validation.validate(csv)
     return rows, skipped, memory_validation
 
