@@ -28,10 +28,12 @@ Per pipeline stage and micro-batch (forward + backward):
   TP ranks send their 1/tp shards as separate small messages (paper finding 2: TP+PP send/recv
   under-uses bandwidth) at point-to-point efficiency.
 
-Per step: (m + (pp − 1)/vp) × the slowest stage's micro-batch time (the 1F1B / interleaved
-bubble), then the data-parallel gradient reduce-scatter and parameter all-gather (all-reduce
-without a sharded optimizer; FSDP gathers per micro-batch) with overlap hiding up to the last
-micro-batch's backward / first forward, then the optimizer step from HBM traffic.
+Per step: m × the slowest stage's micro-batch time plus the fill and drain, one pass (a 1/vp
+chunk when interleaved) of every other stage (`timeline.fill_drain`: the 1F1B / interleaved
+bubble, (pp − 1)/vp micro-batches when stages are equal), then the data-parallel gradient
+reduce-scatter and parameter all-gather (all-reduce without a sharded optimizer; FSDP gathers
+per micro-batch) with overlap hiding up to the last micro-batch's backward / first forward, then
+the optimizer step from HBM traffic.
 
 Compute is priced in `step_compute` and communication in `step_comm`; this module overlaps the
 two and assembles the step.
@@ -68,7 +70,7 @@ from advisor.perf.layout import StageLayout, stage_layout
 from advisor.perf.power import POWER_COLUMNS, power_thermal
 from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
 from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
-from advisor.perf.timeline import StageTimeline
+from advisor.perf.timeline import StageTimeline, fill_drain
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -292,7 +294,6 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     # ---- assemble: the slowest stage sets the pace, at its slowest GPU's clock ----------------
     n = len(tp)
     m1 = m[:, 0]
-    bubble_mb = (pp - 1) / vp
 
     def stages(x: np.ndarray) -> np.ndarray:
         return np.broadcast_to(x, (n, pp)).astype(float)
@@ -314,7 +315,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         burst_s=stages(m * (compute_mb + recompute_mb)),
         microbatch_s=stages(microbatch),
         microbatch_compute_s=stages(compute_mb + recompute_mb),
-        tail_s=tail_stage, num_microbatches=m1, bubble_microbatches=bubble_mb,
+        tail_s=tail_stage, num_microbatches=m1, virtual_stages=vp,
         gemm_utilization=np.broadcast_to(compute.gemm_utilization, (n, pp))[:, 0],
         gpus_per_stage=(tp * cp * dp)[:, 0])
     world = (tp * cp * dp)[:, 0] * pp
@@ -339,7 +340,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         "ep_comm_s": per_step(ep_raw),
         "pp_comm_s": per_step(pp_mb),
         "dp_comm_s": dp_worst + m1 * fsdp_exp,
-        "bubble_s": bubble_mb * t_mb,
+        "bubble_s": fill_drain(stages(microbatch), vp),
         "optimizer_s": tail - dp_worst,
         "overhead_s": per_step(overhead_mb),
         "gemm_s": per_step(gemm_mb + re_gemm),

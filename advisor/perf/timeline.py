@@ -40,8 +40,9 @@ class StageTimeline:
     """After the last micro-batch: exposed data-parallel sync and the optimizer."""
     num_microbatches: np.ndarray
     """Micro-batches per step (configs)."""
-    bubble_microbatches: float
-    """(pp − 1) / vp: the pipeline fill and drain, in micro-batch times."""
+    virtual_stages: int
+    """vp: model chunks per stage (the interleaved schedule's fill and drain pass each other
+    stage one chunk at a time)."""
     gemm_utilization: np.ndarray
     """How well fed the tensor cores are, against an 8192³ GEMM's (1; configs)."""
     gpus_per_stage: np.ndarray
@@ -53,9 +54,22 @@ class StageTimeline:
 
     def step_time(self, slowdown: np.ndarray | None = None) -> np.ndarray:
         """Step seconds (configs) with every stage's compute stretched by `slowdown` (≥ 1,
-        configs × stages): the slowest stage sets the pace of the pipeline."""
+        configs × stages): the slowest stage sets the pace of the pipeline, and the fill and
+        drain pass through each other stage once (`fill_drain`)."""
         mb = self.microbatch_s
         if slowdown is not None:
             mb = mb + self.microbatch_compute_s * (slowdown - 1.0)
-        return ((self.num_microbatches + self.bubble_microbatches) * mb.max(axis=1)
+        return (self.num_microbatches * mb.max(axis=1) + fill_drain(mb, self.virtual_stages)
                 + self.tail_s.max(axis=1))
+
+
+def fill_drain(microbatch_s: np.ndarray, vp: int) -> np.ndarray:
+    """The pipeline bubble (configs) of stages whose micro-batches take `microbatch_s`
+    (configs × stages): the first micro-batch's forward reaches the slowest stage through every
+    stage before it, and the last one's backward leaves it through every stage after it, so
+    outside the slowest stage's m micro-batches the critical path holds one pass of each other
+    stage, a chunk (1/vp) of it when interleaved. Equal stages give the textbook
+    (pp − 1)/vp micro-batch times (Narayanan et al. SC'21 §2.2); a last stage that also runs
+    the output layer, or a first one with the embedding, adds only its own excess once rather
+    than pp − 1 times."""
+    return (microbatch_s.sum(axis=1) - microbatch_s.max(axis=1)) / vp

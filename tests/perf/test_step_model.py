@@ -50,11 +50,32 @@ def test_pp1_means_no_bubble_and_no_send_recv(space):
 
 
 def test_pipeline_bubble_follows_the_schedule(space):
+    """The fill and drain pass each stage but the slowest once: never more than (pp − 1)/vp of
+    the slowest stage's micro-batch, and not far below it (stages differ only by the embedding
+    and the output layer)."""
     _, _, configs, table = space
     m = configs["gbs"] / (configs["mbs"] * configs["dp"])
-    expected = (configs["pp"] - 1) / configs["vp"] * table["microbatch_s"]
-    assert np.allclose(table["bubble_s"], expected)
+    textbook = (configs["pp"] - 1) / configs["vp"] * table["microbatch_s"]
+    assert (table["bubble_s"] <= textbook * (1 + 1e-9)).all()
+    piped = (configs["pp"] > 1).to_numpy()
+    assert (table.loc[piped, "bubble_s"] >= 0.5 * textbook[piped]).all()
     assert np.allclose(table["num_microbatches"], m)
+
+
+@pytest.mark.parametrize("vp", [1, 2])
+def test_a_heavier_last_stage_adds_its_excess_to_the_bubble_once(vp):
+    """Llama 3 70B on 4 stages: the last also runs the output layer and the loss, so it paces
+    the pipeline; the fill and drain pass each of the other three once (a 1/vp chunk each)."""
+    from advisor.perf.columns import config_columns
+    from advisor.perf.step import step_detail
+
+    model, platform = load_model("llama3-70b"), load_platform("h200")
+    config = make_config(make_job(model, platform, num_gpus=32), tp=8, pp=4, vp=vp, mbs=1)
+    detail = step_detail(model, platform, config_columns(pd.DataFrame([config.to_dict()])))
+    stages = detail["timeline"].microbatch_s[0]
+    assert stages.argmax() == len(stages) - 1 and stages[-1] > stages[1] * 1.01
+    assert detail["bubble_s"][0] == pytest.approx((stages.sum() - stages.max()) / vp)
+    assert detail["bubble_s"][0] < 3 / vp * stages.max()
 
 
 def test_components_add_up_to_the_step(space):
