@@ -32,7 +32,9 @@ Per job: layouts, Kendall τ-b (predicted against measured tokens/s/GPU; NaN whe
 has a single value), top-1 regret = measured throughput of the best-measured layout / measured
 throughput of advisor's predicted-best − 1 (among layouts tied for advisor's best, the slowest
 measured: a tie is no evidence for the lucky one). Summary: median τ and the jobs whose regret
-is at most 5 %, overall and per source.
+is at most 5 %, overall and per source. Each job over that goal is then shown with its fastest
+measured layout and advisor's pick, and how far the model misjudged each (measured /
+predicted), grouped by source and pick.
 """
 
 from __future__ import annotations
@@ -242,6 +244,36 @@ def rank_jobs(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def misses(table: pd.DataFrame) -> pd.DataFrame:
+    """Per job over the regret goal: the fastest measured layout and advisor's pick (the
+    `LAYOUT` fields that differ between the two), each with measured / predicted throughput
+    (> 1: it ran faster than predicted), so a miss shows which layout the model misjudged."""
+    out = []
+    for (source, job), part in table.groupby(["source_set", "job"], sort=False):
+        if len(part) < 2:
+            continue
+        r = rank(part[PREDICTED].to_numpy(), part[MEASURED].to_numpy())
+        if r.top1_regret <= REGRET_GOAL:
+            continue
+        best = part.loc[part[MEASURED].idxmax()]
+        top = part[PREDICTED] >= part[PREDICTED].max() * (1 - 1e-9)
+        pick = part[top].loc[part.loc[top, MEASURED].idxmin()]
+        differ = [k for k in LAYOUT if best[k] != pick[k]]
+        out.append({"source": source, "job": job, "regret_pct": 100 * r.top1_regret,
+                    "fastest": _settings(best, differ), "fastest_meas/pred": _ratio(best),
+                    "picked": _settings(pick, differ), "picked_meas/pred": _ratio(pick)})
+    return pd.DataFrame(out)
+
+
+def _settings(row: pd.Series, keys: list[str]) -> str:
+    return " ".join(f"{k}={row[k]}" for k in keys)
+
+
+def _ratio(row: pd.Series) -> float:
+    """Measured / predicted throughput (NaN where advisor predicts it does not fit)."""
+    return row[MEASURED] / row[PREDICTED] if row[PREDICTED] > 0 else float("nan")
+
+
 def summary(jobs: pd.DataFrame) -> pd.DataFrame:
     """Median τ and jobs within the regret goal, overall and per source."""
     def one(part: pd.DataFrame) -> dict:
@@ -282,14 +314,22 @@ def main(argv: list[str] | None = None) -> int:
     from advisor import Predictor
 
     predictor = Predictor(None) if args.analytical else Predictor.load()
-    jobs = rank_jobs(layouts(collect(args.reference, predictor,
-                                     across_releases=args.across_releases)))
+    table = layouts(collect(args.reference, predictor, across_releases=args.across_releases))
+    jobs = rank_jobs(table)
     pd.set_option("display.width", 200, "display.max_colwidth", 90, "display.max_rows", 500)
     shown = jobs if args.jobs else jobs[jobs["moe"] | (jobs["top1_regret_pct"] >
                                                       100 * REGRET_GOAL)]
     print(f"## jobs ({'all' if args.jobs else 'MoE and regret > 5 %'}; "
           f"{'analytical' if args.analytical else 'Predictor.load()'})\n")
     print(shown.round(3).to_string(index=False))
+    missed = misses(table)
+    print(f"\n## the {len(missed)} jobs over the regret goal: the fastest measured layout and "
+          f"advisor's pick (the settings that differ), measured / predicted throughput of "
+          f"each (> 1: ran faster than predicted)\n")
+    print(missed.round(3).to_string(index=False))
+    picked = missed.groupby(["source", "picked"]).size().sort_values(ascending=False)
+    print("\nmisses by source and pick:\n")
+    print(picked.to_string())
     print("\n## summary\n")
     print(summary(jobs).round(3).to_string())
     return 0

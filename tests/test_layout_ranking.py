@@ -55,6 +55,28 @@ def test_a_job_needs_two_layouts(bench):
         bench.rank([1.0], [1.0])
 
 
+def test_a_miss_names_the_fastest_layout_and_the_pick(bench):
+    """Job a: advisor picks TP2 (predicted 12, ran at 8) where TP4 ran at 10 (predicted 10):
+    25 % regret, shown with the one setting that differs and each layout's measured /
+    predicted. Job b is within the goal and is not a miss."""
+    import pandas as pd
+
+    def layout(job: str, tp: int, predicted: float, measured: float) -> dict:
+        fixed = {k: "1" for k in bench.LAYOUT}
+        return {**fixed, "source_set": "s", "job": job, "tp": str(tp),
+                bench.PREDICTED: predicted, bench.MEASURED: measured}
+
+    table = pd.DataFrame([layout("a", 2, 12.0, 8.0), layout("a", 4, 10.0, 10.0),
+                          layout("b", 2, 12.0, 10.0), layout("b", 4, 10.0, 10.2)])
+    missed = bench.misses(table)
+    assert list(missed["job"]) == ["a"]
+    miss = missed.iloc[0]
+    assert miss["regret_pct"] == pytest.approx(25.0)
+    assert (miss["fastest"], miss["picked"]) == ("tp=4", "tp=2")
+    assert miss["fastest_meas/pred"] == pytest.approx(1.0)
+    assert miss["picked_meas/pred"] == pytest.approx(8 / 12)
+
+
 def _tau_by_pairs(x, y) -> float:
     """Kendall τ-a by counting pairs (τ-b when neither side has ties)."""
     signs = [np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
