@@ -97,11 +97,11 @@ BENCHMARKS = (
               "MLPerf runs of one release, vTrain's single- and multi-node A100 sweeps, "
               "Megatron-LM's functional tests): Kendall τ between predicted and measured "
               "throughput and the top-1 regret (how much faster the best-measured layout ran "
-              "than advisor's pick), per job where a job is MoE or its regret exceeds 5 %; each job "
-              "over 5 % with its fastest measured layout and advisor's pick and how far the "
-              "model misjudged each (measured / predicted); then a summary per source. The "
-              "Megatron-LM tests are correctness tests of tiny "
-              "models, mostly bound by software overhead; read their regrets with that in mind."),
+              "than advisor's pick), per job where a job is MoE or its regret exceeds 5 %; "
+              "each job over 5 % with its fastest measured layout and advisor's pick and how "
+              "far the model misjudged each (measured / predicted); then a summary per source. "
+              "The Megatron-LM tests are correctness tests of tiny models, mostly bound by "
+              "software overhead; read their regrets with that in mind."),
     Benchmark("space-memory", "Configuration space and memory model: speed",
               ("benchmarks/space_memory.py",),
               "Whole spaces enumerated and memory-checked: valid and fitting counts, and "
