@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     print(missed.round(3).to_string(index=False))
     picked = missed.groupby(["source", "picked"]).size().sort_values(ascending=False)
     print("\nmisses by source and pick:\n")
-    print(picked.to_string())
+    print("\n".join(line.rstrip() for line in picked.to_string().splitlines()))
     print("\n## summary\n")
     print(summary(jobs).round(3).to_string())
     return 0
