@@ -244,6 +244,10 @@ def rank_jobs(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+MISS_COLUMNS = ("source", "job", "regret_pct", "fastest", "fastest_meas/pred", "picked",
+                "picked_meas/pred")
+
+
 def misses(table: pd.DataFrame) -> pd.DataFrame:
     """Per job over the regret goal: the fastest measured layout and advisor's pick (the
     `LAYOUT` fields that differ between the two), each with measured / predicted throughput
@@ -262,7 +266,7 @@ def misses(table: pd.DataFrame) -> pd.DataFrame:
         out.append({"source": source, "job": job, "regret_pct": 100 * r.top1_regret,
                     "fastest": _settings(best, differ), "fastest_meas/pred": _ratio(best),
                     "picked": _settings(pick, differ), "picked_meas/pred": _ratio(pick)})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=MISS_COLUMNS)
 
 
 def _settings(row: pd.Series, keys: list[str]) -> str:

@@ -77,6 +77,25 @@ def test_a_miss_names_the_fastest_layout_and_the_pick(bench):
     assert miss["picked_meas/pred"] == pytest.approx(8 / 12)
 
 
+def test_misses_among_tied_picks_take_the_slowest_and_none_is_an_empty_table(bench):
+    """Two layouts tie for the best prediction: the miss reports the slower of them (as
+    `rank` counts it). A table where every job meets the goal has no misses, with the
+    columns the report groups by."""
+    import pandas as pd
+
+    def layout(tp: int, predicted: float, measured: float) -> dict:
+        return {**{k: "1" for k in bench.LAYOUT}, "source_set": "s", "job": "a",
+                "tp": str(tp), bench.PREDICTED: predicted, bench.MEASURED: measured}
+
+    tied = pd.DataFrame([layout(1, 5.0, 9.0), layout(2, 5.0, 7.0), layout(4, 1.0, 10.0)])
+    miss = bench.misses(tied).iloc[0]
+    assert (miss["fastest"], miss["picked"]) == ("tp=4", "tp=2")
+    assert miss["regret_pct"] == pytest.approx(100 * (10 / 7 - 1))
+    fine = bench.misses(tied.assign(**{bench.MEASURED: [10.0, 9.9, 1.0]}))
+    assert fine.empty and list(fine.columns) == list(bench.MISS_COLUMNS)
+    assert fine.groupby(["source", "picked"]).size().empty
+
+
 def _tau_by_pairs(x, y) -> float:
     """Kendall τ-a by counting pairs (τ-b when neither side has ties)."""
     signs = [np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])

@@ -69,7 +69,9 @@ def fill_drain(microbatch_s: np.ndarray, vp: int) -> np.ndarray:
     stage before it, and the last one's backward leaves it through every stage after it, so
     outside the slowest stage's m micro-batches the critical path holds one pass of each other
     stage, a chunk (1/vp) of it when interleaved. Equal stages give the textbook
-    (pp − 1)/vp micro-batch times (Narayanan et al. SC'21 §2.2); a last stage that also runs
-    the output layer, or a first one with the embedding, adds only its own excess once rather
-    than pp − 1 times."""
+    (pp − 1)/vp micro-batch times (Narayanan et al. SC'21 §2.2). When the last stage is the
+    slowest (it also runs the output layer and the loss), its time is in the m micro-batches
+    only: the fill and drain no longer count it pp − 1 times. Exact for 1F1B and Megatron's
+    interleaved schedule when the slowest stage is the last; within a few per cent of a
+    schedule simulation otherwise (the slowest stage elsewhere: an overestimate)."""
     return (microbatch_s.sum(axis=1) - microbatch_s.max(axis=1)) / vp

@@ -62,20 +62,58 @@ def test_pipeline_bubble_follows_the_schedule(space):
     assert np.allclose(table["num_microbatches"], m)
 
 
-@pytest.mark.parametrize("vp", [1, 2])
-def test_a_heavier_last_stage_adds_its_excess_to_the_bubble_once(vp):
-    """Llama 3 70B on 4 stages: the last also runs the output layer and the loss, so it paces
-    the pipeline; the fill and drain pass each of the other three once (a 1/vp chunk each)."""
+def _timeline(microbatch_s: list[float], *, m: int, vp: int):
+    """A one-configuration `StageTimeline` whose stages take `microbatch_s` per micro-batch
+    (all compute), with no tail."""
+    from advisor.perf.timeline import StageTimeline
+
+    mb = np.array([microbatch_s], dtype=float)
+    zeros = np.zeros_like(mb)
+    return StageTimeline(gemm_s=m * mb, attention_s=zeros, memory_s=zeros,
+                         hidden_comm_s=zeros, exposed_comm_s=zeros, interleaved_comm_s=zeros,
+                         host_wait_s=zeros, burst_s=m * mb, microbatch_s=mb,
+                         microbatch_compute_s=mb, tail_s=zeros, num_microbatches=np.array([m]),
+                         virtual_stages=vp, gemm_utilization=np.ones(1),
+                         gpus_per_stage=np.ones(1))
+
+
+@pytest.mark.parametrize(("stages", "m", "vp", "makespan"), [
+    # Equal stages, 1F1B: (m + pp - 1) micro-batch times.
+    ([3.0, 3.0, 3.0, 3.0], 8, 1, 33.0),
+    # The last stage twice as slow (forward 2, backward 4; the others 1 and 2): the first
+    # forward reaches it after 3 x 1, it runs its 8 micro-batches back to back (8 x 6), the
+    # last backward leaves through the other three (3 x 2): 57 (the old rule gave 66).
+    ([3.0, 3.0, 3.0, 6.0], 8, 1, 57.0),
+    # Interleaved over 2 chunks, the last stage's second chunk 1.5 x: 8 x 4.5 + 9 / 2.
+    ([3.0, 3.0, 3.0, 4.5], 8, 2, 40.5),
+])
+def test_the_step_is_the_schedules_makespan(stages, m, vp, makespan):
+    """Hand-derived 1F1B and interleaved makespans, each checked against a simulation of
+    Megatron's schedules (per-rank operation order, each op waiting for its neighbour)."""
+    timeline = _timeline(stages, m=m, vp=vp)
+    assert timeline.step_time()[0] == pytest.approx(makespan)
+
+
+def test_a_slowdown_stretches_the_stage_it_hits():
+    """Stretching the last stage's compute by 1.5 makes it the slowest: 8 x 4.5 + 3 x 3."""
+    timeline = _timeline([3.0, 3.0, 3.0, 3.0], m=8, vp=1)
+    slowdown = np.array([[1.0, 1.0, 1.0, 1.5]])
+    assert timeline.step_time(slowdown)[0] == pytest.approx(8 * 4.5 + 9.0)
+
+
+def test_the_breakdown_bubble_is_the_fill_and_drain():
+    """Llama 3 70B on 4 stages: the breakdown's bubble is the fill and drain of its stages, and
+    shorter than the textbook (pp - 1) slowest stages, the last stage being the slowest."""
     from advisor.perf.columns import config_columns
     from advisor.perf.step import step_detail
 
     model, platform = load_model("llama3-70b"), load_platform("h200")
-    config = make_config(make_job(model, platform, num_gpus=32), tp=8, pp=4, vp=vp, mbs=1)
+    config = make_config(make_job(model, platform, num_gpus=32), tp=8, pp=4, mbs=1)
     detail = step_detail(model, platform, config_columns(pd.DataFrame([config.to_dict()])))
     stages = detail["timeline"].microbatch_s[0]
     assert stages.argmax() == len(stages) - 1 and stages[-1] > stages[1] * 1.01
-    assert detail["bubble_s"][0] == pytest.approx((stages.sum() - stages.max()) / vp)
-    assert detail["bubble_s"][0] < 3 / vp * stages.max()
+    assert detail["bubble_s"][0] == pytest.approx(stages[:-1].sum())
+    assert detail["bubble_s"][0] < 3 * stages.max()
 
 
 def test_components_add_up_to_the_step(space):
