@@ -79,9 +79,15 @@ def rank(predicted: np.ndarray, measured: np.ndarray) -> Ranking:
         raise ValueError("a job needs at least two layouts, each predicted and measured")
     tau = (float("nan") if np.ptp(predicted) == 0 or np.ptp(measured) == 0
            else float(kendalltau(predicted, measured).statistic))
-    picked = predicted >= predicted.max() * (1 - 1e-9)
-    regret = float(measured.max() / measured[picked].min() - 1.0)
+    regret = float(measured.max() / measured[advisors_pick(predicted, measured)] - 1.0)
     return Ranking(num_layouts=len(measured), kendall_tau=tau, top1_regret=regret)
+
+
+def advisors_pick(predicted: np.ndarray, measured: np.ndarray) -> int:
+    """Index of the layout advisor picks: the best predicted, and among layouts tied for it the
+    slowest measured (a tie is no evidence for the lucky one)."""
+    tied = np.flatnonzero(predicted >= predicted.max() * (1 - 1e-9))
+    return int(tied[np.argmin(measured[tied])])
 
 
 def _predict(frame: pd.DataFrame, predictor) -> dict[str, np.ndarray]:
@@ -260,8 +266,7 @@ def misses(table: pd.DataFrame) -> pd.DataFrame:
         if r.top1_regret <= REGRET_GOAL:
             continue
         best = part.loc[part[MEASURED].idxmax()]
-        top = part[PREDICTED] >= part[PREDICTED].max() * (1 - 1e-9)
-        pick = part[top].loc[part.loc[top, MEASURED].idxmin()]
+        pick = part.iloc[advisors_pick(part[PREDICTED].to_numpy(), part[MEASURED].to_numpy())]
         differ = [k for k in LAYOUT if best[k] != pick[k]]
         out.append({"source": source, "job": job, "regret_pct": 100 * r.top1_regret,
                     "fastest": _settings(best, differ), "fastest_meas/pred": _ratio(best),
