@@ -17,6 +17,18 @@ from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
 
 RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "shared_experts",
+                     "moe")
+"""What selective recompute may recompute: Megatron-Core's `--recompute-modules` names
+(`TransformerConfig.recompute_modules`, Megatron-Core 0.13+), in the order advisor writes them.
+core_attn: the attention core (softmax statistics; the s² softmax output when unfused);
+mla_up_proj: MLA's query/key/value up-projections from the latents; layernorm: the
+pre-MLP norm of MoE layers (Transformer Engine fuses the other norms into the next GEMM, so
+none is stored); mlp: the dense MLP (its input kept); moe_act: the experts' activation
+function; shared_experts: the shared experts (their input kept); moe: the whole MoE layer
+(its input kept; dispatch and combine run again)."""
+DEFAULT_RECOMPUTE_MODULES = "core_attn"
+"""Megatron-Core's default, what `recompute selective` alone means."""
 ATTENTION = ("flash", "unfused")
 DP_SHARDING = ("none", "optimizer", "full")
 """The one vocabulary for data-parallel sharding, in CLI values, tables, JSON and `--layout`:
@@ -50,6 +62,27 @@ def sharding_name(value: Any) -> Any:
         return value
     key = value.strip().lower()
     return SHARDING_ALIASES.get(key, key if key in DP_SHARDING else value)
+
+
+def recompute_modules_name(value: Any) -> str:
+    """`value` (names of `RECOMPUTE_MODULES` separated by spaces, commas or `+`, any case and
+    order) in the one form tables and emitters use: the names in `RECOMPUTE_MODULES`' order,
+    each once, separated by a space. Raises `ConfigError` naming what is unknown."""
+    names = str(value).replace(",", " ").replace("+", " ").lower().split()
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown or not names:
+        what = f"{', '.join(map(repr, unknown))} unknown" if unknown else "empty"
+        raise ConfigError(f"recompute_modules {value!r}: {what}; list one or more of "
+                          f"{', '.join(RECOMPUTE_MODULES)} (e.g. \"core_attn moe_act "
+                          f"layernorm\").")
+    return " ".join(m for m in RECOMPUTE_MODULES if m in names)
+
+
+def _canonical_modules(value: str) -> bool:
+    try:
+        return recompute_modules_name(value) == value
+    except ConfigError:
+        return False
 
 
 def finetune_label(obj: Any) -> str:
@@ -130,7 +163,11 @@ class ParallelConfig:
     precision: str = "bf16"
     """bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4."""
     recompute: str = "none"
-    """Activation recomputation: none, selective (core attention), or full (every layer)."""
+    """Activation recomputation: none, selective (the `recompute_modules`), or full (every
+    layer)."""
+    recompute_modules: str = DEFAULT_RECOMPUTE_MODULES
+    """What selective recompute recomputes (`RECOMPUTE_MODULES`, space-separated; Megatron-Core
+    `--recompute-modules`); the default (core_attn) unless recompute is selective."""
     dp_sharding: str = "optimizer"
     """none (plain DDP), optimizer (distributed optimizer / ZeRO-1), full (FSDP / ZeRO-3)."""
     sequence_parallel: bool = False
@@ -171,6 +208,13 @@ class ParallelConfig:
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"recompute {self.recompute!r} is unknown; use one of "
                               f"{', '.join(RECOMPUTE)}.")
+        modules = recompute_modules_name(self.recompute_modules)
+        object.__setattr__(self, "recompute_modules", modules)
+        if modules != DEFAULT_RECOMPUTE_MODULES and self.recompute != "selective":
+            raise ConfigError(f"recompute_modules {modules!r} applies only to recompute "
+                              f"selective (recompute is {self.recompute}); set recompute "
+                              f"selective or leave recompute_modules at "
+                              f"{DEFAULT_RECOMPUTE_MODULES}.")
         if self.attention not in ATTENTION:
             raise ConfigError(f"attention {self.attention!r} is unknown; use one of "
                               f"{', '.join(ATTENTION)}.")
@@ -266,6 +310,10 @@ def invalid_config_rows(cols) -> Any:
     for name, allowed in _CHOICES.items():
         bad |= ~np.isin(col(name).astype(str), allowed)
     bad |= (col("attention").astype(str) == "unfused") & (cp > 1)
+    modules = col("recompute_modules").astype(str)
+    values, which = np.unique(modules, return_inverse=True)
+    bad |= ~np.array([_canonical_modules(v) for v in values], dtype=bool)[which]
+    bad |= (modules != DEFAULT_RECOMPUTE_MODULES) & (col("recompute").astype(str) != "selective")
     bad |= (sizes["vp"] > 1) & (pp == 1)
     bad |= col("sequence_parallel").astype(bool) & (tp == 1)
     bad |= sizes["gbs"] % np.maximum(sizes["mbs"] * dp, 1) != 0

@@ -18,14 +18,15 @@ from advisor.core.frameworks import PP_WITH_FSDP, canonical_framework, find_fram
 from advisor.core.interleaving import group_sizes, interleaving_error, uses_torch_pipelining
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
     DP_SHARDING,
     PARALLEL_FIELDS,
     PRECISIONS,
-    RECOMPUTE,
     Job,
     ParallelConfig,
     divisors,
     invalid_config_rows,
+    recompute_modules_name,
 )
 from advisor.core.platform import Platform
 from advisor.core.table import Table
@@ -243,9 +244,10 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
     """Every valid `ParallelConfig` for `job`, one row each (columns = `ParallelConfig` fields).
 
     Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
-    recompute, dp_sharding, and overlap (all communication-overlap flags on, or all off); vp > 1
-    only where the micro-batches per step are a multiple of pp (Megatron-Core's interleaved
-    schedule refuses the rest at its first step).
+    recompute (selective recompute of other modules than the attention core only where
+    `recompute_modules` is pinned), dp_sharding, and overlap (all communication-overlap flags
+    on, or all off); vp > 1 only where the micro-batches per step are a multiple of pp
+    (Megatron-Core's interleaved schedule refuses the rest at its first step).
     Sequence parallelism is on whenever tp > 1 (what Megatron/NeMo recipes do). `pins` fixes
     any field to one value. One extra column, `tp_beyond_nvlink`, flags tp larger than the
     platform's NVLink domain.
@@ -274,7 +276,7 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
                                vps=pick("vp", vp_choices(model, pp)),
                                experts=_expert_layouts(model, tp=tp, dense_group=tp * cp * dp),
                                mbs=pick("mbs", divisors(job.gbs // dp)),
-                               recompute=pick("recompute", list(RECOMPUTE)),
+                               recompute=_recompute_choices(pins),
                                shardings=pick("dp_sharding", shardings))
                 if block is not None:
                     blocks.append(block)
@@ -302,8 +304,24 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
         {"tp_beyond_nvlink": table["tp"] > job.platform.nvlink_domain_size})
 
 
+def _recompute_choices(pins: dict[str, object]) -> list[tuple[str, str]]:
+    """(recompute, recompute_modules) pairs to enumerate, in the knob's order (least memory
+    saved first), less what `pins` rules out. Selective recompute of other modules is searched
+    only where pinned (`recompute_modules`): the default rungs keep the search as wide as the
+    frameworks' defaults."""
+    choices = [("none", DEFAULT_RECOMPUTE_MODULES), ("selective", DEFAULT_RECOMPUTE_MODULES),
+               ("full", DEFAULT_RECOMPUTE_MODULES)]
+    if "recompute" in pins:
+        choices = [c for c in choices if c[0] == pins["recompute"]]
+    if "recompute_modules" in pins:
+        modules = pins["recompute_modules"]
+        choices = ([("selective", modules)] if modules != DEFAULT_RECOMPUTE_MODULES
+                   else [c for c in choices if c[1] == modules])
+    return choices
+
+
 def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
-           experts: list[tuple[int, int]], mbs: list[int], recompute: list[str],
+           experts: list[tuple[int, int]], mbs: list[int], recompute: list[tuple[str, str]],
            shardings: list[str]) -> dict[str, np.ndarray] | None:
     """The configurations of one (tp, cp, pp) split, as columns: every combination of vp,
     (ep, etp), mbs, recompute, sharding and overlap (all communication-overlap switches on, or
@@ -330,7 +348,9 @@ def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
     return {"tp": np.full(rows, tp), "pp": np.full(rows, pp), "dp": np.full(rows, dp),
             "cp": np.full(rows, cp), "ep": expert[keep, 0], "etp": expert[keep, 1],
             "vp": vp[keep], "mbs": micro[keep],
-            "recompute": _objects(recompute)[index[3]][keep], "dp_sharding": sharding[keep],
+            "recompute": _objects([r for r, _ in recompute])[index[3]][keep],
+            "recompute_modules": _objects([m for _, m in recompute])[index[3]][keep],
+            "dp_sharding": sharding[keep],
             "overlap_grad_reduce": grad[keep], "overlap_param_gather": param[keep],
             "tp_comm_overlap": tpo[keep]}
 
@@ -365,11 +385,17 @@ def _checked_pins(pins: dict[str, object]) -> dict[str, object]:
             out[name] = bool(value)
         elif name in ("recompute", "dp_sharding", "attention"):
             out[name] = str(value).lower()
+        elif name == "recompute_modules":
+            out[name] = recompute_modules_name(value)
         else:
             try:
                 out[name] = int(value)  # type: ignore[call-overload]
             except (TypeError, ValueError):
                 raise ConfigError(f"{name} must be a whole number, got {value!r}.") from None
+    modules = out.get("recompute_modules", DEFAULT_RECOMPUTE_MODULES)
+    if modules != DEFAULT_RECOMPUTE_MODULES and out.get("recompute", "selective") != "selective":
+        raise ConfigError(f"recompute_modules {modules!r} applies only to recompute selective "
+                          f"(recompute is pinned to {out['recompute']}); drop one of the two.")
     return out
 
 

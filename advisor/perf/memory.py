@@ -73,6 +73,7 @@ from advisor.perf.memory_activations import (
 from advisor.perf.memory_activations import (
     frozen_mlp_bytes_per_token as _frozen_mlp_bytes_per_token,
 )
+from advisor.perf.recompute import Recompute
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -271,6 +272,34 @@ def _col(configs: Columns, name: str) -> np.ndarray:
     return configs[name][:, None]  # (configs, 1): broadcasts against stages
 
 
+def _selective(model: ModelSpec, stored: dict, per_token: dict, scores: np.ndarray,
+               recompute: Recompute) -> dict:
+    """What each layer kind stores per token under selective recompute of `recompute`'s
+    modules (Megatron-Core `--recompute-modules`): core_attn drops what the attention core
+    keeps (the softmax statistics, fused; the softmax output, unfused); mla_up_proj the
+    up-projected Q, K and V (the latents stay); layernorm the output of each norm that is its
+    own module (a MoE layer's pre-MLP norm, MLA's input norm; Transformer Engine fuses the
+    others into the next GEMM, which keeps no separate copy); moe_act the experts' activation
+    output; shared_experts the shared experts' tensors; mlp and moe keep only the module's
+    input (and the norm before it)."""
+    out = dict(stored)
+    module = recompute.module
+    norm = per_token["norm_output"]
+    out["attention"] = (
+        out["attention"] - np.where(module("core_attn"), per_token["attention_stats"] + scores,
+                                    0.0)
+        - np.where(module("mla_up_proj") & model.is_mla, per_token["attention_qkv"], 0.0)
+        - np.where(module("layernorm") & model.is_mla, norm, 0.0))
+    out["mlp"] = np.where(module("mlp"), per_token["layer_input"], out["mlp"])
+    if model.is_moe:
+        kept_input = per_token["layer_input"] + norm
+        partial = (out["moe"] - np.where(module("moe_act"), per_token["moe_act"], 0.0)
+                   - np.where(module("shared_experts"), per_token["shared_experts"], 0.0))
+        out["moe"] = (np.where(module("moe"), kept_input, partial)
+                      - np.where(module("layernorm"), norm, 0.0))
+    return out
+
+
 def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first: int = 0,
                   last: int = 0, at: str = "heaviest") -> dict[str, np.ndarray]:
     layout = stage_layout(model, pp, vp, first=first, last=last)
@@ -362,12 +391,7 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     scores = np.where(unfused, ACT_BYTES * model.num_attention_heads * seq / tp, 0.0)
     stored["attention"] = stored["attention"] + scores
     if np.any(recompute == "selective"):
-        # Megatron's selective recompute (core attention) drops what the attention core keeps:
-        # the softmax statistics (fused) or the softmax output (unfused).
-        sel = recompute == "selective"
-        stored["attention"] = np.where(
-            sel, stored["attention"] - per_token["attention_stats"] - scores,
-            stored["attention"])
+        stored = _selective(model, stored, per_token, scores, Recompute.of(configs))
     if "dropout" in configs:
         # Megatron's fused bias-dropout-add keeps a one-byte mask of the residual branch after
         # attention and after the MLP (Korthikanti et al. 2022 §4: sbh each); unfused attention
@@ -391,6 +415,15 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
                                        + per_token["attention"] + scores]) * tokens
     is_full = recompute == "full"
     per_mb = np.where(is_full, per_mb_full, per_mb_stage)
+    working = np.where(is_full, working_layer, 0.0)
+    if np.any(recompute == "selective"):
+        # A checkpointed MLP or MoE layer rebuilds one layer's tensors at a time.
+        modules = Recompute.of(configs)
+        working = working + tokens * np.maximum(
+            np.where(modules.module("moe") & (layout.num_moe > 0)[None, :], per_token["moe"],
+                     0.0),
+            np.where(modules.module("mlp") & (layout.num_mlp > 0)[None, :], per_token["mlp"],
+                     0.0))
     m = gbs // (mbs * dp)                  # micro-batches per step
     stage = np.arange(pp)[None, :]
     if vp > 1:
@@ -407,7 +440,7 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         in_flight = np.minimum(2 * (pp - stage - 1) + (vp - 1) * group + 1, m * vp) / vp
     else:
         in_flight = np.minimum(pp - stage, m).astype(float)
-    activations = per_mb * in_flight + np.where(is_full, working_layer, 0.0)
+    activations = per_mb * in_flight + working
     activations = activations + (stage == 0) * ACT_BYTES * model.hidden_size / sp * tokens
     logit_bytes = LOGIT_BYTES
     if "framework" in configs:

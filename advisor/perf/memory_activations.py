@@ -37,7 +37,10 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
                                 etp: np.ndarray, cp: np.ndarray,
                                 gemm_input: np.ndarray | float = ACT_BYTES
                                 ) -> dict[str, np.ndarray]:
-    """Stored bytes per token for one layer of each kind, without recompute.
+    """Stored bytes per token for one layer of each kind (`attention`, `mlp`, `moe`, `mamba`),
+    without recompute, and the parts of them selective recompute can drop (`attention_stats`,
+    `norm_output`, `attention_qkv`, `moe_act`, `shared_experts`; `layer_input`: what a
+    checkpointed module keeps of its input).
 
     `gemm_input`: bytes per element of what a GEMM keeps of its input for the weight gradient
     (`GEMM_INPUT_BYTES`): 16-bit, or the quantised copy of an FP8/FP4 recipe. Where a tensor
@@ -84,8 +87,17 @@ def activation_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarr
         mamba = norm_and_input + a * ((2 * d_inner + groups_state + model.mamba_num_heads)
                                       + (d_inner + groups_state) + 2 * d_inner) / tp
     zeros = np.zeros_like(tp, dtype=float)
+    # The parts selective recompute can drop (`advisor.perf.recompute`): a norm's output, the
+    # MLA up-projections' Q, K and V, the experts' activation output (FC2 input), the shared
+    # experts' own tensors.
+    moe_act = moe_shared = zeros
+    if model.is_moe:
+        moe_act = model.moe_top_k * g * model.moe_ffn_hidden_size / sp + zeros
+        moe_shared = shared + zeros
     return {"attention": attention + zeros, "attention_stats": stats + zeros, "mlp": mlp + zeros,
-            "moe": moe + zeros, "mamba": mamba + zeros}
+            "moe": moe + zeros, "mamba": mamba + zeros,
+            "layer_input": a * h / sp + zeros, "norm_output": g * h / sp + zeros,
+            "attention_qkv": qkv + zeros, "moe_act": moe_act, "shared_experts": moe_shared}
 
 
 def eager_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray

@@ -15,7 +15,11 @@ Per pipeline stage and micro-batch (forward + backward):
   when the CPU is slower than the GPU work it launches, so a micro-batch takes the longer of
   the two and the breakdown shows the difference as overhead (small models, small micro-batches
   and high TP become launch-bound).
-* recompute — the extra forward: all layers (full) or the attention core (selective).
+* recompute — the extra forward: all layers (full) or, selective, the `recompute_modules`
+  (`advisor.perf.recompute`): the attention core by default; a recomputed dense MLP, shared
+  experts or MoE layer runs its GEMMs and collectives again (a MoE layer its dispatch and
+  combine too); norms and the experts' activation re-read their input from HBM. Their few
+  extra kernel launches are not added to the host time.
 * TP/SP — per tensor-parallel block an all-gather and a reduce-scatter of the micro-batch's
   activations forward and again backward; `tp_comm_overlap` hides up to `OVERLAP_EFFICIENCY` of
   the block's GEMM time. Without it, Megatron still runs each block's backward input-gradient
@@ -68,6 +72,7 @@ from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.flops import core_flops_per_token, model_flops_per_token
 from advisor.perf.layout import StageLayout, stage_layout
 from advisor.perf.power import POWER_COLUMNS, power_thermal
+from advisor.perf.recompute import Recompute
 from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
 from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
 from advisor.perf.timeline import StageTimeline, fill_drain
@@ -171,7 +176,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
     ep, etp = _col(configs, "ep"), _col(configs, "etp")
     mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")
-    recompute = configs["recompute"][:, None]
+    recompute = Recompute.of(configs)
     sharding = configs["dp_sharding"][:, None]
     sp = _col(configs, "sequence_parallel", bool)
     tp_overlap = _col(configs, "tp_comm_overlap", bool)
@@ -181,15 +186,13 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     precision = configs["precision"]
     pclass = per_value(precision[:, None], PRECISIONS.__getitem__).astype(str)
     rows = mbs * seq / cp                  # token rows of every GEMM (SP gathers the sequence)
-    is_full = recompute == "full"
-    is_sel = recompute == "selective"
 
     # ---- one micro-batch per stage (configs × pp): compute, then communication ---------------
     layers = StageLayers.of(layout, pp)
     lora = is_lora(configs, len(tp))[:, None]
     compute = stage_compute(model, platform, layers, eff=eff, frameworks=frameworks,
                             framework=framework, rows=rows, tp=tp, ep=ep, etp=etp, mbs=mbs,
-                            seq=seq, sp=sp, pclass=pclass, is_full=is_full, is_sel=is_sel,
+                            seq=seq, sp=sp, pclass=pclass, recompute=recompute,
                             attention=configs.get("attention"),
                             lora=lora if lora.any() else None,
                             lora_targets=configs.get("lora_targets"))
@@ -201,8 +204,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     compute_mb = gemm_mb + attn_mb + mem_mb
     recompute_mb = re_gemm + re_attn + re_mem
     comm = micro_batch_comm(model, platform, coll, layers, pp=pp, vp=vp, rows=rows, tp=tp,
-                            cp=cp, dp=dp, ep=ep, etp=etp, sp=sp, is_full=is_full,
-                            is_sel=is_sel)
+                            cp=cp, dp=dp, ep=ep, etp=etp, sp=sp, recompute=recompute)
     tp_all, cp_raw, mamba_cp = comm.tp_s, comm.cp_ring_s, comm.cp_mamba_s
     ep_raw, pp_raw = comm.ep_s, comm.pp_s
     data = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,

@@ -22,6 +22,7 @@ from advisor.perf.collectives import (
     CollectiveModel,
 )
 from advisor.perf.layout import StageLayout
+from advisor.perf.recompute import Recompute
 from advisor.perf.step_compute import ACT, StageLayers
 
 
@@ -69,11 +70,11 @@ class DataParallel:
 def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel,
                      layers: StageLayers, *, pp: int, vp: int, rows: np.ndarray,
                      tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, ep: np.ndarray,
-                     etp: np.ndarray, sp: np.ndarray, is_full: np.ndarray,
-                     is_sel: np.ndarray) -> StageComm:
+                     etp: np.ndarray, sp: np.ndarray, recompute: Recompute) -> StageComm:
     """Communication of one micro-batch of `rows` token rows per GPU, for configurations given
     as column vectors (configurations × 1): tp, cp, dp, ep, etp, sp (sequence parallel),
-    is_full / is_sel (recompute)."""
+    recompute (what the backward recomputes: a recomputed module's forward collectives run
+    again)."""
     domain = platform.nvlink_domain_size
     h = model.hidden_size
     na, nm, nl, nmoe = layers.attention, layers.mamba, layers.mlp, layers.moe
@@ -107,7 +108,12 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
     layer_comm = (na + nm + nl + nmoe * moe_shared_tp) * pair + nmoe * etp_pair
     edge_comm = (last * (1 + mtp) + (np.arange(pp) == 0)[None, :]) * pair
     tp_raw = 2.0 * layer_comm + edge_comm
-    tp_re = np.where(is_full, layer_comm, 0.0)
+    is_full, whole_moe = recompute.full, recompute.module("moe")
+    tp_re = np.where(is_full, layer_comm, 0.0) + (
+        np.where(recompute.module("mlp"), nl * pair, 0.0)
+        + np.where(whole_moe, nmoe * (moe_shared_tp * pair + etp_pair), 0.0)
+        + np.where(recompute.module("shared_experts") & ~whole_moe,
+                   nmoe * pair * (1.0 if model.num_shared_experts else 0.0), 0.0))
     tp_all = tp_raw + tp_re
 
     # ---- context parallel (ring attention) ---------------------------------------------------
@@ -115,7 +121,7 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
     cp_in = tp * cp <= domain
     step = coll.time(SEND_RECV, kv_bytes, np.full_like(cp, 2.0), cp_in, platform)
     cp_per_layer = np.where(cp > 1, (cp - 1) * step * (1 + 2), 0.0)  # fwd K/V, bwd K/V + dK/dV
-    cp_re = np.where(is_full | is_sel, (cp - 1) * step, 0.0)
+    cp_re = np.where(is_full | recompute.module("core_attn"), (cp - 1) * step, 0.0)
     cp_raw = na * (cp_per_layer + np.where(cp > 1, cp_re, 0.0))
     if model.mamba_num_heads:
         # Mamba-2 context parallelism (Megatron-Core) swaps sequence for heads with an
@@ -146,7 +152,9 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         a2a_net = np.where(inside, 0.0, coll.time(SEND_RECV, token_bytes * remote, 2.0, False,
                                                   platform))
         a2a = np.maximum(a2a_in, a2a_net)
-        ep_raw = nmoe * a2a * (4.0 + np.where(is_full, 2.0, 0.0))
+        # Dispatch and combine, forward and backward; again forward where the MoE layer is
+        # recomputed (full, or selective `moe`).
+        ep_raw = nmoe * a2a * (4.0 + np.where(is_full | whole_moe, 2.0, 0.0))
     else:
         ep_raw = np.zeros((len(tp), pp))
 

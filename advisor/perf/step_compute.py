@@ -25,6 +25,7 @@ from advisor.perf.flops import (
     sublayer_counts,
 )
 from advisor.perf.layout import StageLayout
+from advisor.perf.recompute import Recompute
 
 ACT = 2.0
 """Bytes per activation element (BF16; FP8 recipes keep BF16 activations between layers)."""
@@ -114,6 +115,41 @@ class StageLayers:
                    last=(np.arange(pp) == pp - 1)[None, :].astype(float))
 
 
+def _module_forward(model: ModelSpec, clock: _GemmClock, gemms: dict, *, rows: np.ndarray,
+                    tp: np.ndarray, sp: np.ndarray, to_s: np.ndarray, moe_forward: np.ndarray,
+                    moe_memory: np.ndarray, mlp_forward: np.ndarray, mlp_memory: np.ndarray,
+                    recompute: Recompute) -> tuple[dict, dict]:
+    """The forward that selective recompute runs again, per layer of each kind (`attention`,
+    `mlp`: a dense MLP, `moe`; configurations × 1): GEMM seconds and HBM-bound seconds.
+    core_attn (the attention core) is counted with the attention kernels by the caller."""
+    h = model.hidden_size
+    seq_shard = np.where(sp, tp, 1.0)
+    gate = 3 if model.gated_mlp else 2
+    zero = np.zeros_like(rows, dtype=float)
+    # A norm reads its input and writes its output (2 passes over h per token).
+    norm = ACT * 2 * h / seq_shard * to_s
+    up_proj = tuple(g for g in gemms["attention"] if g.split == "n") if model.is_mla else ()
+    shared = tuple(g for g in gemms["moe_dense"] if g.split != "none")
+    gemm = {"attention": np.where(recompute.module("mla_up_proj"),
+                                  clock.time(up_proj, rows, tp, 0.0), zero),
+            "mlp": np.where(recompute.module("mlp"), mlp_forward, zero)}
+    memory = {"attention": np.where(recompute.module("layernorm") & model.is_mla, norm, zero),
+              "mlp": np.where(recompute.module("mlp"), mlp_memory, zero)}
+    if model.is_moe:
+        whole = recompute.module("moe")
+        act = ACT * gate * model.moe_top_k * model.moe_ffn_hidden_size / tp * to_s
+        shared_act = ACT * gate * model.num_shared_experts * model.shared_ffn_size / tp * to_s
+        gemm["moe"] = np.where(whole, moe_forward, np.where(
+            recompute.module("shared_experts"), clock.time(shared, rows, tp, 0.0), zero))
+        memory["moe"] = np.where(whole, moe_memory, (
+            np.where(recompute.module("layernorm"), norm, zero)
+            + np.where(recompute.module("moe_act"), act, zero)
+            + np.where(recompute.module("shared_experts"), shared_act, zero)))
+    else:
+        gemm["moe"] = memory["moe"] = zero
+    return gemm, memory
+
+
 @dataclass(frozen=True)
 class StageCompute:
     """One micro-batch's compute on every pipeline stage (configurations × stages, seconds)."""
@@ -148,15 +184,15 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
                   eff: Efficiency, frameworks: np.ndarray,
                   framework: Callable[[str], FrameworkEfficiency], rows: np.ndarray,
                   tp: np.ndarray, ep: np.ndarray, etp: np.ndarray, mbs: np.ndarray,
-                  seq: np.ndarray, sp: np.ndarray, pclass: np.ndarray, is_full: np.ndarray,
-                  is_sel: np.ndarray, attention: np.ndarray | None,
+                  seq: np.ndarray, sp: np.ndarray, pclass: np.ndarray,
+                  recompute: Recompute, attention: np.ndarray | None,
                   lora: np.ndarray | None = None,
                   lora_targets: np.ndarray | None = None) -> StageCompute:
     """Compute of one micro-batch of `rows` token rows per GPU, for configurations given as
     column vectors (configurations × 1): tp, ep, etp, mbs, seq (sequence length), sp (sequence
-    parallel), pclass (the precision's class), is_full / is_sel (recompute), attention (the
-    `attention` column, None where the input has none), run by `frameworks`' kernels; `lora`
-    (configurations × 1) marks LoRA fine-tuning with adapters on `lora_targets`
+    parallel), pclass (the precision's class), recompute (what the backward recomputes),
+    attention (the `attention` column, None where the input has none), run by `frameworks`'
+    kernels; `lora` (configurations × 1) marks LoRA fine-tuning with adapters on `lora_targets`
     (`advisor/perf/finetune.py`: frozen GEMMs skip their weight gradients)."""
     h = model.hidden_size
     gemms = layer_gemms(model)
@@ -263,9 +299,20 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
             model, layers, targets=lora_targets) * ACT / tp * to_s, 0.0)
         mem_fwd = mem_fwd + adapters
         mem_mb = mem_mb + (1.0 + ADAPTER_BACKWARD_TRAFFIC) * adapters
+    is_full = recompute.full
     re_gemm = np.where(is_full, gemm_fwd - last * t_output_gemm * (1 + mtp), 0.0)
-    re_attn = np.where(is_full | is_sel, na * t_core, 0.0) + np.where(is_full, nm * t_scan, 0.0)
+    re_attn = (np.where(is_full | recompute.module("core_attn"), na * t_core, 0.0)
+               + np.where(is_full, nm * t_scan, 0.0))
     re_mem = np.where(is_full, mem_fwd, 0.0)
+    # Selective recompute of named modules runs each one's forward again in the backward.
+    if recompute.selective.any():
+        sel_gemm, sel_mem = _module_forward(model, clock, gemms, rows=rows, tp=tp, sp=sp,
+                                            to_s=to_s, moe_forward=t_moe_dense + t_experts,
+                                            moe_memory=t_e_moe, mlp_forward=t_mlp_gemm,
+                                            mlp_memory=t_e_mlp, recompute=recompute)
+        re_gemm = re_gemm + na * sel_gemm["attention"] + nl * sel_gemm["mlp"] \
+            + nmoe * sel_gemm["moe"]
+        re_mem = re_mem + na * sel_mem["attention"] + nl * sel_mem["mlp"] + nmoe * sel_mem["moe"]
     host_layer = per_value(frameworks[:, None], lambda f: (
         eff.layer_overhead_s if framework(f).layer_overhead_s is None
         else framework(f).layer_overhead_s))
