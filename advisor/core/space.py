@@ -146,6 +146,9 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
             raise ConfigError(
                 f"ep × etp ({config.ep} × {config.etp}) must divide tp × cp × dp ({dense_group}): "
                 f"Megatron folds expert parallelism into the GPUs of one pipeline stage.")
+    modules = recompute_modules_error(config.recompute_modules, config.precision, model)
+    if modules:
+        raise ConfigError(modules)
     if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
                           f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
@@ -184,6 +187,13 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             (tp * cp * dp) % np.maximum(ep * etp, 1) != 0)
     else:
         bad |= (ep > 1) | (etp > 1)
+    if "recompute_modules" in cols:
+        named = np.asarray(cols["recompute_modules"]).astype(str)
+        precision = np.asarray(cols.get("precision", np.full(len(named), "bf16"))).astype(str)
+        for m, p in {(m, p) for m, p in zip(named, precision, strict=True)
+                     if m != DEFAULT_RECOMPUTE_MODULES}:
+            if recompute_modules_error(m, p, model):
+                bad |= (named == m) & (precision == p)
     known = find_framework(framework)
     if known is None:   # `validate` says why: the framework is not one advisor models
         bad |= True
@@ -202,6 +212,26 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
         except ConfigError:
             bad[i] = True
     return bad
+
+
+def recompute_modules_error(modules: str, precision: str, model: ModelSpec) -> str | None:
+    """Why Megatron-Core (`TransformerConfig.__post_init__`, 0.16) refuses selective recompute
+    of `modules` (canonical names) for `model` at `precision`, or None."""
+    names = set(str(modules).split())
+    if "mla_up_proj" in names and not model.is_mla:
+        return (f"recompute_modules mla_up_proj needs multi-latent attention; {model.name} has "
+                f"none: drop mla_up_proj.")
+    moe_only = sorted(names & {"moe_act", "moe", "shared_experts"})
+    if moe_only and not model.is_moe:
+        return (f"recompute_modules {' '.join(moe_only)} recompute MoE layers; {model.name} "
+                f"is dense: use core_attn, layernorm or mlp.")
+    if "shared_experts" in names and not model.num_shared_experts:
+        return (f"recompute_modules shared_experts: {model.name} has no shared experts; drop "
+                f"shared_experts.")
+    if precision == "fp8" and names & {"moe_act", "layernorm"}:
+        return ("recompute_modules moe_act and layernorm do not work with fp8 delayed scaling "
+                "(Megatron-Core refuses them); use precision fp8-cs, or drop them.")
+    return None
 
 
 def _plain(value):

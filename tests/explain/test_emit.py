@@ -39,7 +39,7 @@ def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16"
           **choices) -> tuple[ParallelConfig, Job]:
     job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision,
                    gbs=choices.pop("gbs", None))
-    changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32",
+    changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32", "recompute_modules",
                                            "first_stage_layers", "last_stage_layers")
                if k in choices}
     return make_config(job, **choices).replace(**changes), job
@@ -56,6 +56,10 @@ CASES = {
     "fp16": lambda: _case("llama3-8b", 8, platform="h100", precision="fp16", tp=2),
     "moe-ep8": lambda: _case("mixtral-8x7b", 64, tp=2, ep=8, recompute="full"),
     "moe-mla-shared": lambda: _case("deepseek-v3", 256, tp=8, pp=2, ep=64),
+    # Selective recompute of named modules, as NVIDIA's Qwen3-235B-A22B recipe runs it
+    # (Megatron-Bridge scripts/moe_model_zoo/examples/qwen3/launch_qwen235b.sh).
+    "moe-recompute-modules": lambda: _case("qwen3-30b-a3b", 32, tp=2, ep=8, recompute="selective",
+                                           recompute_modules="moe_act,layernorm"),
     # Uneven splits (Go et al. MICRO'25 finding 5; NVIDIA's DeepSeek-V3 61 layers on PP 8).
     "uneven-21-19-pp4": lambda: _case("llama3-70b", 64, tp=4, pp=4, first_stage_layers=21,
                                       last_stage_layers=19),
@@ -83,6 +87,8 @@ DESTS = {"fp8_format": "fp8", "fp4_format": "fp4", "fp4_param_gather": "fp4_para
          "microbatch_group_size_per_virtual_pipeline_stage": "microbatch_group_size_per_vp_stage",
          "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
          "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
+#: arguments.py flags that take a list (nargs='*'): every word up to the next flag.
+LISTS = {"recompute_modules"}
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +136,10 @@ def _parse_megatron(args: list[str], mcore) -> dict:
         assert dest not in ns, f"{args[i]} given twice"
         if negated:
             ns[dest], i = False, i + 1
+        elif dest in LISTS:
+            end = next((j for j in range(i + 1, len(args)) if args[j].startswith("--")),
+                       len(args))
+            ns[dest], i = args[i + 1:end], end
         elif i + 1 < len(args) and not args[i + 1].startswith("--"):
             ns[dest], i = _value(dest, args[i + 1], mcore), i + 2
         else:
@@ -259,6 +269,8 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
     assert _microbatches(ns["global_batch_size"], ns["micro_batch_size"], derived["dp"],
                          mcore) == config.num_microbatches
     assert tc.recompute_granularity == {"none": None}.get(config.recompute, config.recompute)
+    if config.recompute == "selective":
+        assert tc.recompute_modules == config.recompute_modules.split()
     assert ddp.use_distributed_optimizer == (config.dp_sharding != "none")
     assert ddp.use_megatron_fsdp == (config.dp_sharding == "full")
     if config.dp_sharding == "full":  # megatron-core 0.16's Megatron-FSDP guide
@@ -402,7 +414,10 @@ NEMO_ONLY = {"mxfp8-moe": lambda: _case("mixtral-8x7b", 64, platform="b200", pre
              # Selective recompute on a recipe with its own recompute_modules (deepseek_v3:
              # mla_up_proj, layernorm), beside CASES' dense dense-loss-stage-pp3.
              "moe-mla-selective": lambda: _case("deepseek-v3", 256, tp=8, pp=2, ep=64,
-                                                recompute="selective")}
+                                                recompute="selective"),
+             "moe-mla-recompute-modules": lambda: _case(
+                 "deepseek-v3", 256, tp=8, pp=2, ep=64, recompute="selective",
+                 recompute_modules="mla_up_proj layernorm moe_act")}
 
 
 @pytest.mark.parametrize("case", NEMO_CASES)
@@ -551,7 +566,7 @@ def test_nemo_overrides_parse_with_nemo_run(case, route, nemo_run_parse, tmp_pat
     assert strategy.num_layers_in_last_pipeline_stage == (
         config.last_stage_layers if config.uneven and config.last_stage_layers else None)
     assert recipe.model.config.recompute_modules == (
-        ["core_attn"] if config.recompute == "selective" else None)
+        config.recompute_modules.split() if config.recompute == "selective" else None)
     assert (recipe.model.config.mtp_num_layers or 0) == job.model.num_mtp_layers
     plugin = recipe.trainer.plugins
     assert plugin.fp8 == {"fp8": "hybrid", "fp8-cs": "hybrid", "fp8-block": "hybrid",
@@ -699,6 +714,11 @@ def test_torchtitan_refuses_what_it_cannot_express():
         torchtitan_args(config, job)
     with pytest.raises(ConfigError, match="uneven pipeline split.*module_fqns_per_model_part"):
         torchtitan_args(*CASES["uneven-21-19-pp4"]())
+    config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, etp=1, recompute="selective")
+    torchtitan_args(config, job)  # core attention alone is torchtitan's selective AC
+    with pytest.raises(ConfigError, match="recompute_modules 'layernorm moe_act' has no "
+                                          "torchtitan.*by op"):
+        torchtitan_args(config.replace(recompute_modules="moe_act layernorm"), job)
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from advisor.core.errors import ConfigError
 from advisor.core.interleaving import group_size
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import Job, ParallelConfig
+from advisor.core.parallel import DEFAULT_RECOMPUTE_MODULES, Job, ParallelConfig
 from advisor.explain.emit import (
     LLAMA3_SCALED_MODELS,
     check_fits,
@@ -222,6 +222,8 @@ def _memory_args(config: ParallelConfig) -> list[str]:
     args = {"none": [], "selective": ["--recompute-granularity", "selective"],
             "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                      "--recompute-num-layers", "1"]}[config.recompute]
+    if config.recompute == "selective" and config.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        args += ["--recompute-modules", *config.recompute_modules.split()]
     if config.dp_sharding == "optimizer":
         args.append("--use-distributed-optimizer")
     elif config.dp_sharding == "full":

@@ -90,12 +90,12 @@ def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
                    "data.seq_length": config.seq_len, "model.config.seq_length": config.seq_len})
     granularity, method, num_layers = _RECOMPUTE[config.recompute]
     # recompute_modules too: a recipe's own list (deepseek_v3: mla_up_proj, layernorm) would
-    # otherwise survive; "selective" is megatron-core's default module, core attention.
+    # otherwise survive.
     values.update({"model.config.recompute_granularity": granularity,
                    "model.config.recompute_method": method,
                    "model.config.recompute_num_layers": num_layers,
-                   "model.config.recompute_modules": ["core_attn"] if granularity == "selective"
-                   else None})
+                   "model.config.recompute_modules": config.recompute_modules.split()
+                   if granularity == "selective" else None})
     # The model advisor priced: its MTP layers (deepseek_v3's recipe adds one when asked) and
     # FP32 Adam moments (deepseek_v3 turns on the precision-aware optimizer's BF16 moments).
     values["model.config.mtp_num_layers"] = job.model.num_mtp_layers or None

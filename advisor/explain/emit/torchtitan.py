@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import Job, ParallelConfig
+from advisor.core.parallel import DEFAULT_RECOMPUTE_MODULES, Job, ParallelConfig
 from advisor.explain.emit import (
     check_fits,
     gpus_label,
@@ -181,6 +181,11 @@ def _refuse(config: ParallelConfig) -> None:
                           f"output weights); list each stage's modules in "
                           f"parallelism.module_fqns_per_model_part in the TOML, or emit for "
                           f"megatron or nemo.")
+    if config.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        raise ConfigError(f"recompute_modules {config.recompute_modules!r} has no torchtitan "
+                          f"0.3.0 flag: its selective activation checkpointing picks by op "
+                          f"(activation_checkpoint.mode selective), not by module; use recompute "
+                          f"selective or full, or emit for megatron or nemo.")
     if config.etp > 1:
         raise ConfigError(f"etp ({config.etp}) has no torchtitan 0.3.0 equivalent: experts are "
                           f"sharded by expert_parallel_degree and FSDP only; use etp 1.")
