@@ -44,6 +44,11 @@ FinetuneOpt = Annotated[str, typer.Option(
 LoraRankOpt = Annotated[int, typer.Option(
     "--lora-rank", min=1, help="With --finetune lora: the adapter rank (MLPerf llama2_70b_lora: "
     "16).")]
+RecomputeModulesOpt = Annotated[str | None, typer.Option(
+    "--recompute-modules", help="With --recompute selective: what it recomputes, Megatron-Core's "
+    "--recompute-modules names separated by spaces or commas: core_attn (the default), "
+    "mla_up_proj, layernorm, mlp, moe_act, shared_experts, moe; e.g. \"moe_act,layernorm\" "
+    "(NVIDIA's Qwen3-235B recipe).", show_default=False)]
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="With --finetune lora: attention (QKV and output projections, the "
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]

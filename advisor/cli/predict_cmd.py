@@ -22,6 +22,7 @@ from advisor.cli.common import (
     LoraTargetsOpt,
     PowerLimitOpt,
     PrecisionOpt,
+    RecomputeModulesOpt,
     SeqLenOpt,
     emit_json,
     finetune_job,
@@ -60,8 +61,9 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
-                ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, first_stage_layers=0,
-                last_stage_layers=0, finetune=None, predictor=None, conditions=None):
+                ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, recompute_modules=None,
+                first_stage_layers=0, last_stage_layers=0, finetune=None, predictor=None,
+                conditions=None):
     """The `Predictor`'s `Prediction` (with its analytical `Breakdown`) of the configuration
     the flags describe, and notes. `predictor` None: the analytical model alone
     (`Predictor(None)`), so `predict`, `explain` and `--analytical` read their figures from
@@ -75,6 +77,8 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
                    **(finetune or {}))
     config = make_config(job, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                          recompute=recompute, dp_sharding=dp_sharding, overlap=not no_overlap)
+    if recompute_modules is not None:
+        config = config.replace(recompute_modules=recompute_modules)
     if first_stage_layers or last_stage_layers:
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
@@ -110,6 +114,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             ep: EpOpt = 1, etp: EtpOpt = None, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+            recompute_modules: RecomputeModulesOpt = None,
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
@@ -152,7 +157,7 @@ def predict(input: Annotated[Path | None, typer.Option(
         m, p, pred, notes, pair, learned = _prediction(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
-            dp_sharding=dp_sharding, no_overlap=no_overlap,
+            dp_sharding=dp_sharding, no_overlap=no_overlap, recompute_modules=recompute_modules,
             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
             finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
             conditions=conditions)
@@ -325,6 +330,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             ep: EpOpt = 1, etp: EtpOpt = None, vp: VpOpt = 1, mbs: MbsOpt = 1,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
+            recompute_modules: RecomputeModulesOpt = None,
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
@@ -344,7 +350,8 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     m, p, pred, notes, _, learned = _prediction(
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
-        no_overlap=no_overlap, first_stage_layers=first_stage_layers,
+        no_overlap=no_overlap, recompute_modules=recompute_modules,
+        first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
         finetune=finetune_job(finetune, lora_rank, lora_targets),
         predictor=None if analytical else Predictor.load(models),

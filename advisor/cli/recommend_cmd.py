@@ -97,6 +97,12 @@ def recommend(
         dp: _pin("dp") = None, ep: _pin("ep") = None, etp: _pin("etp") = None,
         vp: _pin("vp") = None, mbs: _pin("mbs") = None, recompute: _pin("recompute") = None,
         dp_sharding: _pin("dp_sharding") = None, overlap: _pin("overlap") = None,
+        recompute_modules: Annotated[str | None, typer.Option(
+            "--recompute-modules", show_default=False, help="Pin selective recompute of these "
+            "Megatron-Core modules (names separated by spaces or commas: core_attn, "
+            "mla_up_proj, layernorm, mlp, moe_act, shared_experts, moe), e.g. "
+            "\"moe_act,layernorm\" as NVIDIA's Qwen3-235B recipe runs; implies --recompute "
+            "selective.")] = None,
         top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
         layout: Annotated[str | None, typer.Option(
             "--layout", help="Why not this layout? Also print where it ranks, its predicted "
@@ -163,7 +169,8 @@ def recommend(
     probe = parse_layout(layout) if layout is not None else None
     pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
-                                  overlap=overlap).items() if v is not None}
+                                  overlap=overlap, recompute_modules=recompute_modules).items()
+            if v is not None}
     m = load_model(model)
     p = with_conditions(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,
                         degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)

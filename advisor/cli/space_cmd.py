@@ -20,6 +20,7 @@ from advisor.cli.common import (
     ModelOpt,
     PlatformOpt,
     PrecisionOpt,
+    RecomputeModulesOpt,
     SeqLenOpt,
     emit_json,
     finetune_job,
@@ -30,7 +31,14 @@ from advisor.cli.common import (
 )
 from advisor.core.errors import ConfigError
 from advisor.core.knobs import TABLE_ORDER, overlap
-from advisor.core.parallel import ParallelConfig, default_etp, finetune_label, make_job
+from advisor.core.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    ParallelConfig,
+    default_etp,
+    finetune_label,
+    make_job,
+    recompute_label,
+)
 
 SHOWN = TABLE_ORDER
 RecomputeOpt, ShardingOpt = knob_option("recompute"), knob_option("dp_sharding")
@@ -121,7 +129,8 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
            mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size.")] = 1,
            seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
            recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
-           finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
+           recompute_modules: RecomputeModulesOpt = None, finetune: FinetuneOpt = "none",
+           lora_rank: LoraRankOpt = 16,
            lora_targets: LoraTargetsOpt = "attention",
            grad_reduce_in_fp32: Annotated[bool, typer.Option(
                help="FP32 gradient buffer (Megatron-LM default) instead of BF16.")] = False,
@@ -137,7 +146,9 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
         etp = default_etp(m, tp=tp, cp=cp, dp=dp, ep=ep)
     config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp,
                             vp=vp, mbs=mbs, gbs=job.gbs, seq_len=job.seq_len,
-                            precision=precision, recompute=recompute, dp_sharding=dp_sharding,
+                            precision=precision, recompute=recompute,
+                            recompute_modules=recompute_modules or DEFAULT_RECOMPUTE_MODULES,
+                            dp_sharding=dp_sharding,
                             sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32,
                             finetune=job.finetune, lora_rank=job.lora_rank,
                             lora_targets=job.lora_targets)
@@ -154,7 +165,8 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
     table = Table(title=f"{m.name}, {gpus} × {p.name}{f', {what}' if what else ''}: tp {tp} "
                         f"pp {pp} dp {config.dp} cp {cp}"
                         f"{f' ep {ep} etp {config.etp}' if m.is_moe else ''} vp {vp} mbs {mbs} "
-                        f"gbs {job.gbs}, recompute {config.recompute}, sharding "
+                        f"gbs {job.gbs}, recompute "
+                        f"{recompute_label(config.recompute, config.recompute_modules)}, sharding "
                         f"{config.dp_sharding} (pipeline stage {mem.stage}, the heaviest)")
     table.add_column("per GPU")
     table.add_column("GB", justify="right")

@@ -80,7 +80,10 @@ def overlap(values: Any) -> Any:
 
 def knob_values(row: Any) -> dict[str, object]:
     """Every knob's value in a configuration row (dict or Series)."""
+    from advisor.core.parallel import recompute_label
+
     values = {k: row[k] for k in NAMES if k != "overlap"}
+    values["recompute"] = recompute_label(row["recompute"], row.get("recompute_modules"))
     values["overlap"] = overlap(row)
     return values
 

@@ -78,6 +78,14 @@ def recompute_modules_name(value: Any) -> str:
     return " ".join(m for m in RECOMPUTE_MODULES if m in names)
 
 
+def recompute_label(recompute: str, modules: str | None = None) -> str:
+    """How a summary writes the recompute choice: `none`, `full`, `selective`, or with other
+    modules than the default `selective (layernorm moe_act)`."""
+    if recompute == "selective" and modules and modules != DEFAULT_RECOMPUTE_MODULES:
+        return f"selective ({modules})"
+    return str(recompute)
+
+
 def _canonical_modules(value: str) -> bool:
     try:
         return recompute_modules_name(value) == value

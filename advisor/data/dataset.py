@@ -76,6 +76,9 @@ SCHEMA: tuple[Column, ...] = (
     Column("dp", "int", "data parallel", low=1),
     Column("recompute", "str", "none, selective or full (empty: unknown)",
            allowed=_RECOMPUTE_SPELLINGS),
+    Column("recompute_modules", "str", "with recompute selective: what it recomputes, "
+           "Megatron-Core --recompute-modules names separated by spaces (empty: core_attn, "
+           "the default)"),
     Column("dp_sharding", "str", "none, optimizer or full", allowed=DP_SHARDING),
     Column("finetune", "str", "none (pre-training, also when empty), lora or full",
            allowed=FINETUNE),

@@ -20,7 +20,13 @@ from advisor.core import limits
 from advisor.core.errors import AdvisorError, ConfigError, first_line
 from advisor.core.frameworks import canonical_framework
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import RECOMPUTE, ParallelConfig, default_etp
+from advisor.core.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE,
+    ParallelConfig,
+    default_etp,
+    recompute_modules_name,
+)
 from advisor.core.platform import Platform
 from advisor.core.space import validate
 from advisor.data import framework_defaults
@@ -110,6 +116,12 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
     recompute_raw = str(row.get("recompute", "")).strip().lower()
     if recompute_raw and recompute_raw not in RECOMPUTE_SPELLINGS:
         raise ConfigError(f"recompute = {recompute_raw!r}; use none, selective or full.")
+    given = row.get("recompute_modules")
+    modules = (DEFAULT_RECOMPUTE_MODULES if _missing(given) or not str(given).strip()
+               else recompute_modules_name(given))
+    named = RECOMPUTE_SPELLINGS.get(recompute_raw, "none")
+    if modules != DEFAULT_RECOMPUTE_MODULES and not recompute_raw:
+        named = "selective"  # only selective recompute names modules
     sharding = str(row.get("dp_sharding", "")).strip().lower()
     if not sharding:
         sharding = "optimizer"
@@ -123,7 +135,7 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
         vp=_int(row, "vp", 1, assumed),
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
-        recompute=RECOMPUTE_SPELLINGS.get(recompute_raw, "none"), dp_sharding=sharding,
+        recompute=named, recompute_modules=modules, dp_sharding=sharding,
         sequence_parallel=tp > 1, first_stage_layers=_stage_layers(row, "first_stage_layers"),
         last_stage_layers=_stage_layers(row, "last_stage_layers"), **_finetune(row), **overlap)
     return config, assumed
@@ -227,7 +239,8 @@ def parse_row(row: dict, catalog: dict, conditions: Mapping | None = None) -> Pa
         config, out.assumed = parse_run_row(row, model)
         out.notes = validate(config, model, platform, num_gpus=int(float(row["num_gpus"])),
                              framework=framework)
-        out.recompute_unknown = str(row.get("recompute", "")).strip() == ""
+        out.recompute_unknown = not (str(row.get("recompute", "")).strip()
+                                     or str(row.get("recompute_modules", "")).strip())
         out.config = config
         out.job = RowJob(model=model, platform=platform, framework=framework,
                           software=str(row.get("software", "")).strip())

@@ -4,6 +4,7 @@ power, why it might throttle."""
 from __future__ import annotations
 
 from advisor.core.model import ModelSpec
+from advisor.core.parallel import recompute_label
 from advisor.core.platform import Platform
 from advisor.perf.analytical import Breakdown
 
@@ -75,7 +76,8 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
         f"{model.display_name or model.name} on {c.world_size} × {platform.display_name}: "
         f"tp {c.tp}, pp {c.pp}{f' (vp {c.vp})' if c.vp > 1 else ''}, dp {c.dp}, cp {c.cp}"
         f"{f', ep {c.ep}' if model.is_moe else ''}, mbs {c.mbs}, gbs {c.gbs}, "
-        f"{c.num_microbatches} micro-batches per step, {c.precision}, recompute {c.recompute}.",
+        f"{c.num_microbatches} micro-batches per step, {c.precision}, recompute "
+        f"{recompute_label(c.recompute, c.recompute_modules)}.",
         f"Step {s.step_time_s:.2f} s → {s.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU, "
         f"{s.tflops_per_gpu:,.0f} model TFLOP/s per GPU (MFU {s.mfu:.0%} of "
         f"{c.precision_class.upper()} peak).",

@@ -10,6 +10,7 @@ import numpy as np
 from advisor.core.knobs import LABEL, knob_values
 from advisor.core.knobs import NAMES as KNOBS
 from advisor.core.model import ModelSpec
+from advisor.core.parallel import recompute_label
 from advisor.core.platform import Platform
 from advisor.core.table import Table
 from advisor.perf.analytical import Breakdown
@@ -114,7 +115,8 @@ def layout_reasons(p: Breakdown, model: ModelSpec, platform: Platform) -> list[s
                    f"{pct(s.dp_comm_s)} exposed"
                    f"{' behind overlap' if c.overlap_grad_reduce else ' (no overlap)'}")
     if c.recompute != "none":
-        out.append(f"recompute {c.recompute} costs {pct(s.recompute_s)} of the step to fit "
+        out.append(f"recompute {recompute_label(c.recompute, c.recompute_modules)} costs "
+                   f"{pct(s.recompute_s)} of the step to fit "
                    f"{p.memory.total_bytes / 1e9:.0f} of {p.memory.capacity_bytes / 1e9:.0f} GB")
     else:
         out.append(f"no recompute: activations fit ({p.memory.total_bytes / 1e9:.0f} of "

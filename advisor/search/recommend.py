@@ -17,8 +17,8 @@ import numpy as np
 from advisor.catalog import with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, NAMES, overlap, sorted_values
-from advisor.core.parallel import Job, ParallelConfig, make_job
-from advisor.core.space import config_from_row, space_table, tp_choices
+from advisor.core.parallel import Job, ParallelConfig, make_job, recompute_modules_name
+from advisor.core.space import config_from_row, recompute_modules_error, space_table, tp_choices
 from advisor.core.table import Table
 from advisor.explain.rationale import (
     contributions_in_words,
@@ -300,8 +300,9 @@ def _contributions(rows: Table, job: Job, predictor) -> list[str]:
 
 # --- pins and infeasibility -------------------------------------------------------------------
 
-PINNABLE = NAMES
-"""Every knob can be pinned (`overlap`: any of the three overlap switches on)."""
+PINNABLE = (*NAMES, "recompute_modules")
+"""Every knob can be pinned (`overlap`: any of the three overlap switches on), and what
+selective recompute recomputes (searched only where pinned)."""
 
 
 def pinned_space(job: Job, pins: dict) -> Table:
@@ -311,7 +312,13 @@ def pinned_space(job: Job, pins: dict) -> Table:
     if unknown:
         raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
                           f"{', '.join(PINNABLE)}.")
-    space = space_table(job)
+    pins = dict(pins)
+    if "recompute_modules" in pins:  # the space holds the default modules unless pinned
+        pins["recompute_modules"] = recompute_modules_name(pins["recompute_modules"])
+        why = recompute_modules_error(pins["recompute_modules"], job.precision, job.model)
+        if why:
+            raise ConfigError(why)
+    space = space_table(job, pins={k: pins[k] for k in ("recompute_modules",) if k in pins})
     if space.empty:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []
