@@ -1,0 +1,143 @@
+"""Selective recompute of named modules (Megatron-Core `--recompute-modules`): what each module
+frees, what it costs, and how configurations, CSVs, pins and the CLI take it."""
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from advisor import catalog
+from advisor.cli import app
+from advisor.core.errors import ConfigError
+from advisor.core.parallel import ParallelConfig, make_config, make_job, recompute_modules_name
+from advisor.core.space import space_table, validate
+from advisor.perf.memory import estimate_memory
+from advisor.predict.predictor import Predictor
+from advisor.search.recommend import pinned_space
+
+H100 = catalog.load_platform("h100")
+QWEN_30B = catalog.load_model("qwen3-30b-a3b")
+QWEN_235B = catalog.load_model("qwen3-235b-a22b")
+LLAMA_8B = catalog.load_model("llama3-8b")
+SEQ = 4096
+
+
+def _config(model, gpus, modules="core_attn", recompute="selective", **layout):
+    job = make_job(model, H100, num_gpus=gpus, seq_len=SEQ)
+    return make_config(job, recompute=recompute, **layout).replace(
+        recompute_modules=modules), job
+
+
+def _activations(model, gpus, modules, **layout) -> float:
+    config, _ = _config(model, gpus, modules, **layout)
+    return estimate_memory(model, parallel=config, platform=H100).activations_bytes
+
+
+def test_module_names_are_canonical_and_checked():
+    assert recompute_modules_name("MoE_Act,layernorm") == "layernorm moe_act"
+    assert recompute_modules_name("moe_act + layernorm  moe_act") == "layernorm moe_act"
+    with pytest.raises(ConfigError, match="'attn' unknown.*core_attn, mla_up_proj"):
+        recompute_modules_name("attn")
+    with pytest.raises(ConfigError, match="empty"):
+        recompute_modules_name(" , ")
+    with pytest.raises(ConfigError, match="applies only to recompute selective"):
+        ParallelConfig(recompute="full", recompute_modules="mlp")
+
+
+def test_megatron_cores_refusals_are_advisors():
+    dense, job = _config(LLAMA_8B, 8, recompute="selective", modules="core_attn", tp=1)
+    for modules, why in [("moe_act", "is dense"), ("mla_up_proj", "multi-latent"),
+                         ("shared_experts", "is dense")]:
+        with pytest.raises(ConfigError, match=why):
+            validate(dense.replace(recompute_modules=modules), LLAMA_8B, H100, num_gpus=8)
+    moe, _ = _config(QWEN_30B, 8, "moe_act", tp=1, ep=8)
+    validate(moe, QWEN_30B, H100, num_gpus=8)
+    with pytest.raises(ConfigError, match="no shared experts"):  # Qwen3 MoE has none
+        validate(moe.replace(recompute_modules="shared_experts"), QWEN_30B, H100, num_gpus=8)
+    with pytest.raises(ConfigError, match="fp8 delayed scaling"):
+        validate(moe.replace(precision="fp8"), QWEN_30B, H100, num_gpus=8)
+    validate(moe.replace(precision="fp8-cs"), QWEN_30B, H100, num_gpus=8)
+
+
+def test_moe_act_and_layernorm_free_one_tensor_per_token_and_layer():
+    # TP 1, PP 1, one micro-batch in flight: a MoE layer's experts keep their activation output
+    # (the FC2 input: top-k × moe_ffn BF16 values per token) and its pre-MLP norm keeps its
+    # output (hidden BF16 values per token); recomputing them frees exactly that per layer.
+    layout = dict(tp=1, ep=8, mbs=1)
+    base = _activations(QWEN_30B, 8, "core_attn", **layout)
+    tokens, layers = SEQ, QWEN_30B.num_layers
+    act = layers * tokens * QWEN_30B.moe_top_k * QWEN_30B.moe_ffn_hidden_size * 2
+    norm = layers * tokens * QWEN_30B.hidden_size * 2
+    assert base - _activations(QWEN_30B, 8, "core_attn moe_act", **layout) == pytest.approx(
+        act, rel=1e-9)
+    assert base - _activations(QWEN_30B, 8, "core_attn layernorm", **layout) == pytest.approx(
+        norm, rel=1e-9)
+
+
+def test_more_recompute_frees_more_memory_and_costs_more_time():
+    # Qwen3-235B-A22B as NVIDIA's recipe lays it out on 256 H100 (Megatron-Bridge
+    # launch_qwen235b.sh: TP 2, PP 8, EP 32).
+    layout = dict(tp=2, pp=8, ep=32, mbs=1)
+    ladder = [("selective", "core_attn"), ("selective", "core_attn layernorm moe_act"),
+              ("selective", "core_attn moe"), ("full", "core_attn")]
+    rows = []
+    for recompute, modules in ladder:
+        config, job = _config(QWEN_235B, 256, modules, recompute=recompute, **layout)
+        rows.append(Predictor(None).predict([(config, job)], breakdown=True).iloc[0])
+    memory = [r["analytical_activations_bytes"] for r in rows]
+    recompute_s = [r["analytical_recompute_s"] for r in rows]
+    step = [r["analytical_step_time_s"] for r in rows]
+    assert memory == sorted(memory, reverse=True) and len(set(memory)) == 4
+    assert recompute_s == sorted(recompute_s) and len(set(recompute_s)) == 4
+    assert step == sorted(step)
+    # A norm and an elementwise function again cost little next to the GEMMs (no GEMM is
+    # recomputed); the whole MoE layer runs its dispatch and combine again too.
+    assert step[1] / step[0] - 1 < 0.02
+    assert rows[2]["analytical_ep_comm_s"] > rows[1]["analytical_ep_comm_s"]
+
+
+def test_the_search_takes_other_modules_only_where_pinned():
+    job = make_job(QWEN_30B, H100, num_gpus=32, seq_len=SEQ)
+    default = space_table(job)
+    assert set(default["recompute_modules"].tolist()) == {"core_attn"}
+    pinned = pinned_space(job, {"recompute_modules": "moe_act,layernorm"})
+    assert len(pinned) > 0
+    assert set(pinned["recompute_modules"].tolist()) == {"layernorm moe_act"}
+    assert set(pinned["recompute"].tolist()) == {"selective"}
+    with pytest.raises(ConfigError, match="is dense"):
+        pinned_space(make_job(LLAMA_8B, H100, num_gpus=8), {"recompute_modules": "moe"})
+
+
+runner = CliRunner()
+
+
+def test_cli_predicts_with_modules_and_refuses_in_one_line():
+    args = ["predict", "-m", "qwen3-30b-a3b", "-g", "8", "-p", "h100", "--ep", "8",
+            "--seq-len", str(SEQ), "--analytical", "--json"]
+    r = runner.invoke(app, [*args, "--recompute", "selective"])
+    s = runner.invoke(app, [*args, "--recompute", "selective", "--recompute-modules", "moe"])
+    assert r.exit_code == 0 and s.exit_code == 0, (r.output, s.output)
+    memory = [json.loads(x.stdout)["memory"]["activations_bytes"] for x in (r, s)]
+    assert memory[1] < memory[0]
+    for bad in (["--recompute-modules", "moe"], ["--recompute", "selective",
+                                                  "--recompute-modules", "attn"]):
+        e = runner.invoke(app, [*args, *bad])
+        assert e.exit_code == 2, e.output
+        lines = [ln for ln in e.output.strip().splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:"), e.output
+
+
+def test_predict_input_reads_a_recompute_modules_column(tmp_path):
+    src = tmp_path / "runs.csv"
+    src.write_text("model,gpu,num_gpus,seq_len,gbs,ep,recompute,recompute_modules\n"
+                   f"qwen3-30b-a3b,h100,8,{SEQ},64,8,selective,\n"
+                   f"qwen3-30b-a3b,h100,8,{SEQ},64,8,,moe_act layernorm\n"
+                   f"qwen3-30b-a3b,h100,8,{SEQ},64,8,full,moe_act\n")
+    dst = tmp_path / "out.csv"
+    r = runner.invoke(app, ["predict", "--input", str(src), "--output", str(dst),
+                            "--analytical"])
+    assert r.exit_code == 0, r.output
+    out = pd.read_csv(dst, keep_default_na=False)
+    assert out.loc[1, "pred_memory_gb"] < out.loc[0, "pred_memory_gb"]
+    assert "applies only to recompute selective" in out.loc[2, "pred_error"]
