@@ -22,13 +22,13 @@ from advisor.core.frameworks import canonical_framework
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
-    RECOMPUTE,
     ParallelConfig,
     default_etp,
+    recompute_label,
     recompute_modules_name,
 )
 from advisor.core.platform import Platform
-from advisor.core.space import validate
+from advisor.core.space import recompute_modules_error, validate
 from advisor.data import framework_defaults
 from advisor.perf.memory import MemoryBreakdown, estimate_memory, memory_table
 
@@ -276,10 +276,31 @@ def _cached(catalog: dict, load, name: str):
     return catalog[key]
 
 
-def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
-                                  platform: Platform) -> tuple[ParallelConfig, MemoryBreakdown]:
-    for mode in ("none", "selective", "full"):
-        candidate = config.replace(recompute=mode)
+MOE_RECOMPUTE_MODULES = "layernorm moe_act"
+"""What NVIDIA's MoE recipes recompute when core attention alone is not enough: the MoE
+layers' pre-MLP norm and the experts' activation function, no GEMM (Megatron-MoE-ModelZoo
+best_practice/qwen3/run_h100_235b.sh and run_gb200_235b.sh: `--recompute-granularity selective
+--recompute-modules moe_act layernorm`; Megatron-Bridge's launch_qwen235b.sh the same)."""
+
+
+def recompute_ladder(model: ModelSpec, precision: str, *, full: bool = True
+                     ) -> list[tuple[str, str]]:
+    """The (recompute, recompute_modules) a run that does not say is assumed to use, least
+    first: none, selective (core attention), for a MoE model `MOE_RECOMPUTE_MODULES` where
+    Megatron-Core takes them at `precision`, then full recompute (`full` False: for tuned
+    recipes, which do not run it)."""
+    ladder = [("none", DEFAULT_RECOMPUTE_MODULES), ("selective", DEFAULT_RECOMPUTE_MODULES)]
+    if model.is_moe and not recompute_modules_error(MOE_RECOMPUTE_MODULES, precision, model):
+        ladder.append(("selective", MOE_RECOMPUTE_MODULES))
+    return ladder + [("full", DEFAULT_RECOMPUTE_MODULES)] if full else ladder
+
+
+def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig, platform: Platform,
+                                 *, full: bool = True
+                                 ) -> tuple[ParallelConfig, MemoryBreakdown]:
+    """The first rung of `recompute_ladder` on which `config` fits, else the last."""
+    for mode, modules in recompute_ladder(model, config.precision, full=full):
+        candidate = config.replace(recompute=mode, recompute_modules=modules)
         mem = estimate_memory(model, parallel=candidate, platform=platform)
         if mem.fits:
             return candidate, mem
@@ -287,28 +308,31 @@ def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig,
 
 
 def choose_recompute(rows: list[ParsedRow]) -> None:
-    """For rows that do not say: the least recompute that fits (none, then selective, then
-    full; full where nothing fits), as tuned recipes turn it on only when needed. One memory
-    model run per mode and (model, platform), not one per row."""
+    """For rows that do not say: the least recompute that fits (`recompute_ladder`; full
+    where nothing fits), as tuned recipes turn it on only when needed. One memory model run
+    per rung and (model, platform, precision), not one per row."""
     import pandas as pd
 
-    groups: dict[tuple[int, int], list[ParsedRow]] = {}
+    groups: dict[tuple[int, int, str], list[ParsedRow]] = {}
     for r in rows:
         if r.config is not None and r.recompute_unknown:
-            groups.setdefault((id(r.job.model), id(r.job.platform)), []).append(r)
+            key = (id(r.job.model), id(r.job.platform), r.config.precision)
+            groups.setdefault(key, []).append(r)
     for members in groups.values():
         model, platform = members[0].job.model, members[0].job.platform
+        ladder = recompute_ladder(model, members[0].config.precision)
         undecided = members
-        for mode in RECOMPUTE:
-            configs = pd.DataFrame([r.config.replace(recompute=mode).to_dict()
-                                    for r in undecided])
+        for mode, modules in ladder:
+            configs = pd.DataFrame([r.config.replace(recompute=mode, recompute_modules=modules)
+                                    .to_dict() for r in undecided])
             fits = memory_table(model, platform=platform, configs=configs)["fits"].to_numpy()
-            last = mode == RECOMPUTE[-1]
+            last = (mode, modules) == ladder[-1]
             for r, ok in zip(undecided, fits, strict=True):
                 if ok or last:
-                    r.config = r.config.replace(recompute=mode)
-                    r.assumed.append(f"recompute={mode} (unknown: the least recompute that "
-                                     f"fits, as tuned recipes turn it on only when needed)")
+                    r.config = r.config.replace(recompute=mode, recompute_modules=modules)
+                    r.assumed.append(f"recompute={recompute_label(mode, modules)} (unknown: the "
+                                     f"least recompute that fits, as tuned recipes turn it on "
+                                     f"only when needed)")
             undecided = [r for r, ok in zip(undecided, fits, strict=True) if not ok]
             if not undecided:
                 break

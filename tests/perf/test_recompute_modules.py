@@ -141,3 +141,21 @@ def test_predict_input_reads_a_recompute_modules_column(tmp_path):
     out = pd.read_csv(dst, keep_default_na=False)
     assert out.loc[1, "pred_memory_gb"] < out.loc[0, "pred_memory_gb"]
     assert "applies only to recompute selective" in out.loc[2, "pred_error"]
+
+
+def test_a_moe_run_that_does_not_say_gets_the_moe_recipes_modules_before_full():
+    # GPT-OSS-120B on 64 B200 as Megatron-Bridge's performance summary lists it (NeMo 26.04.01,
+    # TP1 PP1 EP8 MBS4, recompute not stated): core attention alone leaves it over the GPU's
+    # memory, NVIDIA's MoE modules fit; full recompute would cost far more.
+    from advisor.predict.rows import predict_frame
+
+    frame = pd.DataFrame([dict(model="gpt-oss-120b", gpu="b200", num_gpus="64", precision="bf16",
+                               seq_len="4096", gbs="1280", mbs="4", tp="1", pp="1", ep="8",
+                               framework="megatron", software="26.04.01")])
+    row = predict_frame(frame, Predictor(None)).iloc[0]
+    assert row["pred_fits"], row["pred_assumed"]
+    assert "recompute=selective (layernorm moe_act)" in row["pred_assumed"]
+    model, b200 = catalog.load_model("gpt-oss-120b"), catalog.load_platform("b200")
+    job = make_job(model, b200, num_gpus=64, seq_len=4096, gbs=1280)
+    core_attn = make_config(job, tp=1, ep=8, mbs=4, recompute="selective")
+    assert not estimate_memory(model, parallel=core_attn, platform=b200).fits
