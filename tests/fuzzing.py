@@ -215,6 +215,7 @@ LAYOUT_FLAGS = ("--tp", "--pp", "--cp", "--ep", "--etp", "--vp", "--mbs")
 JOB_FLAGS = ("--seq-len", "--gbs")
 CHOICE_FLAGS = {"--precision": ["bf16", "fp8", "nvfp4", "fp16"],
                 "--recompute": ["none", "selective", "full"],
+                "--recompute-modules": ["moe_act,layernorm", "mlp", "core_attn moe", "mla_up_proj"],
                 "--dp-sharding": ["none", "optimizer", "full"],
                 "--finetune": ["none", "lora", "full"],
                 "--objective": ["throughput", "energy", "cost", "power", "balanced"],
@@ -222,13 +223,16 @@ CHOICE_FLAGS = {"--precision": ["bf16", "fp8", "nvfp4", "fp16"],
                 "--search": ["auto", "exhaustive", "optuna"]}
 COMMANDS = {
     "predict": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding",
-                                           "--finetune")),
-    "explain": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding")),
-    "memory": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding")),
+                                           "--finetune", "--recompute-modules")),
+    "explain": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding",
+                                           "--recompute-modules")),
+    "memory": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding",
+                                          "--recompute-modules")),
     "space": (JOB_FLAGS + ("--limit",), ("--precision",)),
     "recommend": (JOB_FLAGS + ("--tp", "--pp", "--top", "--max-power-w", "--memory-margin",
                                "--max-throttle-risk", "--trials", "--seed"),
-                  ("--precision", "--objective", "--risk", "--recompute", "--search")),
+                  ("--precision", "--objective", "--risk", "--recompute", "--search",
+                   "--recompute-modules")),
     "compare": (JOB_FLAGS + ("--max-power-w", "--memory-margin", "--gpu-hour-price"),
                 ("--precision", "--objective")),
 }
@@ -268,11 +272,13 @@ def _cli(rng: random.Random) -> Case:
 
 
 CSV_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs", "tp", "pp", "cp", "ep", "mbs",
-               "recompute", "dp_sharding", "precision", "framework", "software")
+               "recompute", "recompute_modules", "dp_sharding", "precision", "framework",
+               "software")
 GOOD_CELLS = {"model": MODELS[:4], "gpu": PLATFORMS[:3], "num_gpus": ["8", "64"],
               "seq_len": ["4096", "8192"], "gbs": ["128", "256"], "tp": ["1", "2", "4"],
               "pp": ["1", "2"], "cp": ["1"], "ep": ["", "1", "8"], "mbs": ["1", "2"],
               "recompute": ["", "none", "full"], "dp_sharding": ["", "optimizer"],
+              "recompute_modules": ["", "moe_act layernorm", "mlp"],
               "precision": ["", "bf16", "fp8"], "framework": ["", "megatron", "nemo"],
               "software": ["", "24.07", "2021"]}
 
