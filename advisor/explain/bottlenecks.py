@@ -21,20 +21,10 @@ LABELS = {
     "overhead_s": "per-layer launch overhead",
     "throttle_s": "clocks below maximum (power cap, thermal slowdown) on the straggler",
 }
-ADVICE = {
-    "tp_comm_s": "lower tp, keep TP inside the NVLink domain, or turn on TP communication "
-                 "overlap",
-    "cp_comm_s": "lower cp or keep the CP group inside the NVLink domain",
-    "ep_comm_s": "keep ep × etp inside the NVLink domain, or lower ep",
-    "pp_comm_s": "lower pp (TP+PP send/recv under-uses bandwidth) or raise mbs",
-    "bubble_s": "more micro-batches per step (smaller mbs or larger gbs), interleaving (vp), "
-                "or lower pp",
-    "overhead_s": "larger micro-batches or CUDA graphs amortise launch costs",
-}
-
-
-def _advice(component: str, prediction: Breakdown) -> str:
+def _advice(component: str, prediction: Breakdown, platform: Platform) -> str:
+    """What would cut `component` for this layout: only the remedies that apply to it."""
     c = prediction.config
+    domain = platform.nvlink_domain_size
     if component == "dp_comm_s":
         if c.dp_sharding == "full":
             return ("FSDP gathers every micro-batch: larger micro-batches, overlap, or the "
@@ -47,7 +37,28 @@ def _advice(component: str, prediction: Breakdown) -> str:
                 if c.recompute == "full" else "turn recompute off if memory allows")
     if component == "throttle_s":
         return _throttle_advice(prediction)
-    return ADVICE.get(component, "see the breakdown")
+    remedies = {
+        "tp_comm_s": [(c.tp > domain, f"keep TP inside the {domain}-GPU NVLink domain"),
+                      (c.tp > 1, "lower tp"),
+                      (c.sequence_parallel and not c.tp_comm_overlap,
+                       "turn on TP communication overlap")],
+        "cp_comm_s": [(c.tp * c.cp > domain,
+                       f"keep tp × cp inside the {domain}-GPU NVLink domain"),
+                      (c.cp > 1, "lower cp")],
+        "ep_comm_s": [(c.ep * c.etp > domain,
+                       f"keep ep × etp inside the {domain}-GPU NVLink domain"),
+                      (c.ep > 1, "lower ep (the all-to-all then spans fewer GPUs, each holding "
+                                 "more experts)")],
+        "pp_comm_s": [(c.pp > 1, "lower pp (TP+PP send/recv under-uses bandwidth)"),
+                      (True, "raise mbs (fewer, larger messages)")],
+        "bubble_s": [(True, "more micro-batches per step (smaller mbs or larger gbs)"),
+                     (c.vp == 1, "interleaving (vp)"), (c.pp > 1, "lower pp")],
+        "overhead_s": [(True, "larger micro-batches or CUDA graphs amortise launch costs")],
+    }.get(component, [])
+    applicable = [text for applies, text in remedies if applies]
+    if not applicable:
+        return f"nothing in this layout: the {LABELS[component]} it keeps is the least it can have"
+    return ", ".join(applicable[:-1]) + (" or " if len(applicable) > 1 else "") + applicable[-1]
 
 
 def _throttle_advice(prediction: Breakdown) -> str:
@@ -91,7 +102,7 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
     if waste:
         k, v = waste[0]
         lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
-                     f"it: {_advice(k, prediction)}.")
+                     f"it: {_advice(k, prediction, platform)}.")
     else:
         lines.append("Compute-bound: communication, bubble and overheads together stay under "
                      f"{sum(v for k, v in parts if k != 'compute_s') / s.step_time_s:.0%} "

@@ -35,3 +35,21 @@ def test_clock_loss_without_a_remedy_says_so():
     # The same layout on air-cooled H200 has a hotter rear row to cool.
     air = _biggest_loss("llama3-8b", "h200", 8, tp=1, pp=1, mbs=1, overlap=False)
     assert air.endswith("To cut it: a cooler inlet for the rear row."), air
+
+
+def test_all_to_all_advice_names_the_nvlink_domain_only_when_ep_leaves_it():
+    # Qwen3-30B-A3B at EP 8 on one H100 node: the all-to-all is inside NVLink already.
+    inside = _biggest_loss("qwen3-30b-a3b", "h100", 8, tp=1, ep=8, mbs=1)
+    assert "all-to-all" in inside and "lower ep" in inside
+    assert "NVLink" not in inside, inside
+    # EP 32 spans four 8-GPU H100 nodes; on GB200 the 72-GPU NVL72 domain holds it.
+    across = _biggest_loss("qwen3-30b-a3b", "h100", 32, tp=1, ep=32, mbs=1)
+    assert "keep ep × etp inside the 8-GPU NVLink domain" in across
+    nvl72 = _biggest_loss("qwen3-30b-a3b", "gb200", 32, tp=1, ep=32, mbs=1)
+    assert "all-to-all" in nvl72 and "NVLink" not in nvl72, nvl72
+
+
+def test_tp_advice_offers_overlap_only_where_it_is_off():
+    line = _biggest_loss("llama3-70b", "h100", 64, tp=8, pp=8, mbs=1, overlap=False)
+    assert "tensor-parallel" in line and "turn on TP communication overlap" in line
+    assert "inside the" not in line   # TP 8 is one H100 node
