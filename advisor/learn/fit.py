@@ -30,6 +30,7 @@ from advisor.perf.calibration import (
 )
 from advisor.perf.columns import config_columns
 from advisor.perf.flop_conventions import derived_tokens_per_sec
+from advisor.perf.memory import estimate_memory
 from advisor.perf.step import DEFAULT_FRAMEWORK, step_arrays
 
 PRIOR_LOG_SD = 0.5
@@ -189,12 +190,16 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
 
 
 def _assumed_recompute(row: pd.Series, model, config, platform):
-    """Recompute for a row that does not say: the least that fits (`recompute_ladder`: none,
-    selective, for MoE models the MoE recipes' modules, full). NVIDIA's tuned recipes (Megatron
-    rows with a container release) run without full recompute, some with selective
-    (published_runs README), so for them the ladder stops before full."""
-    tuned = row.get("framework", "") == "megatron" and bool(row.get("software", "").strip())
-    return lightest_recompute_that_fits(model, config, platform, full=not tuned)[0]
+    """Recompute for a row that does not say: NVIDIA's tuned recipes (Megatron rows with a
+    container release) run without full recompute, some with selective (published_runs README),
+    so: none if it fits, else selective (core attention, what the shipped surrogate was trained
+    on; `predict --input` goes on to the MoE recipes' modules). Other rows: the least recompute
+    that fits (`recompute_ladder`, as `predict --input` assumes)."""
+    if row.get("framework", "") == "megatron" and row.get("software", "").strip():
+        fits = estimate_memory(model, parallel=config.replace(recompute="none"),
+                               platform=platform).fits
+        return config.replace(recompute="none" if fits else "selective")
+    return lightest_recompute_that_fits(model, config, platform)[0]
 
 
 def predict_reference(ref: Reference, calibration: Calibration) -> pd.Series:
