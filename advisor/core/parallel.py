@@ -72,7 +72,7 @@ def recompute_modules_name(value: Any) -> str:
     unknown = [n for n in names if n not in RECOMPUTE_MODULES]
     if unknown or not names:
         what = f"{', '.join(map(repr, unknown))} unknown" if unknown else "empty"
-        raise ConfigError(f"recompute_modules {value!r}: {what}; list one or more of "
+        raise ConfigError(f"recompute_modules {str(value)!r}: {what}; list one or more of "
                           f"{', '.join(RECOMPUTE_MODULES)} (e.g. \"core_attn moe_act "
                           f"layernorm\").")
     return " ".join(m for m in RECOMPUTE_MODULES if m in names)

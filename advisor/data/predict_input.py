@@ -117,7 +117,8 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
     if recompute_raw and recompute_raw not in RECOMPUTE_SPELLINGS:
         raise ConfigError(f"recompute = {recompute_raw!r}; use none, selective or full.")
     given = row.get("recompute_modules")
-    modules = (DEFAULT_RECOMPUTE_MODULES if _missing(given) or not str(given).strip()
+    modules = (DEFAULT_RECOMPUTE_MODULES
+               if _missing(given) or str(given).strip().lower() in ("", "none")
                else recompute_modules_name(given))
     named = RECOMPUTE_SPELLINGS.get(recompute_raw, "none")
     if modules != DEFAULT_RECOMPUTE_MODULES and not recompute_raw:

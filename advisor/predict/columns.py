@@ -89,6 +89,8 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         cols["recompute"] = _canonical_recompute(cols["recompute"])
     if "dp_sharding" in frame:   # ddp, zero1, fsdp, ... as none, optimizer, full
         cols["dp_sharding"] = _canonical_sharding(cols["dp_sharding"])
+    if "recompute_modules" in frame:
+        cols["recompute_modules"] = _canonical_modules(cols["recompute_modules"])
     if "num_gpus" in frame:
         _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
                    .to_numpy(float),
@@ -121,6 +123,9 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
     defaults = _config_defaults()
     cols: dict[str, np.ndarray] = {}
     for name in PARALLEL_FIELDS:
+        if name == "recompute_modules" and name not in table:   # a table from before it
+            cols[name] = np.full(n, defaults[name], dtype=object)
+            continue
         default, values = defaults[name], table[name]
         if isinstance(default, bool):
             cols[name] = values.astype(bool)
@@ -132,6 +137,7 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
             cols[name] = np.empty(n, dtype=object)
             cols[name][:] = [lower[v] for v in values]
     cols["recompute"] = _canonical_recompute(cols["recompute"])
+    cols["recompute_modules"] = _canonical_modules(cols["recompute_modules"])
     cols["framework"] = np.full(n, "megatron", dtype=object)
     cols["software"] = np.full(n, "", dtype=object)
     # Every field is set: nothing is assumed.
@@ -146,6 +152,25 @@ def _canonical_recompute(recompute: np.ndarray) -> np.ndarray:
         if spelling != mode and (recompute == spelling).any():
             recompute = np.where(recompute == spelling, mode, recompute).astype(object)
     return recompute
+
+
+def _canonical_modules(modules: np.ndarray) -> np.ndarray:
+    """Each cell of `recompute_modules` in its one written form (`recompute_modules_name`:
+    any order, commas or `+`); an empty cell is the default (core_attn). A cell that names no
+    module stays as given, for the configuration rules to refuse with its reason."""
+    from advisor.core.errors import ConfigError
+    from advisor.core.parallel import DEFAULT_RECOMPUTE_MODULES, recompute_modules_name
+
+    def name(value: str) -> str:
+        if value.strip() in ("", "nan", "none"):
+            return DEFAULT_RECOMPUTE_MODULES
+        try:
+            return recompute_modules_name(value)
+        except ConfigError:
+            return str(value)
+
+    values, which = np.unique(modules.astype(str), return_inverse=True)
+    return np.array([name(v) for v in values], dtype=object)[which]
 
 
 def _canonical_sharding(sharding: np.ndarray) -> np.ndarray:

@@ -159,3 +159,31 @@ def test_a_moe_run_that_does_not_say_gets_the_moe_recipes_modules_before_full():
     job = make_job(model, b200, num_gpus=64, seq_len=4096, gbs=1280)
     core_attn = make_config(job, tp=1, ep=8, mbs=4, recompute="selective")
     assert not estimate_memory(model, parallel=core_attn, platform=b200).fits
+
+
+def test_the_predictor_reads_recompute_modules_however_a_scheduler_writes_them():
+    from advisor.core.table import Table
+
+    model = QWEN_30B
+    config, _ = _config(model, 8, "core_attn", tp=1, ep=8)
+    predictor = Predictor(None)
+    frame = pd.DataFrame([config.to_dict()]).assign(model=model.name, gpu="h100")
+    # A frame or table written before the column existed means core attention, as does an
+    # empty cell; any order, case and separator of the names is one configuration.
+    without = predictor.predict(frame.drop(columns=["recompute_modules"])).iloc[0]
+    assert without["pred_error"] == ""
+    for same in ("", "core_attn", "CORE_ATTN"):
+        row = predictor.predict(frame.assign(recompute_modules=same)).iloc[0]
+        assert row["pred_memory_gb"] == without["pred_memory_gb"], same
+    spellings = [predictor.predict(frame.assign(recompute_modules=s)).iloc[0]["pred_memory_gb"]
+                 for s in ("moe_act,layernorm", "layernorm moe_act", "Moe_Act+LayerNorm")]
+    assert len(set(spellings)) == 1 and spellings[0] < without["pred_memory_gb"]
+    bad = predictor.predict(frame.assign(recompute_modules="bogus")).iloc[0]
+    assert "recompute_modules 'bogus': 'bogus' unknown" in bad["pred_error"]
+    old_table = Table.from_frame(frame.drop(columns=["recompute_modules", "model", "gpu"]))
+    assert predictor.predict_table(model, H100, old_table)["pred_memory_gb"][0] == \
+        pytest.approx(without["pred_memory_gb"])
+    new_table = Table.from_frame(frame.drop(columns=["model", "gpu"])
+                                 .assign(recompute_modules="moe_act,layernorm"))
+    assert predictor.predict_table(model, H100, new_table)["pred_memory_gb"][0] == \
+        pytest.approx(spellings[0])
