@@ -264,6 +264,8 @@ def _cli(rng: random.Random) -> Case:
         args += [flag, _pick(rng, GOOD_VALUES[flag], odd)]
     for flag in rng.sample(choice, rng.randint(0, min(2, len(choice)))):
         args += [flag, _pick(rng, CHOICE_FLAGS[flag], odd)]
+    if command in ("predict", "explain", "memory", "recommend") and rng.random() < 0.1:
+        args.append("--ep-comm-overlap")
     if command == "recommend" and "--search" in args and "--trials" not in args:
         args += ["--trials", rng.choice(["5", "20"])]   # bounded by the generator, not a hang
     if rng.random() < 0.05:
@@ -272,13 +274,14 @@ def _cli(rng: random.Random) -> Case:
 
 
 CSV_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs", "tp", "pp", "cp", "ep", "mbs",
-               "recompute", "recompute_modules", "dp_sharding", "precision", "framework",
-               "software")
+               "recompute", "recompute_modules", "ep_comm_overlap", "dp_sharding", "precision",
+               "framework", "software")
 GOOD_CELLS = {"model": MODELS[:4], "gpu": PLATFORMS[:3], "num_gpus": ["8", "64"],
               "seq_len": ["4096", "8192"], "gbs": ["128", "256"], "tp": ["1", "2", "4"],
               "pp": ["1", "2"], "cp": ["1"], "ep": ["", "1", "8"], "mbs": ["1", "2"],
               "recompute": ["", "none", "full"], "dp_sharding": ["", "optimizer"],
               "recompute_modules": ["", "moe_act layernorm", "mlp"],
+              "ep_comm_overlap": ["", "true", "false"],
               "precision": ["", "bf16", "fp8"], "framework": ["", "megatron", "nemo"],
               "software": ["", "24.07", "2021"]}
 

@@ -49,6 +49,10 @@ RecomputeModulesOpt = Annotated[str | None, typer.Option(
     "--recompute-modules names separated by spaces or commas: core_attn (the default), "
     "mla_up_proj, layernorm, mlp, moe_act, shared_experts, moe; e.g. \"moe_act,layernorm\" "
     "(NVIDIA's Qwen3-235B recipe).", show_default=False)]
+EpOverlapOpt = Annotated[bool, typer.Option(
+    "--ep-comm-overlap", help="Overlap the MoE all-to-all of one micro-batch with another's "
+    "compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep > 1, --vp > 1 with "
+    "--pp > 1, no full recompute; one more micro-batch in flight).")]
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="With --finetune lora: attention (QKV and output projections, the "
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]

@@ -104,6 +104,11 @@ def recommend(
             "mla_up_proj, layernorm, mlp, moe_act, shared_experts, moe), e.g. "
             "\"moe_act,layernorm\" as NVIDIA's Qwen3-235B recipe runs; implies --recompute "
             "selective.")] = None,
+        ep_comm_overlap: Annotated[bool | None, typer.Option(
+            "--ep-comm-overlap/--no-ep-comm-overlap", show_default=False, help="Pin the MoE "
+            "all-to-all overlap (Megatron-Core --overlap-moe-expert-parallel-comm) on, on the "
+            "layouts that can run it (ep > 1, a virtual pipeline when pp > 1, no full "
+            "recompute); the search leaves it off otherwise.")] = None,
         top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
         layout: Annotated[str | None, typer.Option(
             "--layout", help="Why not this layout? Also print where it ranks, its predicted "
@@ -170,7 +175,8 @@ def recommend(
     probe = parse_layout(layout) if layout is not None else None
     pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
-                                  overlap=overlap, recompute_modules=recompute_modules).items()
+                                  overlap=overlap, recompute_modules=recompute_modules,
+                                  ep_comm_overlap=ep_comm_overlap).items()
             if v is not None}
     m = load_model(model)
     p = with_conditions(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from advisor.catalog import load_model, load_platform
 from advisor.cli.common import (
+    EpOverlapOpt,
     EtpOpt,
     FinetuneOpt,
     GbsOpt,
@@ -129,7 +130,8 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
            mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size.")] = 1,
            seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
            recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
-           recompute_modules: RecomputeModulesOpt = None, finetune: FinetuneOpt = "none",
+           recompute_modules: RecomputeModulesOpt = None, ep_comm_overlap: EpOverlapOpt = False,
+           finetune: FinetuneOpt = "none",
            lora_rank: LoraRankOpt = 16,
            lora_targets: LoraTargetsOpt = "attention",
            grad_reduce_in_fp32: Annotated[bool, typer.Option(
@@ -150,6 +152,7 @@ def memory(model: ModelOpt, gpus: GpusOpt, platform: PlatformOpt,
                             recompute_modules=recompute_modules or DEFAULT_RECOMPUTE_MODULES,
                             dp_sharding=dp_sharding,
                             sequence_parallel=tp > 1, grad_reduce_in_fp32=grad_reduce_in_fp32,
+                            ep_comm_overlap=ep_comm_overlap,
                             finetune=job.finetune, lora_rank=job.lora_rank,
                             lora_targets=job.lora_targets)
     from advisor.core.space import validate

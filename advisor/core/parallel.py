@@ -183,6 +183,11 @@ class ParallelConfig:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    ep_comm_overlap: bool = False
+    """Overlap the MoE all-to-all of one micro-batch with the compute of another (Megatron-Core
+    `--overlap-moe-expert-parallel-comm`: forward and backward of two micro-batches interleave,
+    one more micro-batch in flight). Needs ep > 1, a virtual pipeline when pp > 1, and no full
+    recompute."""
     grad_reduce_in_fp32: bool = False
     """Keep and reduce gradients in FP32 (4 B/param; Megatron-LM's default) instead of BF16
     (2 B/param; what NVIDIA's Megatron-Bridge/NeMo performance recipes set)."""
@@ -240,6 +245,8 @@ class ParallelConfig:
         if self.vp > 1 and self.pp == 1:
             raise ConfigError(f"vp ({self.vp}) > 1 needs pp > 1: virtual pipeline stages "
                               f"interleave a pipeline; use vp 1 or raise pp.")
+        if self.ep_comm_overlap:
+            _check_ep_overlap(self)
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError("sequence_parallel needs tp > 1: it shards activations over the "
                               "tensor-parallel group; turn it off or raise tp.")
@@ -297,6 +304,21 @@ _CHOICES = {"recompute": RECOMPUTE, "attention": ATTENTION, "dp_sharding": DP_SH
             "precision": tuple(PRECISIONS), "finetune": FINETUNE, "lora_targets": LORA_TARGETS}
 
 
+def _check_ep_overlap(config: ParallelConfig) -> None:
+    """Megatron-Core's rules for `--overlap-moe-expert-parallel-comm` (TransformerConfig,
+    0.16) that the layout alone decides."""
+    if config.ep == 1:
+        raise ConfigError("ep_comm_overlap needs ep > 1: it overlaps the expert-parallel "
+                          "all-to-all; turn it off or raise ep.")
+    if config.pp > 1 and config.vp == 1:
+        raise ConfigError(f"ep_comm_overlap with pp ({config.pp}) > 1 needs a virtual pipeline "
+                          f"(vp > 1): Megatron-Core pairs the micro-batches in the interleaved "
+                          f"schedule; raise vp or turn it off.")
+    if config.recompute == "full":
+        raise ConfigError("ep_comm_overlap does not run with full recompute (Megatron-Core "
+                          "refuses it); use selective recompute or turn it off.")
+
+
 def invalid_config_rows(cols) -> Any:
     """`ParallelConfig`'s own rules over a table of configurations at once (one array per
     field; a field left out takes its default): True where building the row would raise."""
@@ -323,6 +345,9 @@ def invalid_config_rows(cols) -> Any:
     bad |= ~np.array([_canonical_modules(v) for v in values], dtype=bool)[which]
     bad |= (modules != DEFAULT_RECOMPUTE_MODULES) & (col("recompute").astype(str) != "selective")
     bad |= (sizes["vp"] > 1) & (pp == 1)
+    ep_overlap = col("ep_comm_overlap").astype(bool)
+    bad |= ep_overlap & ((sizes["ep"] == 1) | ((pp > 1) & (sizes["vp"] == 1))
+                         | (col("recompute").astype(str) == "full"))
     bad |= col("sequence_parallel").astype(bool) & (tp == 1)
     bad |= sizes["gbs"] % np.maximum(sizes["mbs"] * dp, 1) != 0
     bad |= (cp > 1) & (sizes["seq_len"] % (2 * cp) != 0)

@@ -149,6 +149,8 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
     modules = recompute_modules_error(config.recompute_modules, config.precision, model)
     if modules:
         raise ConfigError(modules)
+    if config.ep_comm_overlap and _ep_overlap_mtp_error(model, config.pp):
+        raise ConfigError(_ep_overlap_mtp_error(model, config.pp))
     if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
                           f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
@@ -187,6 +189,9 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             (tp * cp * dp) % np.maximum(ep * etp, 1) != 0)
     else:
         bad |= (ep > 1) | (etp > 1)
+    if "ep_comm_overlap" in cols and model.num_mtp_layers:
+        overlap_pp = np.asarray(cols["ep_comm_overlap"], dtype=bool)
+        bad |= overlap_pp & ((model.num_mtp_layers > 1) | (pp == 1))
     if "recompute_modules" in cols:
         named = np.asarray(cols["recompute_modules"]).astype(str)
         precision = np.asarray(cols.get("precision", np.full(len(named), "bf16"))).astype(str)
@@ -212,6 +217,17 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
         except ConfigError:
             bad[i] = True
     return bad
+
+
+def _ep_overlap_mtp_error(model: ModelSpec, pp: int) -> str | None:
+    """Megatron-Core's multi-token-prediction rules for `ep_comm_overlap`."""
+    if model.num_mtp_layers > 1:
+        return (f"ep_comm_overlap runs with at most one MTP layer; {model.name} has "
+                f"{model.num_mtp_layers}: turn it off.")
+    if model.num_mtp_layers == 1 and pp == 1:
+        return (f"ep_comm_overlap with {model.name}'s MTP layer needs pp > 1 (Megatron-Core); "
+                f"raise pp or turn it off.")
+    return None
 
 
 def recompute_modules_error(modules: str, precision: str, model: ModelSpec) -> str | None:
@@ -317,16 +333,20 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
         rows = len(columns["tp"])
         for name, value in (("gbs", job.gbs), ("seq_len", job.seq_len),
                             ("precision", job.precision), ("grad_reduce_in_fp32", False),
-                            ("attention", "flash"), ("first_stage_layers", 0),
+                            ("attention", "flash"), ("ep_comm_overlap", False),
+                            ("first_stage_layers", 0),
                             ("last_stage_layers", 0), ("finetune", job.finetune),
                             ("lora_rank", job.lora_rank), ("lora_targets", job.lora_targets)):
             columns[name] = _constant(value, rows)
         # Sequence parallelism whenever tp > 1 (what Megatron/NeMo recipes do).
         columns["sequence_parallel"] = columns["tp"] > 1
         table = Table({k: columns[k] for k in PARALLEL_FIELDS})
-    # Not enumerated: pinning sets them.
-    table = table.with_columns({knob: pins[knob] for knob in ("grad_reduce_in_fp32", "attention")
-                                if knob in pins})
+    # Not enumerated: pinning sets them, on the layouts that can run them.
+    fixed = {knob: pins[knob] for knob in ("grad_reduce_in_fp32", "attention", "ep_comm_overlap")
+             if knob in pins}
+    table = table.with_columns(fixed)
+    if fixed:
+        table = table.take(~invalid_config_rows(table))
     for name, value in pins.items():
         table = table.take(table[name] == value)
     # Allowed but flagged: TP collectives then cross the scale-out network every layer.
@@ -448,6 +468,7 @@ def config_from_row(row: pd.Series | dict) -> ParallelConfig:
         if k in values:
             values[k] = int(values[k])
     for k in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
-              "tp_comm_overlap"):
-        values[k] = bool(values[k])
+              "tp_comm_overlap", "ep_comm_overlap"):
+        if k in values:
+            values[k] = bool(values[k])
     return ParallelConfig(**values)

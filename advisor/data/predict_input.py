@@ -137,6 +137,7 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=named, recompute_modules=modules, dp_sharding=sharding,
+        ep_comm_overlap=_switch(row, "ep_comm_overlap"),
         sequence_parallel=tp > 1, first_stage_layers=_stage_layers(row, "first_stage_layers"),
         last_stage_layers=_stage_layers(row, "last_stage_layers"), **_finetune(row), **overlap)
     return config, assumed
@@ -170,6 +171,16 @@ def _stage_layers(row: Mapping, key: str) -> int:
         raise ConfigError(f"{key} = {raw!r} must be a whole number ≥ 0 (0 or empty = even "
                           f"split).")
     return int(value)
+
+
+def _switch(row: Mapping, key: str) -> bool:
+    """An on/off cell: true, 1, yes or on; false, 0, no, off or empty."""
+    raw = "" if _missing(row.get(key)) else str(row.get(key)).strip().lower()
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("", "false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{key} = {raw!r}; use true or false (empty = false).")
 
 
 def _framework_defaults(row: Mapping, *, tp: int, sharding: str,
@@ -300,7 +311,8 @@ def lightest_recompute_that_fits(model: ModelSpec, config: ParallelConfig, platf
                                  *, full: bool = True
                                  ) -> tuple[ParallelConfig, MemoryBreakdown]:
     """The first rung of `recompute_ladder` on which `config` fits, else the last."""
-    for mode, modules in recompute_ladder(model, config.precision, full=full):
+    for mode, modules in recompute_ladder(model, config.precision,
+                                          full=full and not config.ep_comm_overlap):
         candidate = config.replace(recompute=mode, recompute_modules=modules)
         mem = estimate_memory(model, parallel=candidate, platform=platform)
         if mem.fits:
@@ -314,14 +326,16 @@ def choose_recompute(rows: list[ParsedRow]) -> None:
     per rung and (model, platform, precision), not one per row."""
     import pandas as pd
 
-    groups: dict[tuple[int, int, str], list[ParsedRow]] = {}
+    groups: dict[tuple[int, int, str, bool], list[ParsedRow]] = {}
     for r in rows:
         if r.config is not None and r.recompute_unknown:
-            key = (id(r.job.model), id(r.job.platform), r.config.precision)
+            key = (id(r.job.model), id(r.job.platform), r.config.precision,
+                   r.config.ep_comm_overlap)
             groups.setdefault(key, []).append(r)
     for members in groups.values():
         model, platform = members[0].job.model, members[0].job.platform
-        ladder = recompute_ladder(model, members[0].config.precision)
+        first = members[0].config     # EP all-to-all overlap does not run with full recompute
+        ladder = recompute_ladder(model, first.precision, full=not first.ep_comm_overlap)
         undecided = members
         for mode, modules in ladder:
             configs = pd.DataFrame([r.config.replace(recompute=mode, recompute_modules=modules)

@@ -63,8 +63,15 @@ def _layout(row: Row, model: ModelSpec, *, spaced: bool) -> list[str]:
 def describe(row: Row, model: ModelSpec) -> str:
     """`TP 8 · PP 2 (VP 5) · DP 4 · MBS 1 · recompute none · distributed optimizer · overlap`."""
     k = knob_values(row)
+    ep_overlap = ["EP all-to-all overlap"] if _ep_overlap(row) else []
     return " · ".join([*_layout(row, model, spaced=True), f"recompute {k['recompute']}",
-                       SHARDING[k["dp_sharding"]], "overlap" if k["overlap"] else "no overlap"])
+                       SHARDING[k["dp_sharding"]], "overlap" if k["overlap"] else "no overlap",
+                       *ep_overlap])
+
+
+def _ep_overlap(row: Row) -> bool:
+    value = row.get("ep_comm_overlap", False) if hasattr(row, "get") else False
+    return bool(value)
 
 
 def short(row: Row, model: ModelSpec) -> str:
@@ -73,10 +80,11 @@ def short(row: Row, model: ModelSpec) -> str:
 
 
 def settings(row: Row) -> str:
-    """`none·optimizer·ovl`: recompute, sharding (the `--dp-sharding` names), overlap."""
+    """`none·optimizer·ovl`: recompute, sharding (the `--dp-sharding` names), overlap (and
+    `·ep-ovl` with the MoE all-to-all overlap)."""
     k = knob_values(row)
     return (f"{k['recompute']}·{k['dp_sharding']}"
-            f"{'·ovl' if k['overlap'] else ''}")
+            f"{'·ovl' if k['overlap'] else ''}{'·ep-ovl' if _ep_overlap(row) else ''}")
 
 
 def layout_reasons(p: Breakdown, model: ModelSpec, platform: Platform) -> list[str]:

@@ -426,6 +426,8 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
                      0.0))
     m = gbs // (mbs * dp)                  # micro-batches per step
     stage = np.arange(pp)[None, :]
+    ep_overlap = (_col(configs, "ep_comm_overlap").astype(bool) if "ep_comm_overlap" in configs
+                  else np.zeros(m.shape, dtype=bool)).astype(int)
     if vp > 1:
         # Megatron's interleaved warm-up: stage s holds 2(pp−s−1) + (vp−1)·N + 1 model-chunk
         # micro-batches, i.e. that ÷ vp in whole-stage units (N = pp, the default group: stage
@@ -437,9 +439,14 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         group = np.where(torch_pp, group_sizes(m, pp, torch_pipelining=True),
                          group_sizes(m, pp, torch_pipelining=False))
         group = np.where(group > 0, group, pp)
-        in_flight = np.minimum(2 * (pp - stage - 1) + (vp - 1) * group + 1, m * vp) / vp
+        # EP all-to-all overlap runs one more chunk's forward in the warm-up (Megatron-Core
+        # schedules.py: num_warmup_microbatches + 1).
+        in_flight = np.minimum(2 * (pp - stage - 1) + (vp - 1) * group + 1 + ep_overlap,
+                               m * vp) / vp
     else:
-        in_flight = np.minimum(pp - stage, m).astype(float)
+        # ... and without a pipeline pairs each forward with the previous backward: two
+        # micro-batches in flight.
+        in_flight = np.minimum(pp - stage + ep_overlap, m).astype(float)
     activations = per_mb * in_flight + working
     activations = activations + (stage == 0) * ACT_BYTES * model.hidden_size / sp * tokens
     logit_bytes = LOGIT_BYTES

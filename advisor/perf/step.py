@@ -27,7 +27,9 @@ Per pipeline stage and micro-batch (forward + backward):
 * CP — ring attention passes each K/V chunk cp − 1 times (gradients too, backward), hidden under
   the attention kernels it feeds.
 * EP — all-to-all dispatch and combine forward and backward, on NVLink while ep·etp fits the
-  domain, else the off-node share over the network.
+  domain, else the off-node share over the network; `ep_comm_overlap` (Megatron-Core's
+  combined 1F1B: one micro-batch's forward beside another's backward) hides it under up to
+  `OVERLAP_EFFICIENCY` of the micro-batch's compute.
 * PP — one send/recv of the boundary activation per micro-batch and virtual stage, each way;
   TP ranks send their 1/tp shards as separate small messages (paper finding 2: TP+PP send/recv
   under-uses bandwidth) at point-to-point efficiency.
@@ -180,6 +182,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     sharding = configs["dp_sharding"][:, None]
     sp = _col(configs, "sequence_parallel", bool)
     tp_overlap = _col(configs, "tp_comm_overlap", bool)
+    ep_overlap = (_col(configs, "ep_comm_overlap", bool) if "ep_comm_overlap" in configs
+                  else np.zeros_like(tp_overlap))
     grad_overlap = _col(configs, "overlap_grad_reduce", bool)
     param_overlap = _col(configs, "overlap_param_gather", bool)
     grad_bytes = np.where(_col(configs, "grad_reduce_in_fp32", bool), 4.0, 2.0)
@@ -264,14 +268,17 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     for name, raw, under in (("tp", np.where(tp_overlap, tp_all, tp_async), compute.tp_gemm_s),
                              ("cp", cp_raw, cp_attention),
                              ("pp", pp_raw if vp > 1 else np.zeros_like(pp_raw), compute_mb),
+                             ("ep", np.where(ep_overlap, ep_raw, 0.0),
+                              compute_mb + recompute_mb),
                              ("fsdp", fsdp_hideable, compute_mb + recompute_mb)):
         hidden[name] = np.minimum(np.minimum(raw, OVERLAP_EFFICIENCY * under), budget)
         budget = budget - hidden[name]
     tp_exposed = tp_all - hidden["tp"]
     cp_exposed = cp_raw - hidden["cp"] + mamba_cp
     pp_mb = pp_raw - hidden["pp"]
+    ep_exposed = ep_raw - hidden["ep"]
     fsdp_exposed_mb = fsdp_mb - hidden["fsdp"]
-    device_mb = (compute_mb + recompute_mb + tp_exposed + cp_exposed + ep_raw + pp_mb
+    device_mb = (compute_mb + recompute_mb + tp_exposed + cp_exposed + ep_exposed + pp_mb
                  + fsdp_exposed_mb)
     overhead_mb = np.maximum(compute.host_s - device_mb, 0.0)   # the GPU waiting for launches
     microbatch = device_mb + overhead_mb
@@ -301,7 +308,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         return np.broadcast_to(x, (n, pp)).astype(float)
 
     tail_stage = stages(dp_exposed + optimizer)
-    interleaved_mb = tp_exposed + cp_exposed + ep_raw + pp_mb + fsdp_exposed_mb
+    interleaved_mb = tp_exposed + cp_exposed + ep_exposed + pp_mb + fsdp_exposed_mb
     timeline = StageTimeline(
         gemm_s=stages(m * (gemm_mb + re_gemm)),
         attention_s=stages(m * (attn_mb + re_attn)),
@@ -339,7 +346,7 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         "recompute_s": per_step(recompute_mb),
         "tp_comm_s": per_step(tp_exposed),
         "cp_comm_s": per_step(cp_exposed),
-        "ep_comm_s": per_step(ep_raw),
+        "ep_comm_s": per_step(ep_exposed),
         "pp_comm_s": per_step(pp_mb),
         "dp_comm_s": dp_worst + m1 * fsdp_exp,
         "bubble_s": fill_drain(stages(microbatch), vp),

@@ -300,9 +300,9 @@ def _contributions(rows: Table, job: Job, predictor) -> list[str]:
 
 # --- pins and infeasibility -------------------------------------------------------------------
 
-PINNABLE = (*NAMES, "recompute_modules")
+PINNABLE = (*NAMES, "recompute_modules", "ep_comm_overlap")
 """Every knob can be pinned (`overlap`: any of the three overlap switches on), and what
-selective recompute recomputes (searched only where pinned)."""
+selective recompute recomputes and the MoE all-to-all overlap (searched only where pinned)."""
 
 
 def pinned_space(job: Job, pins: dict) -> Table:
@@ -318,7 +318,8 @@ def pinned_space(job: Job, pins: dict) -> Table:
         why = recompute_modules_error(pins["recompute_modules"], job.precision, job.model)
         if why:
             raise ConfigError(why)
-    space = space_table(job, pins={k: pins[k] for k in ("recompute_modules",) if k in pins})
+    space = space_table(job, pins={k: pins[k] for k in ("recompute_modules", "ep_comm_overlap")
+                                   if k in pins})
     if space.empty:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []

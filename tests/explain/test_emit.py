@@ -40,7 +40,8 @@ def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16"
     job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision,
                    gbs=choices.pop("gbs", None))
     changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32", "recompute_modules",
-                                           "first_stage_layers", "last_stage_layers")
+                                           "ep_comm_overlap", "first_stage_layers",
+                                           "last_stage_layers")
                if k in choices}
     return make_config(job, **choices).replace(**changes), job
 
@@ -60,6 +61,12 @@ CASES = {
     # (Megatron-Bridge scripts/moe_model_zoo/examples/qwen3/launch_qwen235b.sh).
     "moe-recompute-modules": lambda: _case("qwen3-30b-a3b", 32, tp=2, ep=8, recompute="selective",
                                            recompute_modules="moe_act,layernorm"),
+    # EP all-to-all overlap, as NVIDIA's Qwen3-235B H100 recipe runs it (Megatron-MoE-ModelZoo
+    # best_practice/qwen3/run_h100_235b.sh: TP2 PP8 VPP4 EP32, A2A_OVERLAP=1).
+    "moe-ep-overlap-vp": lambda: _case("qwen3-235b-a22b", 256, platform="h100", tp=2, pp=8,
+                                       vp=4, ep=32, gbs=2048, ep_comm_overlap=True),
+    "moe-ep-overlap-pp1": lambda: _case("qwen3-30b-a3b", 32, tp=1, ep=8,
+                                        ep_comm_overlap=True),
     # Uneven splits (Go et al. MICRO'25 finding 5; NVIDIA's DeepSeek-V3 61 layers on PP 8).
     "uneven-21-19-pp4": lambda: _case("llama3-70b", 64, tp=4, pp=4, first_stage_layers=21,
                                       last_stage_layers=19),
@@ -271,6 +278,7 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
     assert tc.recompute_granularity == {"none": None}.get(config.recompute, config.recompute)
     if config.recompute == "selective":
         assert tc.recompute_modules == config.recompute_modules.split()
+    assert tc.overlap_moe_expert_parallel_comm == config.ep_comm_overlap
     assert ddp.use_distributed_optimizer == (config.dp_sharding != "none")
     assert ddp.use_megatron_fsdp == (config.dp_sharding == "full")
     if config.dp_sharding == "full":  # megatron-core 0.16's Megatron-FSDP guide

@@ -211,6 +211,8 @@ def _parallel_args(config: ParallelConfig, model: ModelSpec) -> list[str]:
             raise ConfigError("tp_comm_overlap needs sequence_parallel in Megatron-LM "
                               "(arguments.py); turn sequence_parallel on or tp_comm_overlap off.")
         args.append("--tp-comm-overlap")
+    if config.ep_comm_overlap:
+        args.append("--overlap-moe-expert-parallel-comm")
     return args
 
 

@@ -85,6 +85,11 @@ def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
         values["model.config.moe_grouped_gemm"] = True
         if config.ep > 1:
             values["model.config.moe_token_dispatcher_type"] = "alltoall"
+        # Set either way: a recipe's own choice would otherwise survive. Megatron-Core refuses
+        # the shared-expert overlap beside it.
+        values["model.config.overlap_moe_expert_parallel_comm"] = config.ep_comm_overlap
+        if config.ep_comm_overlap:
+            values["model.config.moe_shared_expert_overlap"] = False
     values.update(_pipeline_split(config, job))
     values.update({"data.micro_batch_size": config.mbs, "data.global_batch_size": config.gbs,
                    "data.seq_length": config.seq_len, "model.config.seq_length": config.seq_len})
