@@ -158,7 +158,6 @@ def _canonical_modules(modules: np.ndarray) -> np.ndarray:
     """Each cell of `recompute_modules` in its one written form (`recompute_modules_name`:
     any order, commas or `+`); an empty cell is the default (core_attn). A cell that names no
     module stays as given, for the configuration rules to refuse with its reason."""
-    from advisor.core.errors import ConfigError
     from advisor.core.parallel import DEFAULT_RECOMPUTE_MODULES, recompute_modules_name
 
     def name(value: str) -> str:
