@@ -29,6 +29,11 @@ function; shared_experts: the shared experts (their input kept); moe: the whole 
 (its input kept; dispatch and combine run again)."""
 DEFAULT_RECOMPUTE_MODULES = "core_attn"
 """Megatron-Core's default, what `recompute selective` alone means."""
+MOE_RECOMPUTE_MODULES = "layernorm moe_act"
+"""What NVIDIA's MoE recipes recompute when core attention alone is not enough: the MoE
+layers' pre-MLP norm and the experts' activation function, no GEMM (Megatron-MoE-ModelZoo
+best_practice/qwen3/run_h100_235b.sh and run_gb200_235b.sh: `--recompute-granularity selective
+--recompute-modules moe_act layernorm`; Megatron-Bridge's launch_qwen235b.sh the same)."""
 ATTENTION = ("flash", "unfused")
 DP_SHARDING = ("none", "optimizer", "full")
 """The one vocabulary for data-parallel sharding, in CLI values, tables, JSON and `--layout`:

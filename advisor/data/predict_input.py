@@ -22,6 +22,7 @@ from advisor.core.frameworks import canonical_framework
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
+    MOE_RECOMPUTE_MODULES,
     ParallelConfig,
     default_etp,
     recompute_label,
@@ -286,13 +287,6 @@ def _cached(catalog: dict, load, name: str):
     if key not in catalog:
         catalog[key] = load(name)
     return catalog[key]
-
-
-MOE_RECOMPUTE_MODULES = "layernorm moe_act"
-"""What NVIDIA's MoE recipes recompute when core attention alone is not enough: the MoE
-layers' pre-MLP norm and the experts' activation function, no GEMM (Megatron-MoE-ModelZoo
-best_practice/qwen3/run_h100_235b.sh and run_gb200_235b.sh: `--recompute-granularity selective
---recompute-modules moe_act layernorm`; Megatron-Bridge's launch_qwen235b.sh the same)."""
 
 
 def recompute_ladder(model: ModelSpec, precision: str, *, full: bool = True

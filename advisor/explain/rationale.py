@@ -149,8 +149,9 @@ def _fmt(knob: str, value: object) -> str:
     return str(value)
 
 
-def tradeoff(pick: Row, other: Row) -> str:
-    """`MBS=2 would add 1 % throughput for 9 % more peak power and higher thermal risk`."""
+def tradeoff(pick: Row, other: Row, *, change: str | None = None) -> str:
+    """`MBS=2 would add 1 % throughput for 9 % more peak power and higher thermal risk`
+    (`change`: what differs, where the knobs do not say it)."""
     a, b = knob_values(pick), knob_values(other)
 
     def rel(col: str) -> float:
@@ -172,7 +173,7 @@ def tradeoff(pick: Row, other: Row) -> str:
         costs.append(f"{float(other['pred_memory_gb']):.0f} GB per GPU")
     costs = [x for x in costs if x]
     tail = f" for {_join(costs)}" if costs else ""
-    return f"{_change(a, b)} would {gain}{tail}"
+    return f"{change or _change(a, b)} would {gain}{tail}"
 
 
 def _join(items: list[str]) -> str:

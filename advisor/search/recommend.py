@@ -17,8 +17,20 @@ import numpy as np
 from advisor.catalog import with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, NAMES, overlap, sorted_values
-from advisor.core.parallel import Job, ParallelConfig, make_job, recompute_modules_name
-from advisor.core.space import config_from_row, recompute_modules_error, space_table, tp_choices
+from advisor.core.parallel import (
+    MOE_RECOMPUTE_MODULES,
+    Job,
+    ParallelConfig,
+    make_job,
+    recompute_modules_name,
+)
+from advisor.core.space import (
+    config_from_row,
+    recompute_modules_error,
+    space_table,
+    tp_choices,
+    validate,
+)
 from advisor.core.table import Table
 from advisor.explain.rationale import (
     contributions_in_words,
@@ -224,6 +236,7 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
                for i, row in enumerate(head.rows())]
     best = ranked.row(0)
     lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
+    lines += moe_what_ifs(best, job, predictor, pins)
     return Recommendation(
         job=job, objective=objective, constraints=constraints, pins=pins, engine=result.engine,
         num_valid=result.num_valid, num_fit=result.num_fit, num_feasible=int(ok.sum()),
@@ -233,6 +246,40 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
         ranked_table=ranked, num_trials=result.num_trials, study_name=result.study_name,
         risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk),
         searched=result.tried)
+
+
+def moe_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
+    """What the MoE switches the search leaves off unless pinned would do for #1's layout:
+    NVIDIA's MoE recompute (`MOE_RECOMPUTE_MODULES`) in place of full recompute, and the
+    all-to-all overlap (`ep_comm_overlap`). A line each where the layout still fits and runs
+    faster."""
+    model = job.model
+    if not model.is_moe:
+        return []
+    config = config_from_row(best)
+    tries = []
+    if (config.recompute == "full" and not {"recompute", "recompute_modules"} & set(pins)
+            and not recompute_modules_error(MOE_RECOMPUTE_MODULES, config.precision, model)):
+        tries.append((f"--recompute-modules {MOE_RECOMPUTE_MODULES.replace(' ', ',')} "
+                      f"(NVIDIA's MoE recompute instead of full)",
+                      config.replace(recompute="selective",
+                                     recompute_modules=MOE_RECOMPUTE_MODULES)))
+    if "ep_comm_overlap" not in pins and config.ep > 1:
+        try:
+            overlapped = config.replace(ep_comm_overlap=True)
+            validate(overlapped, model, job.platform, num_gpus=job.num_gpus)
+            tries.append(("--ep-comm-overlap (the MoE all-to-all beside the compute)",
+                          overlapped))
+        except ConfigError:
+            pass     # a layout Megatron-Core cannot overlap: nothing to offer
+    out = []
+    for label, candidate in tries:
+        row = predictor.predict([(candidate, job)]).iloc[0]
+        if row["pred_error"] or not row["pred_fits"]:
+            continue
+        if row["pred_tokens_per_sec_per_gpu"] > 1.005 * best["pred_tokens_per_sec_per_gpu"]:
+            out.append(tradeoff(best, {**candidate.to_dict(), **row.to_dict()}, change=label))
+    return out
 
 
 def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list[str]:

@@ -116,3 +116,18 @@ def test_cli_and_csv_take_it_and_refuse_what_cannot_run(tmp_path):
     # Recompute unknown: the least that fits, never full (it cannot run beside the overlap).
     assert "recompute=full" not in out.loc[1, "pred_assumed"]
     assert "use true or false" in out.loc[2, "pred_error"]
+
+
+def test_recommend_says_what_the_overlap_would_do_for_its_pick_unless_pinned():
+    from advisor.search.recommend import recommend
+
+    job = make_job(QWEN_235B, H100, num_gpus=256, seq_len=4096, gbs=2048)
+    predictor = Predictor.load()
+    rec = recommend(job, predictor=predictor, top=1)
+    offer = [line for line in rec.tradeoffs if line.startswith("--ep-comm-overlap")]
+    assert len(offer) == 1 and " would add " in offer[0], rec.tradeoffs
+    pinned = recommend(job, predictor=predictor, top=1, pins={"ep_comm_overlap": False})
+    assert not any(line.startswith("--ep-comm-overlap") for line in pinned.tradeoffs)
+    dense = recommend(make_job(catalog.load_model("llama3-8b"), H100, num_gpus=8),
+                      predictor=predictor, top=1)
+    assert not any(line.startswith("--") for line in dense.tradeoffs)

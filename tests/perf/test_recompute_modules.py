@@ -187,3 +187,21 @@ def test_the_predictor_reads_recompute_modules_however_a_scheduler_writes_them()
                                  .assign(recompute_modules="moe_act,layernorm"))
     assert predictor.predict_table(model, H100, new_table)["pred_memory_gb"][0] == \
         pytest.approx(spellings[0])
+
+
+def test_recommend_offers_the_moe_recipes_recompute_where_it_fits_in_place_of_full():
+    # GPT-OSS-120B on 64 B200 at TP1 EP8 MBS4 (Megatron-Bridge's layout): full recompute fits,
+    # core attention alone does not, the MoE recipes' modules do and run faster.
+    from advisor.search.recommend import moe_what_ifs
+
+    model, b200 = catalog.load_model("gpt-oss-120b"), catalog.load_platform("b200")
+    job = make_job(model, b200, num_gpus=64, seq_len=4096, gbs=1280)
+    full = make_config(job, tp=1, ep=8, mbs=4, recompute="full")
+    predictor = Predictor(None)
+    best = {**full.to_dict(), **predictor.predict([(full, job)]).iloc[0].to_dict()}
+    assert best["pred_fits"]
+    lines = moe_what_ifs(best, job, predictor, pins={})
+    offer = [line for line in lines if line.startswith("--recompute-modules layernorm,moe_act")]
+    assert len(offer) == 1 and " would add " in offer[0], lines
+    assert not any(line.startswith("--recompute-modules")
+                   for line in moe_what_ifs(best, job, predictor, pins={"recompute": "full"}))
