@@ -123,8 +123,10 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
     defaults = _config_defaults()
     cols: dict[str, np.ndarray] = {}
     for name in PARALLEL_FIELDS:
-        if name == "recompute_modules" and name not in table:   # a table from before it
-            cols[name] = np.full(n, defaults[name], dtype=object)
+        if name not in table:   # a table written before the field existed: its default
+            default = defaults[name]
+            cols[name] = np.full(n, default, dtype=object if isinstance(default, str)
+                                 else type(default))
             continue
         default, values = defaults[name], table[name]
         if isinstance(default, bool):

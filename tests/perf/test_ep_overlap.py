@@ -131,3 +131,16 @@ def test_recommend_says_what_the_overlap_would_do_for_its_pick_unless_pinned():
     dense = recommend(make_job(catalog.load_model("llama3-8b"), H100, num_gpus=8),
                       predictor=predictor, top=1)
     assert not any(line.startswith("--") for line in dense.tradeoffs)
+
+
+def test_a_schedulers_table_from_before_the_switch_predicts_without_it():
+    from advisor.core.table import Table
+
+    job = make_job(QWEN_30B, H100, num_gpus=8)
+    config = make_config(job, tp=1, ep=8)
+    frame = pd.DataFrame([config.to_dict()])
+    old = Table.from_frame(frame.drop(columns=["ep_comm_overlap", "recompute_modules"]))
+    predictor = Predictor(None)
+    assert predictor.predict_table(QWEN_30B, H100, old)["pred_step_time_s"][0] == \
+        pytest.approx(predictor.predict_table(QWEN_30B, H100, Table.from_frame(frame))
+                      ["pred_step_time_s"][0])
