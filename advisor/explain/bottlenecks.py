@@ -45,7 +45,10 @@ def _advice(component: str, prediction: Breakdown, platform: Platform) -> str:
         "cp_comm_s": [(c.tp * c.cp > domain,
                        f"keep tp × cp inside the {domain}-GPU NVLink domain"),
                       (c.cp > 1, "lower cp")],
-        "ep_comm_s": [(c.ep * c.etp > domain,
+        "ep_comm_s": [(not c.ep_comm_overlap and (c.pp == 1 or c.vp > 1)
+                       and c.recompute != "full",
+                       "overlap it with another micro-batch's compute (--ep-comm-overlap)"),
+                      (c.ep * c.etp > domain,
                        f"keep ep × etp inside the {domain}-GPU NVLink domain"),
                       (c.ep > 1, "lower ep (the all-to-all then spans fewer GPUs, each holding "
                                  "more experts)")],

@@ -42,6 +42,7 @@ def test_all_to_all_advice_names_the_nvlink_domain_only_when_ep_leaves_it():
     inside = _biggest_loss("qwen3-30b-a3b", "h100", 8, tp=1, ep=8, mbs=1)
     assert "all-to-all" in inside and "lower ep" in inside
     assert "NVLink" not in inside, inside
+    assert "--ep-comm-overlap" in inside     # PP 1, no full recompute: it can run
     # EP 32 spans four 8-GPU H100 nodes; on GB200 the 72-GPU NVL72 domain holds it.
     across = _biggest_loss("qwen3-30b-a3b", "h100", 32, tp=1, ep=32, mbs=1)
     assert "keep ep × etp inside the 8-GPU NVLink domain" in across
@@ -53,3 +54,9 @@ def test_tp_advice_offers_overlap_only_where_it_is_off():
     line = _biggest_loss("llama3-70b", "h100", 64, tp=8, pp=8, mbs=1, overlap=False)
     assert "tensor-parallel" in line and "turn on TP communication overlap" in line
     assert "inside the" not in line   # TP 8 is one H100 node
+
+
+def test_all_to_all_advice_offers_the_overlap_only_where_it_can_run():
+    # PP 2 without a virtual pipeline: Megatron-Core cannot overlap the all-to-all there.
+    line = _biggest_loss("qwen3-30b-a3b", "h100", 32, tp=1, pp=2, ep=16, mbs=1)
+    assert "all-to-all" in line and "--ep-comm-overlap" not in line, line

@@ -182,9 +182,9 @@ def _refuse(config: ParallelConfig) -> None:
                           f"parallelism.module_fqns_per_model_part in the TOML, or emit for "
                           f"megatron or nemo.")
     if config.ep_comm_overlap:
-        raise ConfigError("ep_comm_overlap has no torchtitan 0.3.0 flag: its MoE all-to-all "
-                          "runs between the expert computations; turn it off, or emit for "
-                          "megatron or nemo.")
+        raise ConfigError("ep_comm_overlap has no torchtitan 0.3.0 flag: it cannot overlap a "
+                          "micro-batch's MoE all-to-all with another's compute; turn it off, "
+                          "or emit for megatron or nemo.")
     if config.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
         raise ConfigError(f"recompute_modules {config.recompute_modules!r} has no torchtitan "
                           f"0.3.0 flag: its selective activation checkpointing picks by op "
