@@ -91,7 +91,16 @@ def recompute_label(recompute: str, modules: str | None = None) -> str:
     return str(recompute)
 
 
-def _canonical_modules(value: str) -> bool:
+def recompute_modules_cell(value: Any) -> str:
+    """A table or CSV cell of `recompute_modules`: empty, NaN or `none` is the default
+    (core_attn); anything else as `recompute_modules_name` reads it."""
+    text = "" if value is None else str(value).strip()
+    if text.lower() in ("", "nan", "<na>", "none"):   # pandas' empty cells read as text
+        return DEFAULT_RECOMPUTE_MODULES
+    return recompute_modules_name(text)
+
+
+def _is_canonical_modules(value: str) -> bool:
     try:
         return recompute_modules_name(value) == value
     except ConfigError:
@@ -347,7 +356,7 @@ def invalid_config_rows(cols) -> Any:
     bad |= (col("attention").astype(str) == "unfused") & (cp > 1)
     modules = col("recompute_modules").astype(str)
     values, which = np.unique(modules, return_inverse=True)
-    bad |= ~np.array([_canonical_modules(v) for v in values], dtype=bool)[which]
+    bad |= ~np.array([_is_canonical_modules(v) for v in values], dtype=bool)[which]
     bad |= (modules != DEFAULT_RECOMPUTE_MODULES) & (col("recompute").astype(str) != "selective")
     bad |= (sizes["vp"] > 1) & (pp == 1)
     ep_overlap = col("ep_comm_overlap").astype(bool)

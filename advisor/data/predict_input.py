@@ -26,7 +26,7 @@ from advisor.core.parallel import (
     ParallelConfig,
     default_etp,
     recompute_label,
-    recompute_modules_name,
+    recompute_modules_cell,
 )
 from advisor.core.platform import Platform
 from advisor.core.space import recompute_modules_error, validate
@@ -117,10 +117,7 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
     recompute_raw = str(row.get("recompute", "")).strip().lower()
     if recompute_raw and recompute_raw not in RECOMPUTE_SPELLINGS:
         raise ConfigError(f"recompute = {recompute_raw!r}; use none, selective or full.")
-    given = row.get("recompute_modules")
-    modules = (DEFAULT_RECOMPUTE_MODULES
-               if _missing(given) or str(given).strip().lower() in ("", "none")
-               else recompute_modules_name(given))
+    modules = recompute_modules_cell(row.get("recompute_modules"))
     named = RECOMPUTE_SPELLINGS.get(recompute_raw, "none")
     if modules != DEFAULT_RECOMPUTE_MODULES and not recompute_raw:
         named = "selective"  # only selective recompute names modules

@@ -390,8 +390,9 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     unfused = _col(configs, "attention") == "unfused" if "attention" in configs else False
     scores = np.where(unfused, ACT_BYTES * model.num_attention_heads * seq / tp, 0.0)
     stored["attention"] = stored["attention"] + scores
-    if np.any(recompute == "selective"):
-        stored = _selective(model, stored, per_token, scores, Recompute.of(configs))
+    selective = Recompute.of(configs) if np.any(recompute == "selective") else None
+    if selective is not None:
+        stored = _selective(model, stored, per_token, scores, selective)
     if "dropout" in configs:
         # Megatron's fused bias-dropout-add keeps a one-byte mask of the residual branch after
         # attention and after the MLP (Korthikanti et al. 2022 §4: sbh each); unfused attention
@@ -416,13 +417,12 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     is_full = recompute == "full"
     per_mb = np.where(is_full, per_mb_full, per_mb_stage)
     working = np.where(is_full, working_layer, 0.0)
-    if np.any(recompute == "selective"):
+    if selective is not None:
         # A checkpointed MLP or MoE layer rebuilds one layer's tensors at a time.
-        modules = Recompute.of(configs)
         working = working + tokens * np.maximum(
-            np.where(modules.module("moe") & (layout.num_moe > 0)[None, :], per_token["moe"],
+            np.where(selective.module("moe") & (layout.num_moe > 0)[None, :], per_token["moe"],
                      0.0),
-            np.where(modules.module("mlp") & (layout.num_mlp > 0)[None, :], per_token["mlp"],
+            np.where(selective.module("mlp") & (layout.num_mlp > 0)[None, :], per_token["mlp"],
                      0.0))
     m = gbs // (mbs * dp)                  # micro-batches per step
     stage = np.arange(pp)[None, :]

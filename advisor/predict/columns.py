@@ -160,13 +160,11 @@ def _canonical_modules(modules: np.ndarray) -> np.ndarray:
     """Each cell of `recompute_modules` in its one written form (`recompute_modules_name`:
     any order, commas or `+`); an empty cell is the default (core_attn). A cell that names no
     module stays as given, for the configuration rules to refuse with its reason."""
-    from advisor.core.parallel import DEFAULT_RECOMPUTE_MODULES, recompute_modules_name
+    from advisor.core.parallel import recompute_modules_cell
 
     def name(value: str) -> str:
-        if value.strip() in ("", "nan", "none"):
-            return DEFAULT_RECOMPUTE_MODULES
         try:
-            return recompute_modules_name(value)
+            return recompute_modules_cell(value)
         except ConfigError:
             return str(value)
 
