@@ -217,6 +217,7 @@ def _write(fitted, base, coll, metrics, reference: Path, mlperf: Path | None) ->
         f"domain_group_penalty = {c.domain_group_penalty:.6g}",
         f"network_efficiency = {c.network_efficiency:.6g}",
         f"p2p_efficiency = {c.p2p_efficiency:.6g}",
+        f"dispatch_network_efficiency = {c.dispatch_network_efficiency:.6g}",
         "",
         "[prior]",
         *(f"{k} = {getattr(base.prior, k):.6g}" for k in FIT_PARAMETERS),

@@ -14,6 +14,11 @@ PyTorch FSDP (other frameworks) prefetches gathers and overlaps reduce-scatters 
 Megatron-DeepSpeed runs unfused attention unless launched with one of its FlashAttention flags
 (`megatron/arguments.py`: `--use-flash-attn-v1`, `-v2`, `-triton` are `store_true`, off by
 default), so a run that does not say ran unfused.
+Expert tensor parallelism is Megatron-Core's default (etp = tp where the layout allows it,
+`advisor.core.parallel.default_etp`) except on runs of Megatron-Bridge's performance summary:
+its workload base configs set `expert_tensor_parallel_size=1` for every MoE model it
+benchmarks (`scripts/performance/configs/{deepseek,qwen,nemotronh}/*_workload_base_configs.py`
+in NVIDIA-NeMo/Megatron-Bridge, commit 0426418), so those runs used etp 1 (`recipe_etp`).
 Frameworks are read under any spelling `advisor.core.frameworks` accepts ("megatron-lm", "nemo"
 and "mcore" are Megatron; "automodel-fsdp2" is NeMo AutoModel).
 """
@@ -30,6 +35,9 @@ OLD_RELEASE = re.compile(r"^(?:v?[0-3]\.|(?:20)?(?:19|20|21|22)(?:[.\-]|$))")
 """A `software` release from 2022 or earlier: Megatron-LM v0-v3, or a year / YY.MM container."""
 OLD_SOURCE = re.compile(r"(?:'|\b20)(?:19|20|21|22)\b")
 """A source dated 2019-2022 ("Narayanan et al. SC'21", "Korthikanti et al. 2022")."""
+
+RECIPE_ETP_ONE = "Megatron-Bridge performance summary"
+"""The source whose MoE runs use expert tensor parallelism 1 when the row does not say."""
 
 FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
           "tp_comm_overlap", "grad_reduce_in_fp32", "attention")
@@ -87,3 +95,9 @@ def why(framework: str, software: str, source: str = "") -> str:
                 "(overlap, SP, flash attention, BF16 gradient reduce); set software to a "
                 "2021-22 release for old Megatron-LM")
     return f"Megatron-Core {software} defaults (overlap, SP, flash attention, BF16 gradients)"
+
+
+def recipe_etp(source: str) -> int | None:
+    """The expert tensor-parallel size a run's source states for its MoE recipes, or None
+    (Megatron-Core's default applies)."""
+    return 1 if source.startswith(RECIPE_ETP_ONE) else None

@@ -128,9 +128,8 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
     overlap = _framework_defaults(row, tp=tp, sharding=sharding, assumed=assumed)
     ep = _int(row, "ep", 1, assumed if model.is_moe else [])
     config = ParallelConfig(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
-        etp=_int(row, "etp", default_etp(model, tp=tp, cp=cp, dp=dp, ep=ep),
-                 assumed if model.is_moe else [], "Megatron-Core's default: the TP size"),
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=_etp(row, model, tp=tp, cp=cp, dp=dp, ep=ep,
+                                                    assumed=assumed),
         vp=_int(row, "vp", 1, assumed),
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
@@ -139,6 +138,18 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
         sequence_parallel=tp > 1, first_stage_layers=_stage_layers(row, "first_stage_layers"),
         last_stage_layers=_stage_layers(row, "last_stage_layers"), **_finetune(row), **overlap)
     return config, assumed
+
+
+def _etp(row: Mapping, model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int,
+         assumed: list[str]) -> int:
+    """The row's etp; empty: what its source's recipes use (`framework_defaults.recipe_etp`),
+    else Megatron-Core's default (the TP size where the layout allows it)."""
+    notes = assumed if model.is_moe else []
+    recipe = framework_defaults.recipe_etp(str(row.get("source_name", "")))
+    if recipe is not None and model.is_moe:
+        return _int(row, "etp", recipe, notes, "the source's recipes set it")
+    return _int(row, "etp", default_etp(model, tp=tp, cp=cp, dp=dp, ep=ep), notes,
+                "Megatron-Core's default: the TP size")
 
 
 def _finetune(row: Mapping) -> dict[str, object]:

@@ -7,7 +7,10 @@ One collective over n GPUs moving a message of S bytes costs
 where k is the algorithm's traffic factor per GPU (ring all-reduce 2(n−1)/n, all-gather and
 reduce-scatter (n−1)/n, all-to-all (n−1)/n, send/recv 1) and B is the bus bandwidth the library
 reaches: inside the domain B(n) = η·(1 − c/n)·link bandwidth, across domains η_net·NIC
-bandwidth times the group's members per domain (capped by the domain's bandwidth).
+bandwidth times the group's members per domain (capped by the domain's bandwidth). A MoE
+dispatcher's network leg (`EP_DISPATCH`: what one GPU sends over its NIC to other domains)
+runs at its own η_dispatch of the NIC: DeepEP and HybridEP drive every NIC queue from many SMs,
+where one NCCL send/recv runs on a channel or two (η_p2p).
 α grows with the number of ring hops: α(n) = α₀ + α₁·(n − 1).
 
 α₀, α₁, η and c are fitted to measured NCCL all-reduce tables (vTrain, A100 NVSwitch, 2–8 GPUs,
@@ -30,6 +33,7 @@ ALL_GATHER = "all_gather"
 REDUCE_SCATTER = "reduce_scatter"
 ALL_TO_ALL = "all_to_all"
 SEND_RECV = "send_recv"
+EP_DISPATCH = "ep_dispatch"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class CollectiveModel:
     network_efficiency: float
     p2p_efficiency: float
     """Fraction of link bandwidth a point-to-point send/recv reaches (one NCCL channel)."""
+    dispatch_network_efficiency: float
+    """Fraction of NIC line rate a MoE dispatcher's inter-domain traffic reaches (DeepEP)."""
 
     def time(self, kind: str, message_bytes: np.ndarray | float, n: np.ndarray | float,
              in_domain: np.ndarray | bool, platform: Platform,
@@ -61,6 +67,10 @@ class CollectiveModel:
         if kind == SEND_RECV:
             domain_bw = platform.intra_domain_bandwidth_bytes_per_s * self.p2p_efficiency
             network_bw = platform.inter_node_bandwidth_bytes_per_s * self.p2p_efficiency
+        elif kind == EP_DISPATCH:
+            domain_bw = platform.intra_domain_bandwidth_bytes_per_s * self.domain_efficiency
+            network_bw = (platform.inter_node_bandwidth_bytes_per_s
+                          * self.dispatch_network_efficiency)
         else:
             domain_bw = (platform.intra_domain_bandwidth_bytes_per_s * self.domain_efficiency
                          * (1.0 - self.domain_group_penalty / np.maximum(n, 1.0)))
@@ -68,7 +78,8 @@ class CollectiveModel:
                 platform.inter_node_bandwidth_bytes_per_s * self.network_efficiency
                 * np.maximum(members_per_domain, 1.0), domain_bw)
         bandwidth = np.where(in_domain, domain_bw, network_bw)
-        hops = np.maximum(n - 1.0, 0.0) if kind != SEND_RECV else np.ones_like(n)
+        hops = (np.ones_like(n) if kind in (SEND_RECV, EP_DISPATCH)
+                else np.maximum(n - 1.0, 0.0))
         alpha = self.alpha0_s + self.alpha1_s * hops + np.where(
             in_domain, platform.intra_domain_latency_s, platform.inter_node_latency_s)
         return np.where(n > 1, alpha + size * factor / bandwidth, 0.0)
@@ -81,7 +92,7 @@ def traffic_factor(kind: str, n: np.ndarray) -> np.ndarray:
         return 2.0 * (n - 1.0) / n
     if kind in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
         return (n - 1.0) / n
-    if kind == SEND_RECV:
+    if kind in (SEND_RECV, EP_DISPATCH):
         return np.ones_like(n)
     raise ValueError(f"unknown collective {kind!r}")
 

@@ -16,6 +16,7 @@ from advisor.core.platform import Platform
 from advisor.perf.collectives import (
     ALL_GATHER,
     ALL_TO_ALL,
+    EP_DISPATCH,
     REDUCE_SCATTER,
     RING_ALLREDUCE,
     SEND_RECV,
@@ -149,8 +150,8 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         remote = np.where(inside, 0.0, (domains - 1) * (1 - (1 - 1 / domains) ** k))
         local = k * np.where(inside, 1.0, 1.0 / domains)
         a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + remote), ep, True, platform)
-        a2a_net = np.where(inside, 0.0, coll.time(SEND_RECV, token_bytes * remote, 2.0, False,
-                                                  platform))
+        a2a_net = np.where(inside, 0.0, coll.time(EP_DISPATCH, token_bytes * remote, 2.0,
+                                                  False, platform))
         a2a = np.maximum(a2a_in, a2a_net)
         # Dispatch and combine, forward and backward; again forward where the MoE layer is
         # recomputed (full, or selective `moe`).
