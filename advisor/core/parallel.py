@@ -429,6 +429,20 @@ def make_job(model: ModelSpec, platform: Platform, *, num_gpus: int, seq_len: in
                lora_targets=lora_targets)
 
 
+def token_dispatcher(model: ModelSpec, config: ParallelConfig, platform: Platform) -> str:
+    """The MoE token dispatcher advisor prices and emits: "deepep" (Megatron-Core's flex
+    dispatcher with the DeepEP backend, as NVIDIA's H100/B200 MoE recipes run) where the
+    expert-parallel group (ep × etp) leaves an NVIDIA platform's NVLink domain: it sends a token
+    over the network once per remote node among its experts, at DeepEP's measured share of the
+    NIC (`perf.collectives.EP_DISPATCH`). Elsewhere "alltoall" (NCCL/RCCL all-to-all over
+    NVLink or xGMI); "none" without expert parallelism."""
+    if not model.is_moe or config.ep == 1:
+        return "none"
+    if platform.vendor == "nvidia" and config.ep * config.etp > platform.nvlink_domain_size:
+        return "deepep"
+    return "alltoall"
+
+
 def default_etp(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int) -> int:
     """Expert tensor parallelism when a run does not say: Megatron-Core's (and NeMo 2's)
     default, etp = tp, where the expert layout allows it (ep × etp must divide tp × cp × dp),

@@ -143,13 +143,16 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         k = model.moe_top_k
         group = ep * etp
         inside = group <= domain
-        # Off-domain traffic is deduplicated per destination domain (DeepEP / HybridEP, the
-        # dispatchers NVIDIA's MoE recipes use across nodes): a token crosses the network once
-        # per distinct remote domain among its k experts, then fans out over NVLink.
+        # Across NVIDIA domains the dispatcher is DeepEP (`parallel.token_dispatcher`): a
+        # token crosses the network once per distinct remote domain among its k experts, then
+        # fans out over NVLink. RCCL's all-to-all (AMD) sends every remote copy.
         domains = np.maximum(group / domain, 1.0)
-        remote = np.where(inside, 0.0, (domains - 1) * (1 - (1 - 1 / domains) ** k))
+        dedup = platform.vendor == "nvidia"
+        remote = np.where(inside, 0.0, (domains - 1) * (1 - (1 - 1 / domains) ** k) if dedup
+                          else k * (1 - 1 / domains))
         local = k * np.where(inside, 1.0, 1.0 / domains)
-        a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + remote), ep, True, platform)
+        forwarded = remote if dedup else 0.0
+        a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + forwarded), ep, True, platform)
         a2a_net = np.where(inside, 0.0, coll.time(EP_DISPATCH, token_bytes * remote, 2.0,
                                                   False, platform))
         a2a = np.maximum(a2a_in, a2a_net)

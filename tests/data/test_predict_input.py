@@ -114,3 +114,24 @@ def test_a_dataset_frame_predicts_as_its_csv_does():
     assert direct["pred_error"].eq("").all(), direct["pred_error"].unique()
     as_csv = predict_frame(frame.astype(object).where(frame.notna(), "").astype(str))
     assert direct["pred_step_time_s"].tolist() == as_csv["pred_step_time_s"].tolist()
+
+
+def test_megatron_bridge_moe_rows_run_expert_tensor_parallel_one():
+    """Megatron-Bridge's performance recipes set expert_tensor_parallel_size=1 for every MoE
+    model; a row of its performance summary that leaves etp empty is read so, where the same
+    row from elsewhere takes Megatron-Core's default etp = tp."""
+    from advisor.catalog import load_model
+    from advisor.data.predict_input import parse_run_row
+
+    row = {"model": "DeepSeek-V3", "gpu": "h100", "num_gpus": "1024", "precision": "fp8-cs",
+           "seq_len": "4096", "gbs": "8192", "mbs": "1", "tp": "2", "pp": "8", "ep": "64",
+           "vp": "4", "framework": "megatron", "software": "25.09"}
+    model = load_model("deepseek-v3")
+    bridge, notes = parse_run_row(
+        row | {"source_name": "Megatron-Bridge performance summary (NeMo 25.09 container)"},
+        model)
+    other, _ = parse_run_row(row | {"source_name": "a Megatron-Core paper"}, model)
+    stated, _ = parse_run_row(row | {"etp": "2", "source_name": "Megatron-Bridge performance "
+                                     "summary (NeMo 25.09 container)"}, model)
+    assert (bridge.etp, other.etp, stated.etp) == (1, 2, 2)
+    assert any(n.startswith("etp=1") for n in notes)

@@ -23,7 +23,7 @@ import pytest
 
 from advisor.catalog import load_model, load_platform
 from advisor.core.errors import ConfigError
-from advisor.core.parallel import Job, ParallelConfig, make_config, make_job
+from advisor.core.parallel import Job, ParallelConfig, make_config, make_job, token_dispatcher
 from advisor.explain.emit import EMITTERS, emit
 from advisor.explain.emit.megatron import megatron_args, megatron_command, model_args
 from advisor.explain.emit.nemo import nemo_command, nemo_factory, nemo_overrides
@@ -67,6 +67,9 @@ CASES = {
                                        vp=4, ep=32, gbs=2048, ep_comm_overlap=True),
     "moe-ep-overlap-pp1": lambda: _case("qwen3-30b-a3b", 32, tp=1, ep=8,
                                         ep_comm_overlap=True),
+    # EP 32 inside one NVL72 domain: NCCL all-to-all, no DeepEP (cf. EP 32 across H100 nodes).
+    "moe-ep32-nvl72": lambda: _case("qwen3-235b-a22b", 64, platform="gb200", tp=1, pp=2,
+                                    ep=32),
     # Uneven splits (Go et al. MICRO'25 finding 5; NVIDIA's DeepSeek-V3 61 layers on PP 8).
     "uneven-21-19-pp4": lambda: _case("llama3-70b", 64, tp=4, pp=4, first_stage_layers=21,
                                       last_stage_layers=19),
@@ -309,6 +312,12 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
                 else [1] * model.num_layers) == moe
         assert tc.moe_shared_expert_intermediate_size == (
             model.num_shared_experts * model.shared_ffn_size or None)
+        # The dispatcher advisor priced: DeepEP where EP leaves the NVLink domain.
+        dispatcher = token_dispatcher(model, config, job.platform)
+        assert tc.moe_token_dispatcher_type == {"deepep": "flex", "alltoall": "alltoall",
+                                                "none": "allgather"}[dispatcher]
+        if dispatcher == "deepep":
+            assert tc.moe_flex_dispatcher_backend == "deepep"
     _check_layout(tc, config, job, mcore)
     if config.uneven:
         _check_uneven_split(tc, config, job, mcore)
@@ -483,6 +492,10 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     assert (tc.virtual_pipeline_model_parallel_size or 1) == config.vp
     assert tc.recompute_granularity == {"none": None}.get(config.recompute, config.recompute)
     assert tc.fp8 == ("hybrid" if config.precision_class == "fp8" else None)
+    if job.model.is_moe and config.ep > 1:  # the dispatcher advisor priced
+        deepep = token_dispatcher(job.model, config, job.platform) == "deepep"
+        assert tc.moe_token_dispatcher_type == ("flex" if deepep else "alltoall")
+        assert not (deepep and tc.moe_shared_expert_overlap)
     ddp_cfg = mcore["DDP"](**ddp, use_distributed_optimizer=optim.get(
         "use_distributed_optimizer", False), use_megatron_fsdp=strategy.get("fsdp") == "megatron")
     OptimizerConfig(**optim)

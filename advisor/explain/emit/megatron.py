@@ -10,7 +10,12 @@ from __future__ import annotations
 from advisor.core.errors import ConfigError
 from advisor.core.interleaving import group_size
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import DEFAULT_RECOMPUTE_MODULES, Job, ParallelConfig
+from advisor.core.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    Job,
+    ParallelConfig,
+    token_dispatcher,
+)
 from advisor.explain.emit import (
     LLAMA3_SCALED_MODELS,
     check_fits,
@@ -42,9 +47,13 @@ def megatron_args(config: ParallelConfig, job: Job) -> list[str]:
     check_fits(config, job)
     refuse_lora("megatron", config)
     return [*model_args(job.model, seq_len=config.seq_len), *_rope_args(job.model),
-            *_parallel_args(config, job.model), *_batch_args(config),
+            *_parallel_args(config, job), *_batch_args(config),
             *_memory_args(config), *_precision_args(config)]
 
+
+DEEPEP_NOTE = ("Expert parallelism spans {group} GPUs across nodes: the flex dispatcher with "
+               "DeepEP (one network copy of a token per node, as advisor priced) needs the "
+               "deep_ep package (DeepEP) installed.")
 
 FULL_FINETUNE_ARGS = ("--finetune", "--load", "<base checkpoint dir>")
 """Megatron-LM's flags for starting from trained weights (arguments.py: --finetune loads the
@@ -63,6 +72,8 @@ def megatron_command(config: ParallelConfig, job: Job) -> str:
                 f"checkout on every node.",
                 f"Set DATA_ARGS (e.g. '--mock-data --tokenizer-type NullTokenizer --vocab-size "
                 f"{job.model.vocab_size}') and TRAIN_ARGS (e.g. '--train-iters 100 --lr 3e-4')."]
+    if token_dispatcher(job.model, config, job.platform) == "deepep":
+        comments.append(DEEPEP_NOTE.format(group=config.ep * config.etp))
     if config.finetune == "full":
         comments.append(f"Full fine-tuning: add {' '.join(FULL_FINETUNE_ARGS)} to TRAIN_ARGS "
                         f"(the base weights, with a fresh optimizer and iteration count).")
@@ -176,15 +187,21 @@ def pipeline_extra_layers(model: ModelSpec, num_chunks: int) -> int:
                       f"{model.num_layers + 1} or {model.num_layers + 2}.")
 
 
-def _parallel_args(config: ParallelConfig, model: ModelSpec) -> list[str]:
+DISPATCHER_ARGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+                   "deepep": ["--moe-token-dispatcher-type", "flex",
+                              "--moe-flex-dispatcher-backend", "deepep"]}
+"""Megatron-Core's flags for each `parallel.token_dispatcher` (the one advisor priced)."""
+
+
+def _parallel_args(config: ParallelConfig, job: Job) -> list[str]:
+    model = job.model
     args = ["--tensor-model-parallel-size", str(config.tp),
             "--pipeline-model-parallel-size", str(config.pp),
             "--context-parallel-size", str(config.cp)]
     if model.is_moe:
         args += ["--expert-model-parallel-size", str(config.ep),
                  "--expert-tensor-parallel-size", str(config.etp)]
-        if config.ep > 1:
-            args += ["--moe-token-dispatcher-type", "alltoall"]
+        args += DISPATCHER_ARGS.get(token_dispatcher(model, config, job.platform), [])
     if config.vp > 1:
         args += ["--num-virtual-stages-per-pipeline-rank", str(config.vp)]
         group = group_size(config.num_microbatches, config.pp)

@@ -21,9 +21,14 @@ import shlex
 from advisor.core.errors import ConfigError
 from advisor.core.interleaving import group_size
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import Job, ParallelConfig
+from advisor.core.parallel import Job, ParallelConfig, token_dispatcher
 from advisor.explain.emit import check_fits, gpus_label, node_layout, shell_command
-from advisor.explain.emit.megatron import FP8_RECIPES, model_args, pipeline_extra_layers
+from advisor.explain.emit.megatron import (
+    DEEPEP_NOTE,
+    FP8_RECIPES,
+    model_args,
+    pipeline_extra_layers,
+)
 
 _RECOMPUTE = {"none": (None, None, None), "selective": ("selective", None, None),
               "full": ("full", "uniform", 1)}
@@ -83,8 +88,14 @@ def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
         # As NVIDIA's MoE recipes run: one grouped GEMM over the local experts; all-to-all
         # dispatch, which advisor prices.
         values["model.config.moe_grouped_gemm"] = True
-        if config.ep > 1:
+        dispatcher = token_dispatcher(job.model, config, job.platform)
+        if dispatcher == "alltoall":
             values["model.config.moe_token_dispatcher_type"] = "alltoall"
+        elif dispatcher == "deepep":
+            # Megatron-Core overlaps shared experts only beside the alltoall dispatcher.
+            values["model.config.moe_token_dispatcher_type"] = "flex"
+            values["model.config.moe_flex_dispatcher_backend"] = "deepep"
+            values["model.config.moe_shared_expert_overlap"] = False
         # Set either way: a recipe's own choice would otherwise survive. Megatron-Core refuses
         # the shared-expert overlap beside it.
         values["model.config.overlap_moe_expert_parallel_comm"] = config.ep_comm_overlap
@@ -131,11 +142,14 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
                 f"'{factory}' is derived from the model name.",
                 "The recipe must configure trainer.strategy.ddp as a "
                 "DistributedDataParallelConfig (NeMo's LLM recipes do)."]
-    if job.model.is_moe and config.ep > 1:
+    dispatcher = token_dispatcher(job.model, config, job.platform)
+    if dispatcher == "deepep":
+        comments.append(DEEPEP_NOTE.format(group=config.ep * config.etp))
+    elif dispatcher == "alltoall":
         comments.append("MoE recipes that add DeepEPCallback (deepseek_v3 does) switch the "
                         "token dispatcher to DeepEP's flex dispatcher on H100/B200 at setup; "
-                        "advisor priced all-to-all: drop that callback to run what was "
-                        "predicted.")
+                        "advisor priced all-to-all inside the NVLink domain: drop that "
+                        "callback to run what was predicted.")
     if config.tp_comm_overlap:
         comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
                         "to trainer.callbacks (the recipe's *_performance variant does); "
