@@ -127,6 +127,9 @@ def _read(cfg: dict[str, Any], model_type: str, path: Path) -> dict[str, Any]:
                                             or fields["ffn_hidden_size"])
         if cfg.get("moe_latent_size"):
             fields["moe_latent_size"] = _whole(cfg["moe_latent_size"])
+        if _whole(cfg.get("n_group") or 1) > 1 and cfg.get("topk_group"):  # DeepSeek-V2/V3
+            fields.update(moe_router_num_groups=_whole(cfg["n_group"]),
+                          moe_router_group_topk=_whole(cfg["topk_group"]))
         if cfg.get("moe_shared_expert_intermediate_size"):  # Nemotron-H
             fields["num_shared_experts"] = _whole(cfg.get("n_shared_experts") or 1)
             fields["shared_expert_ffn_hidden_size"] = _whole(

@@ -94,6 +94,11 @@ class ModelSpec:
     moe_layer_freq: int = 1
     num_dense_layers: int = 0
     moe_latent_size: int = 0
+    moe_router_num_groups: int = 0
+    """Group-limited routing (DeepSeek-V3's node-limited routing): the experts fall into this
+    many equal groups, and each token's top-k come from `moe_router_group_topk` of them; 0 =
+    unlimited (Megatron-Core `--moe-router-num-groups`, HF config `n_group`)."""
+    moe_router_group_topk: int = 0
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
@@ -152,6 +157,13 @@ class ModelSpec:
                                    f"({self.num_experts}), got {self.moe_top_k}.")
             if self.moe_ffn_hidden_size <= 0:
                 raise CatalogError(f"{where}: an MoE model needs moe_ffn_hidden_size.")
+            groups, chosen = self.moe_router_num_groups, self.moe_router_group_topk
+            if bool(groups) != bool(chosen) or (groups and (
+                    self.num_experts % groups or chosen > groups)):
+                raise CatalogError(f"{where}: group-limited routing needs moe_router_num_groups "
+                                   f"dividing num_experts ({self.num_experts}) and "
+                                   f"1 <= moe_router_group_topk <= it (got {groups} and "
+                                   f"{chosen}); set both or neither.")
         if self.layer_pattern:
             bad = set(self.layer_pattern) - set("M*-E")
             if bad:

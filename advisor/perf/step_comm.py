@@ -148,7 +148,7 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         # fans out over NVLink. RCCL's all-to-all (AMD) sends every remote copy.
         domains = np.maximum(group / domain, 1.0)
         dedup = platform.vendor == "nvidia"
-        remote = np.where(inside, 0.0, (domains - 1) * (1 - (1 - 1 / domains) ** k) if dedup
+        remote = np.where(inside, 0.0, (domains - 1) * domain_hit(model, domains) if dedup
                           else k * (1 - 1 / domains))
         local = k * np.where(inside, 1.0, 1.0 / domains)
         forwarded = remote if dedup else 0.0
@@ -176,6 +176,33 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         pp_raw = np.zeros((len(tp), pp))
     return StageComm(tp_s=tp_all, cp_ring_s=cp_raw, cp_mamba_s=mamba_cp, ep_s=ep_raw,
                      pp_s=pp_raw, tp_dgrad_s=dgrad)
+
+
+def domain_hit(model: ModelSpec, domains: np.ndarray) -> np.ndarray:
+    """The probability that one token's top-k experts include one on a given domain of an
+    expert group spread over `domains` domains (experts evenly routed; contiguous blocks of
+    experts per domain, as Megatron-Core places them). Group-limited routing
+    (`moe_router_num_groups`, DeepSeek-V3's node-limited routing) caps it: the token's experts
+    come from `moe_router_group_topk` of the groups, so a domain is hit only through a chosen
+    group that lies on it (each chosen group holding at least one of the k experts)."""
+    k = model.moe_top_k
+    free = 1 - (1 - 1 / domains) ** k
+    groups, chosen = model.moe_router_num_groups, model.moe_router_group_topk
+    if not groups:
+        return free
+    from math import comb
+
+    def whole_groups(d: float) -> float:
+        per = groups / d                     # groups on each domain (d <= groups)
+        if per != int(per):
+            return 1.0
+        return 1 - comb(groups - int(per), chosen) / comb(groups, chosen)
+
+    values, where = np.unique(domains, return_inverse=True)
+    limited = np.array([whole_groups(d) if d <= groups else
+                        chosen / groups * (1 - (1 - groups / d) ** (k / chosen))
+                        for d in values])[where].reshape(np.shape(domains))
+    return np.minimum(free, limited)
 
 
 def data_parallel(layout: StageLayout, platform: Platform, coll: CollectiveModel, *,

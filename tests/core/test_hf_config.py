@@ -108,3 +108,23 @@ def test_model_paths_that_are_no_config_say_what_they_are(tmp_path):
         catalog.load_model(str(tmp_path / "zero"))
     with pytest.raises(CatalogError, match="no such file or directory"):
         catalog.load_model(str(tmp_path / "missing"))
+
+
+def test_group_limited_routing_is_read(tmp_path, fixtures):
+    # DeepSeek-V3's config.json (huggingface.co/deepseek-ai/DeepSeek-V3), as the catalog cites it.
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+           "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
+           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+           "n_group": 8, "topk_group": 4, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "vocab_size": 129280, "max_position_embeddings": 163840,
+           "num_nextn_predict_layers": 1, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = model_from_hf_config(tmp_path)
+    ref = catalog.load_model("deepseek-v3")
+    assert (spec.moe_router_num_groups, spec.moe_router_group_topk) == (
+        ref.moe_router_num_groups, ref.moe_router_group_topk) == (8, 4)
+    # n_group 1 (Nemotron 3 Nano) is no limit.
+    nano = model_from_hf_config(fixtures / "hf_configs" / "nemotron-3-nano-30b-a3b.json")
+    assert nano.moe_router_num_groups == 0

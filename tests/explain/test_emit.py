@@ -312,6 +312,8 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
                 else [1] * model.num_layers) == moe
         assert tc.moe_shared_expert_intermediate_size == (
             model.num_shared_experts * model.shared_ffn_size or None)
+        assert (tc.moe_router_num_groups, tc.moe_router_group_topk) == (
+            model.moe_router_num_groups or None, model.moe_router_group_topk or None)
         # The dispatcher advisor priced: DeepEP where EP leaves the NVLink domain.
         dispatcher = token_dispatcher(model, config, job.platform)
         assert tc.moe_token_dispatcher_type == {"deepep": "flex", "alltoall": "alltoall",

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from advisor.catalog import load_model, load_platform
 from advisor.core.parallel import make_config, make_job
@@ -43,3 +44,22 @@ def test_expert_parallelism_across_nodes_costs_more_all_to_all_than_inside_one()
     out = step_table(model, h100, configs)
     per_microbatch = out["ep_comm_s"] / out["num_microbatches"]
     assert per_microbatch[1] > 1.5 * per_microbatch[0]
+
+
+def test_node_limited_routing_sends_fewer_tokens_over_the_network():
+    """DeepSeek-V3 routes each token to at most 4 of 8 expert groups (config.json n_group 8,
+    topk_group 4; arXiv:2412.19437 §2.1.2: at most 4 nodes per token). With EP 64 over 8
+    nodes, a group is a node: a token reaches exactly 4 nodes, 3.5 of them remote on average,
+    where 8 free choices among 8 nodes would reach 4.6 remote ones."""
+    from dataclasses import replace
+
+    from advisor.perf.step_comm import domain_hit
+
+    dsv3 = load_model("deepseek-v3")
+    free = replace(dsv3, moe_router_num_groups=0, moe_router_group_topk=0)
+    nodes = np.array([[8.0]])
+    assert ((nodes - 1) * domain_hit(dsv3, nodes)).item() == pytest.approx(3.5)
+    assert ((nodes - 1) * domain_hit(free, nodes)).item() == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    # Never more remote traffic than free routing, at any spread.
+    spreads = np.array([[2.0], [4.0], [16.0], [32.0]])
+    assert (domain_hit(dsv3, spreads) <= domain_hit(free, spreads) + 1e-12).all()

@@ -152,6 +152,9 @@ def _moe_args(model: ModelSpec) -> list[str]:
             "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size), "--moe-grouped-gemm"]
     if model.moe_top_k == 1:  # TransformerConfig: softmax over one expert has zero gradient
         args.append("--moe-router-pre-softmax")
+    if model.moe_router_num_groups:  # group-limited routing, as the model was trained
+        args += ["--moe-router-num-groups", str(model.moe_router_num_groups),
+                 "--moe-router-group-topk", str(model.moe_router_group_topk)]
     if model.num_shared_experts:  # the total width of all shared experts, as Megatron asks
         args += ["--moe-shared-expert-intermediate-size",
                  str(model.num_shared_experts * model.shared_ffn_size)]
