@@ -53,6 +53,13 @@ EpOverlapOpt = Annotated[bool, typer.Option(
     "--ep-comm-overlap", help="Overlap the MoE all-to-all of one micro-batch with another's "
     "compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep > 1, --vp > 1 with "
     "--pp > 1, no full recompute; one more micro-batch in flight).")]
+DISPATCHER_HELP = ("MoE token dispatcher: auto (the flex dispatcher with DeepEP where the "
+                   "expert group leaves an NVIDIA NVLink domain, all-to-all inside one), "
+                   "alltoall (Megatron-Core's alltoall: every remote copy of a token crosses "
+                   "the network) or deepep (flex with DeepEP or HybridEP: one network copy per "
+                   "remote node; NVIDIA only). flex and hybridep are read as deepep.")
+DispatcherOpt = Annotated[str, typer.Option(
+    "--moe-dispatcher", help=DISPATCHER_HELP + " Needs --ep > 1 unless auto.")]
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="With --finetune lora: attention (QKV and output projections, the "
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]

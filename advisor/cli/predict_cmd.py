@@ -13,6 +13,7 @@ from advisor.cli.common import (
     PLATFORM_HELP,
     DegradedNodesOpt,
     DegradedPowerOpt,
+    DispatcherOpt,
     EpOverlapOpt,
     EtpOpt,
     FinetuneOpt,
@@ -63,8 +64,8 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, recompute_modules=None,
-                ep_comm_overlap=False, first_stage_layers=0, last_stage_layers=0, finetune=None,
-                predictor=None, conditions=None):
+                ep_comm_overlap=False, moe_dispatcher="auto", first_stage_layers=0,
+                last_stage_layers=0, finetune=None, predictor=None, conditions=None):
     """The `Predictor`'s `Prediction` (with its analytical `Breakdown`) of the configuration
     the flags describe, and notes. `predictor` None: the analytical model alone
     (`Predictor(None)`), so `predict`, `explain` and `--analytical` read their figures from
@@ -82,6 +83,8 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         config = config.replace(recompute_modules=recompute_modules)
     if ep_comm_overlap:
         config = config.replace(ep_comm_overlap=True)
+    if moe_dispatcher != "auto":
+        config = config.replace(moe_dispatcher=moe_dispatcher)
     if first_stage_layers or last_stage_layers:
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
@@ -118,6 +121,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             recompute_modules: RecomputeModulesOpt = None, ep_comm_overlap: EpOverlapOpt = False,
+            moe_dispatcher: DispatcherOpt = "auto",
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
@@ -161,8 +165,8 @@ def predict(input: Annotated[Path | None, typer.Option(
             model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap, recompute_modules=recompute_modules,
-            ep_comm_overlap=ep_comm_overlap, first_stage_layers=first_stage_layers,
-            last_stage_layers=last_stage_layers,
+            ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
+            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
             finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
             conditions=conditions)
         gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
@@ -335,6 +339,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             recompute_modules: RecomputeModulesOpt = None, ep_comm_overlap: EpOverlapOpt = False,
+            moe_dispatcher: DispatcherOpt = "auto",
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
@@ -355,8 +360,8 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
         model, platform, gpus, seq_len=seq_len, gbs=gbs, precision=precision, tp=tp, pp=pp,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, recompute_modules=recompute_modules,
-        ep_comm_overlap=ep_comm_overlap, first_stage_layers=first_stage_layers,
-        last_stage_layers=last_stage_layers,
+        ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
+        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         finetune=finetune_job(finetune, lora_rank, lora_targets),
         predictor=None if analytical else Predictor.load(models),
         conditions={"power_limit_w": power_limit_w, "inlet_c": inlet_c,

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from advisor.cli.common import (
+    DISPATCHER_HELP,
     DegradedNodesOpt,
     DegradedPowerOpt,
     FinetuneOpt,
@@ -109,6 +110,9 @@ def recommend(
             "all-to-all overlap (Megatron-Core --overlap-moe-expert-parallel-comm) on, on the "
             "layouts that can run it (ep > 1, a virtual pipeline when pp > 1, no full "
             "recompute); the search leaves it off otherwise.")] = None,
+        moe_dispatcher: Annotated[str | None, typer.Option(
+            "--moe-dispatcher", show_default=False, help="Pin the " + DISPATCHER_HELP[0].lower()
+            + DISPATCHER_HELP[1:] + " Unpinned: auto.")] = None,
         top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
         layout: Annotated[str | None, typer.Option(
             "--layout", help="Why not this layout? Also print where it ranks, its predicted "
@@ -176,7 +180,8 @@ def recommend(
     pins = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs,
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
                                   overlap=overlap, recompute_modules=recompute_modules,
-                                  ep_comm_overlap=ep_comm_overlap).items()
+                                  ep_comm_overlap=ep_comm_overlap,
+                                  moe_dispatcher=moe_dispatcher).items()
             if v is not None}
     m = load_model(model)
     p = with_conditions(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,

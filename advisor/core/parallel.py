@@ -35,6 +35,17 @@ layers' pre-MLP norm and the experts' activation function, no GEMM (Megatron-MoE
 best_practice/qwen3/run_h100_235b.sh and run_gb200_235b.sh: `--recompute-granularity selective
 --recompute-modules moe_act layernorm`; Megatron-Bridge's launch_qwen235b.sh the same)."""
 ATTENTION = ("flash", "unfused")
+MOE_DISPATCHERS = ("auto", "alltoall", "deepep")
+"""The MoE token dispatcher: auto (advisor's rule, `token_dispatcher`), alltoall
+(Megatron-Core's `alltoall` dispatcher: NCCL/RCCL all-to-all, every remote copy of a token
+crosses the network) or deepep (Megatron-Core's `flex` dispatcher with the DeepEP or HybridEP
+backend: a token crosses the network once per remote NVLink domain among its experts and fans
+out over NVLink there; NVIDIA only)."""
+DISPATCHER_ALIASES = {"flex": "deepep", "hybridep": "deepep", "all-to-all": "alltoall",
+                      "all_to_all": "alltoall", "a2a": "alltoall"}
+"""Other spellings accepted on input (case-insensitive) for `MOE_DISPATCHERS`' names:
+Megatron-Core's `--moe-token-dispatcher-type flex` and its `--moe-flex-dispatcher-backend`
+names price alike (both deduplicate inter-node traffic)."""
 DP_SHARDING = ("none", "optimizer", "full")
 """The one vocabulary for data-parallel sharding, in CLI values, tables, JSON and `--layout`:
 none (plain DDP), optimizer (Megatron's distributed optimizer: optimizer state and, in
@@ -67,6 +78,15 @@ def sharding_name(value: Any) -> Any:
         return value
     key = value.strip().lower()
     return SHARDING_ALIASES.get(key, key if key in DP_SHARDING else value)
+
+
+def dispatcher_name(value: Any) -> Any:
+    """`value` in `MOE_DISPATCHERS`' vocabulary where it is one of its aliases (`flex`,
+    `hybridep`, `all-to-all`); anything else unchanged (the caller's check names it)."""
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower()
+    return DISPATCHER_ALIASES.get(key, key if key in MOE_DISPATCHERS else value)
 
 
 def recompute_modules_name(value: Any) -> str:
@@ -209,6 +229,10 @@ class ParallelConfig:
     """Attention kernels: `flash` (fused, FlashAttention/cuDNN: no s² tensors, causal blocks
     skipped) or `unfused` (QKᵀ and PV as batched GEMMs with a fused softmax in between, storing
     the s² softmax output: Megatron-LM before flash attention, Megatron-DeepSpeed)."""
+    moe_dispatcher: str = "auto"
+    """The MoE token dispatcher (`MOE_DISPATCHERS`): auto (DeepEP where the expert group
+    leaves an NVIDIA NVLink domain, all-to-all elsewhere), alltoall or deepep. Needs ep > 1
+    unless auto."""
     first_stage_layers: int = 0
     """Layers on the first pipeline stage of an uneven split (Megatron-LM
     `--decoder-first-pipeline-num-layers`); 0 = the even share."""
@@ -249,6 +273,17 @@ class ParallelConfig:
             raise ConfigError("context parallelism needs fused (flash) attention: Megatron's "
                               "ring attention runs inside Transformer Engine's fused kernels; "
                               "use attention flash or cp 1.")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            canonical = dispatcher_name(self.moe_dispatcher)
+            if canonical not in MOE_DISPATCHERS:
+                raise ConfigError(f"moe_dispatcher {self.moe_dispatcher!r} is unknown; use one "
+                                  f"of {', '.join(MOE_DISPATCHERS)} (flex and hybridep price "
+                                  f"as deepep).")
+            object.__setattr__(self, "moe_dispatcher", canonical)
+        if self.moe_dispatcher != "auto" and self.ep == 1:
+            raise ConfigError(f"moe_dispatcher {self.moe_dispatcher} needs ep > 1: without "
+                              f"expert parallelism no token is dispatched; use auto or raise "
+                              f"ep.")
         if self.dp_sharding not in DP_SHARDING:
             canonical = sharding_name(self.dp_sharding)
             if canonical not in DP_SHARDING:
@@ -315,6 +350,7 @@ class ParallelConfig:
 PARALLEL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig))
 
 _CHOICES = {"recompute": RECOMPUTE, "attention": ATTENTION, "dp_sharding": DP_SHARDING,
+            "moe_dispatcher": MOE_DISPATCHERS,
             "precision": tuple(PRECISIONS), "finetune": FINETUNE, "lora_targets": LORA_TARGETS}
 
 
@@ -354,6 +390,7 @@ def invalid_config_rows(cols) -> Any:
     for name, allowed in _CHOICES.items():
         bad |= ~np.isin(col(name).astype(str), allowed)
     bad |= (col("attention").astype(str) == "unfused") & (cp > 1)
+    bad |= (col("moe_dispatcher").astype(str) != "auto") & (sizes["ep"] == 1)
     modules = col("recompute_modules").astype(str)
     values, which = np.unique(modules, return_inverse=True)
     bad |= ~np.array([_is_canonical_modules(v) for v in values], dtype=bool)[which]
@@ -435,9 +472,12 @@ def token_dispatcher(model: ModelSpec, config: ParallelConfig, platform: Platfor
     expert-parallel group (ep × etp) leaves an NVIDIA platform's NVLink domain: it sends a token
     over the network once per remote node among its experts, at DeepEP's measured share of the
     NIC (`perf.collectives.EP_DISPATCH`). Elsewhere "alltoall" (NCCL/RCCL all-to-all over
-    NVLink or xGMI); "none" without expert parallelism."""
+    NVLink or xGMI); "none" without expert parallelism. A config that names its dispatcher
+    (`ParallelConfig.moe_dispatcher`) gets that one."""
     if not model.is_moe or config.ep == 1:
         return "none"
+    if config.moe_dispatcher != "auto":
+        return config.moe_dispatcher
     if platform.vendor == "nvidia" and config.ep * config.etp > platform.nvlink_domain_size:
         return "deepep"
     return "alltoall"

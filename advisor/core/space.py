@@ -24,6 +24,7 @@ from advisor.core.parallel import (
     PRECISIONS,
     Job,
     ParallelConfig,
+    dispatcher_name,
     divisors,
     invalid_config_rows,
     recompute_modules_name,
@@ -151,6 +152,8 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(modules)
     if config.ep_comm_overlap and _ep_overlap_mtp_error(model, config.pp):
         raise ConfigError(_ep_overlap_mtp_error(model, config.pp))
+    if dispatcher_error(config.moe_dispatcher, platform):
+        raise ConfigError(dispatcher_error(config.moe_dispatcher, platform))
     if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
                           f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
@@ -160,6 +163,15 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
                           f"{config.precision}.")
     return config_notes(config, model, platform)
+
+
+def dispatcher_error(dispatcher: str, platform: Platform) -> str | None:
+    """Why `platform` cannot run MoE token `dispatcher`, or None."""
+    if dispatcher == "deepep" and platform.vendor != "nvidia":
+        return (f"moe_dispatcher deepep runs on NVIDIA GPUs (DeepEP and HybridEP use "
+                f"NVSHMEM over NVLink); {platform.name} dispatches with RCCL's all-to-all: use "
+                f"alltoall or auto.")
+    return None
 
 
 def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
@@ -189,6 +201,8 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             (tp * cp * dp) % np.maximum(ep * etp, 1) != 0)
     else:
         bad |= (ep > 1) | (etp > 1)
+    if "moe_dispatcher" in cols and platform.vendor != "nvidia":
+        bad |= np.asarray(cols["moe_dispatcher"]).astype(str) == "deepep"
     if "ep_comm_overlap" in cols and model.num_mtp_layers:
         overlap_pp = np.asarray(cols["ep_comm_overlap"], dtype=bool)
         bad |= overlap_pp & ((model.num_mtp_layers > 1) | (pp == 1))
@@ -334,6 +348,7 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
         for name, value in (("gbs", job.gbs), ("seq_len", job.seq_len),
                             ("precision", job.precision), ("grad_reduce_in_fp32", False),
                             ("attention", "flash"), ("ep_comm_overlap", False),
+                            ("moe_dispatcher", "auto"),
                             ("first_stage_layers", 0),
                             ("last_stage_layers", 0), ("finetune", job.finetune),
                             ("lora_rank", job.lora_rank), ("lora_targets", job.lora_targets)):
@@ -342,8 +357,8 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
         columns["sequence_parallel"] = columns["tp"] > 1
         table = Table({k: columns[k] for k in PARALLEL_FIELDS})
     # Not enumerated: pinning sets them, on the layouts that can run them.
-    fixed = {knob: pins[knob] for knob in ("grad_reduce_in_fp32", "attention", "ep_comm_overlap")
-             if knob in pins}
+    fixed = {knob: pins[knob] for knob in ("grad_reduce_in_fp32", "attention", "ep_comm_overlap",
+                                           "moe_dispatcher") if knob in pins}
     table = table.with_columns(fixed)
     if fixed:
         table = table.take(~invalid_config_rows(table))
@@ -437,6 +452,8 @@ def _checked_pins(pins: dict[str, object]) -> dict[str, object]:
             out[name] = str(value).lower()
         elif name == "recompute_modules":
             out[name] = recompute_modules_name(value)
+        elif name == "moe_dispatcher":
+            out[name] = dispatcher_name(value)
         else:
             try:
                 out[name] = int(value)  # type: ignore[call-overload]

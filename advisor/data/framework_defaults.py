@@ -19,6 +19,10 @@ Expert tensor parallelism is Megatron-Core's default (etp = tp where the layout 
 its workload base configs set `expert_tensor_parallel_size=1` for every MoE model it
 benchmarks (`scripts/performance/configs/{deepseek,qwen,nemotronh}/*_workload_base_configs.py`
 in NVIDIA-NeMo/Megatron-Bridge, commit 0426418), so those runs used etp 1 (`recipe_etp`).
+The MoE token dispatcher is advisor's rule (`advisor.core.parallel.token_dispatcher`: DeepEP
+across NVIDIA NVLink domains, all-to-all inside one) except where the source's recipe names
+another (`recipe_dispatch`): Megatron-Bridge's Qwen3-235B-A22B recipe on H100 runs the
+all-to-all dispatcher with the all-to-all overlapped.
 Frameworks are read under any spelling `advisor.core.frameworks` accepts ("megatron-lm", "nemo"
 and "mcore" are Megatron; "automodel-fsdp2" is NeMo AutoModel).
 """
@@ -38,6 +42,15 @@ OLD_SOURCE = re.compile(r"(?:'|\b20)(?:19|20|21|22)\b")
 
 RECIPE_ETP_ONE = "Megatron-Bridge performance summary"
 """The source whose MoE runs use expert tensor parallelism 1 when the row does not say."""
+
+RECIPE_DISPATCH = {("qwen3-235b-a22b", "h100"): ("alltoall", True)}
+"""(model, gpu) -> (dispatcher, all-to-all overlap) of the runs of `RECIPE_ETP_ONE`'s source
+whose recipe leaves advisor's dispatcher rule: QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 and
+_FP8_CS_V1 set `moe_token_dispatcher_type="alltoall"` and `moe_a2a_overlap=True` with EP 32
+over 256 H100 (scripts/performance/configs/qwen/qwen3_workload_base_configs.py in
+NVIDIA-NeMo/Megatron-Bridge, commit 01b2977). Its other H100 MoE recipes run the flex
+dispatcher (Qwen3-30B-A3B and DeepSeek-V3: `moe_flex_dispatcher_backend="hybridep"`), which is
+the rule's choice."""
 
 FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
           "tp_comm_overlap", "grad_reduce_in_fp32", "attention")
@@ -101,3 +114,11 @@ def recipe_etp(source: str) -> int | None:
     """The expert tensor-parallel size a run's source states for its MoE recipes, or None
     (Megatron-Core's default applies)."""
     return 1 if source.startswith(RECIPE_ETP_ONE) else None
+
+
+def recipe_dispatch(source: str, model: str, gpu: str) -> tuple[str, bool] | None:
+    """(dispatcher, ep_comm_overlap) a run's source states for its recipe of `model` on `gpu`
+    (`RECIPE_DISPATCH`), or None (advisor's rule applies, no overlap assumed)."""
+    if not source.startswith(RECIPE_ETP_ONE):
+        return None
+    return RECIPE_DISPATCH.get((model.strip().lower(), gpu.strip().lower()))

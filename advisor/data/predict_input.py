@@ -25,6 +25,7 @@ from advisor.core.parallel import (
     MOE_RECOMPUTE_MODULES,
     ParallelConfig,
     default_etp,
+    dispatcher_name,
     recompute_label,
     recompute_modules_cell,
 )
@@ -134,7 +135,9 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=named, recompute_modules=modules, dp_sharding=sharding,
-        ep_comm_overlap=_switch(row, "ep_comm_overlap"),
+        **_dispatch(row, model, ep=ep, overlap_runs=(pp == 1 or _int(row, "vp", 1, [])
+                                                     > 1) and named != "full",
+                    assumed=assumed),
         sequence_parallel=tp > 1, first_stage_layers=_stage_layers(row, "first_stage_layers"),
         last_stage_layers=_stage_layers(row, "last_stage_layers"), **_finetune(row), **overlap)
     return config, assumed
@@ -150,6 +153,48 @@ def _etp(row: Mapping, model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int,
         return _int(row, "etp", recipe, notes, "the source's recipes set it")
     return _int(row, "etp", default_etp(model, tp=tp, cp=cp, dp=dp, ep=ep), notes,
                 "Megatron-Core's default: the TP size")
+
+
+DISPATCHER_COLUMNS = ("moe_dispatcher", "moe_token_dispatcher_type")
+"""Where a row names its MoE dispatcher: advisor's column, or Megatron-Core's argument name."""
+EP_OVERLAP_COLUMNS = ("ep_comm_overlap", "moe_a2a_overlap", "overlap_moe_expert_parallel_comm")
+"""Where a row says whether the all-to-all is overlapped: advisor's column, Megatron-Bridge's
+recipe field, Megatron-Core's argument name."""
+
+
+def _first_cell(row: Mapping, names: tuple[str, ...]) -> str:
+    """The first non-empty cell among the columns `names`, stripped; "" when all are empty."""
+    for name in names:
+        if not _missing(row.get(name)) and str(row.get(name)).strip():
+            return str(row.get(name)).strip()
+    return ""
+
+
+def _dispatch(row: Mapping, model: ModelSpec, *, ep: int, overlap_runs: bool,
+              assumed: list[str]) -> dict[str, object]:
+    """moe_dispatcher (empty: auto, or what the row's source's recipe ran) and ep_comm_overlap
+    (empty: off, or the recipe's where the layout can run it: `overlap_runs`); ParallelConfig
+    checks the values."""
+    given = _first_cell(row, DISPATCHER_COLUMNS)
+    overlap_cell = _first_cell(row, EP_OVERLAP_COLUMNS)
+    overlap_given = overlap_cell != ""
+    out: dict[str, object] = {"ep_comm_overlap": _switch({"ep_comm_overlap": overlap_cell},
+                                                         "ep_comm_overlap")}
+    if given:
+        out["moe_dispatcher"] = dispatcher_name(given)
+    if not model.is_moe or ep == 1:
+        return out
+    recipe = framework_defaults.recipe_dispatch(str(row.get("source_name", "")), model.name,
+                                                str(row.get("gpu", "")))
+    if recipe is None:
+        return out
+    if not given:
+        out["moe_dispatcher"] = recipe[0]
+        assumed.append(f"moe_dispatcher={recipe[0]} (the source's recipe)")
+    if not overlap_given and recipe[1] and overlap_runs:
+        out["ep_comm_overlap"] = True
+        assumed.append("ep_comm_overlap=true (the source's recipe)")
+    return out
 
 
 def _finetune(row: Mapping) -> dict[str, object]:

@@ -48,6 +48,10 @@ def _advice(component: str, prediction: Breakdown, platform: Platform) -> str:
         "ep_comm_s": [(not c.ep_comm_overlap and (c.pp == 1 or c.vp > 1)
                        and c.recompute != "full",
                        "overlap it with another micro-batch's compute (--ep-comm-overlap)"),
+                      (c.ep * c.etp > domain and c.moe_dispatcher == "alltoall"
+                       and platform.vendor == "nvidia",
+                       "dispatch with DeepEP (--moe-dispatcher deepep: one network copy of a "
+                       "token per remote node, not per remote expert)"),
                       (c.ep * c.etp > domain,
                        f"keep ep × etp inside the {domain}-GPU NVLink domain"),
                       (c.ep > 1, "lower ep (the all-to-all then spans fewer GPUs, each holding "

@@ -208,7 +208,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     compute_mb = gemm_mb + attn_mb + mem_mb
     recompute_mb = re_gemm + re_attn + re_mem
     comm = micro_batch_comm(model, platform, coll, layers, pp=pp, vp=vp, rows=rows, tp=tp,
-                            cp=cp, dp=dp, ep=ep, etp=etp, sp=sp, recompute=recompute)
+                            cp=cp, dp=dp, ep=ep, etp=etp, sp=sp, recompute=recompute,
+                            dispatcher=configs.get("moe_dispatcher"))
     tp_all, cp_raw, mamba_cp = comm.tp_s, comm.cp_ring_s, comm.cp_mamba_s
     ep_raw, pp_raw = comm.ep_s, comm.pp_s
     data = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,

@@ -71,11 +71,12 @@ class DataParallel:
 def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel,
                      layers: StageLayers, *, pp: int, vp: int, rows: np.ndarray,
                      tp: np.ndarray, cp: np.ndarray, dp: np.ndarray, ep: np.ndarray,
-                     etp: np.ndarray, sp: np.ndarray, recompute: Recompute) -> StageComm:
+                     etp: np.ndarray, sp: np.ndarray, recompute: Recompute,
+                     dispatcher: np.ndarray | None = None) -> StageComm:
     """Communication of one micro-batch of `rows` token rows per GPU, for configurations given
     as column vectors (configurations × 1): tp, cp, dp, ep, etp, sp (sequence parallel),
     recompute (what the backward recomputes: a recomputed module's forward collectives run
-    again)."""
+    again), dispatcher (`ParallelConfig.moe_dispatcher`; None: auto on every row)."""
     domain = platform.nvlink_domain_size
     h = model.hidden_size
     na, nm, nl, nmoe = layers.attention, layers.mamba, layers.mlp, layers.moe
@@ -143,15 +144,16 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         k = model.moe_top_k
         group = ep * etp
         inside = group <= domain
-        # Across NVIDIA domains the dispatcher is DeepEP (`parallel.token_dispatcher`): a
-        # token crosses the network once per distinct remote domain among its k experts, then
-        # fans out over NVLink. RCCL's all-to-all (AMD) sends every remote copy.
+        # DeepEP (`parallel.token_dispatcher`: auto across NVIDIA domains, or named) sends a
+        # token over the network once per distinct remote domain among its k experts, then
+        # fans it out over NVLink. An all-to-all (NCCL's, named alltoall; RCCL's on AMD)
+        # sends every remote copy.
         domains = np.maximum(group / domain, 1.0)
-        dedup = platform.vendor == "nvidia"
-        remote = np.where(inside, 0.0, (domains - 1) * domain_hit(model, domains) if dedup
-                          else k * (1 - 1 / domains))
+        dedup = dedup_dispatch(platform, dispatcher, len(tp))
+        remote = np.where(inside, 0.0, np.where(dedup, (domains - 1) * domain_hit(model, domains),
+                                                k * (1 - 1 / domains)))
         local = k * np.where(inside, 1.0, 1.0 / domains)
-        forwarded = remote if dedup else 0.0
+        forwarded = np.where(dedup, remote, 0.0)
         a2a_in = coll.time(ALL_TO_ALL, token_bytes * (local + forwarded), ep, True, platform)
         a2a_net = np.where(inside, 0.0, coll.time(EP_DISPATCH, token_bytes * remote, 2.0,
                                                   False, platform))
@@ -176,6 +178,16 @@ def micro_batch_comm(model: ModelSpec, platform: Platform, coll: CollectiveModel
         pp_raw = np.zeros((len(tp), pp))
     return StageComm(tp_s=tp_all, cp_ring_s=cp_raw, cp_mamba_s=mamba_cp, ep_s=ep_raw,
                      pp_s=pp_raw, tp_dgrad_s=dgrad)
+
+
+def dedup_dispatch(platform: Platform, dispatcher: np.ndarray | None, n: int) -> np.ndarray:
+    """Per configuration (n × 1): whether its MoE dispatcher sends a token across the network
+    once per remote domain (DeepEP) rather than once per remote expert (all-to-all)."""
+    auto = np.full((n, 1), platform.vendor == "nvidia")
+    if dispatcher is None:
+        return auto
+    named = np.asarray(dispatcher).astype(str).reshape(n, 1)
+    return np.where(named == "auto", auto, named == "deepep")
 
 
 def domain_hit(model: ModelSpec, domains: np.ndarray) -> np.ndarray:

@@ -91,6 +91,8 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         cols["dp_sharding"] = _canonical_sharding(cols["dp_sharding"])
     if "recompute_modules" in frame:
         cols["recompute_modules"] = _canonical_modules(cols["recompute_modules"])
+    if "moe_dispatcher" in frame:   # flex, hybridep, all-to-all as deepep, alltoall
+        cols["moe_dispatcher"] = _canonical_dispatcher(cols["moe_dispatcher"])
     if "num_gpus" in frame:
         _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
                    .to_numpy(float),
@@ -180,6 +182,16 @@ def _canonical_sharding(sharding: np.ndarray) -> np.ndarray:
         if (sharding == alias).any():
             sharding = np.where(sharding == alias, name, sharding).astype(object)
     return sharding
+
+
+def _canonical_dispatcher(dispatcher: np.ndarray) -> np.ndarray:
+    """`parallel.DISPATCHER_ALIASES` as the one vocabulary (auto, alltoall, deepep)."""
+    from advisor.core.parallel import DISPATCHER_ALIASES
+
+    for alias, name in DISPATCHER_ALIASES.items():
+        if (dispatcher == alias).any():
+            dispatcher = np.where(dispatcher == alias, name, dispatcher).astype(object)
+    return dispatcher
 
 
 def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],

@@ -18,14 +18,17 @@ from advisor.catalog import with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.knobs import LAYOUT, NAMES, overlap, sorted_values
 from advisor.core.parallel import (
+    MOE_DISPATCHERS,
     MOE_RECOMPUTE_MODULES,
     Job,
     ParallelConfig,
+    dispatcher_name,
     make_job,
     recompute_modules_name,
 )
 from advisor.core.space import (
     config_from_row,
+    dispatcher_error,
     recompute_modules_error,
     space_table,
     tp_choices,
@@ -347,9 +350,25 @@ def _contributions(rows: Table, job: Job, predictor) -> list[str]:
 
 # --- pins and infeasibility -------------------------------------------------------------------
 
-PINNABLE = (*NAMES, "recompute_modules", "ep_comm_overlap")
+PINNABLE = (*NAMES, "recompute_modules", "ep_comm_overlap", "moe_dispatcher")
 """Every knob can be pinned (`overlap`: any of the three overlap switches on), and what
-selective recompute recomputes and the MoE all-to-all overlap (searched only where pinned)."""
+selective recompute recomputes, the MoE all-to-all overlap and the MoE token dispatcher
+(searched only where pinned; the dispatcher is `token_dispatcher`'s rule otherwise)."""
+
+
+def _dispatcher_pin(value: object, job: Job) -> str:
+    """A pinned `moe_dispatcher` in its canonical name, refused where it cannot run."""
+    name = dispatcher_name(value)
+    if name not in MOE_DISPATCHERS:
+        raise ConfigError(f"moe_dispatcher {value!r} is unknown; use one of "
+                          f"{', '.join(MOE_DISPATCHERS)} (flex and hybridep price as deepep).")
+    if name != "auto" and not job.model.is_moe:
+        raise ConfigError(f"moe_dispatcher applies to MoE models; {job.model.name} is dense: "
+                          f"leave it out.")
+    why = dispatcher_error(name, job.platform)
+    if why:
+        raise ConfigError(why)
+    return name
 
 
 def pinned_space(job: Job, pins: dict) -> Table:
@@ -365,8 +384,10 @@ def pinned_space(job: Job, pins: dict) -> Table:
         why = recompute_modules_error(pins["recompute_modules"], job.precision, job.model)
         if why:
             raise ConfigError(why)
-    space = space_table(job, pins={k: pins[k] for k in ("recompute_modules", "ep_comm_overlap")
-                                   if k in pins})
+    if "moe_dispatcher" in pins:
+        pins["moe_dispatcher"] = _dispatcher_pin(pins["moe_dispatcher"], job)
+    space = space_table(job, pins={k: pins[k] for k in ("recompute_modules", "ep_comm_overlap",
+                                                        "moe_dispatcher") if k in pins})
     if space.empty:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []

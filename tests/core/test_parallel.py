@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from advisor import catalog
@@ -119,3 +120,20 @@ def test_knob_values_sort_as_numbers_and_in_knob_order():
     assert sorted_values(["full", "none", "selective"]) == ["none", "selective", "full"]
     assert sorted_values(["full", "optimizer", "none"]) == ["none", "optimizer", "full"]
     assert sorted_values([True, False]) == [False, True]
+
+
+def test_moe_dispatcher_reads_megatrons_spellings_and_refuses_the_rest():
+    from advisor.core.parallel import invalid_config_rows
+
+    for spelling, name in (("flex", "deepep"), ("HybridEP", "deepep"), ("all-to-all", "alltoall"),
+                           ("alltoall", "alltoall"), ("auto", "auto")):
+        assert ParallelConfig(dp=8, ep=8, gbs=8, moe_dispatcher=spelling).moe_dispatcher == name
+    with pytest.raises(ConfigError, match="moe_dispatcher 'allgather' is unknown; use one of "
+                                          "auto, alltoall, deepep"):
+        ParallelConfig(dp=8, ep=8, gbs=8, moe_dispatcher="allgather")
+    with pytest.raises(ConfigError, match="needs ep > 1"):
+        ParallelConfig(dp=8, gbs=8, moe_dispatcher="deepep")
+    cols = {"tp": np.array([1, 1, 1]), "dp": np.array([8, 8, 8]), "ep": np.array([8, 1, 8]),
+            "gbs": np.array([8, 8, 8]),
+            "moe_dispatcher": np.array(["alltoall", "deepep", "bogus"], dtype=object)}
+    assert invalid_config_rows(cols).tolist() == [False, True, True]

@@ -247,3 +247,18 @@ def test_the_vectorised_rules_are_validates(rows, model, platform, framework):
     cols["num_gpus"] = np.array([r["tp"] * r["pp"] * r["cp"] * r["dp"] + r["extra_gpus"]
                                  for r in rows])
     assert invalid_rows(m, p, cols, framework=framework).tolist() == expected
+
+
+def test_deepep_is_refused_off_nvidia_in_one_config_and_in_a_table():
+    from advisor.core.space import invalid_rows
+
+    mi300x = catalog.load_platform("mi300x")
+    config = ParallelConfig(tp=1, dp=64, ep=8, gbs=64, moe_dispatcher="deepep")
+    with pytest.raises(ConfigError, match="deepep runs on NVIDIA GPUs.*use alltoall or auto"):
+        validate(config, MIXTRAL, mi300x, num_gpus=64)
+    validate(config.replace(moe_dispatcher="alltoall"), MIXTRAL, mi300x, num_gpus=64)
+    validate(config, MIXTRAL, H200, num_gpus=64)
+    cols = {k: [getattr(c, k) for c in (config, config.replace(moe_dispatcher="alltoall"))]
+            for k in dataclasses.asdict(config)}
+    assert invalid_rows(MIXTRAL, mi300x, cols).tolist() == [True, False]
+    assert invalid_rows(MIXTRAL, H200, cols).tolist() == [False, False]

@@ -8,9 +8,11 @@ from advisor.explain.bottlenecks import explain
 from advisor.perf.analytical import predict_config
 
 
-def _biggest_loss(model: str, platform: str, gpus: int, **knobs) -> str:
+def _biggest_loss(model: str, platform: str, gpus: int, dispatcher: str = "auto",
+                  **knobs) -> str:
     m, p = catalog.load_model(model), catalog.load_platform(platform)
-    config = make_config(make_job(m, p, num_gpus=gpus), **knobs)
+    config = make_config(make_job(m, p, num_gpus=gpus), **knobs).replace(
+        moe_dispatcher=dispatcher)
     lines = explain(predict_config(m, p, config), m, p)
     return next(line for line in lines if line.startswith("Biggest loss"))
 
@@ -60,3 +62,13 @@ def test_all_to_all_advice_offers_the_overlap_only_where_it_can_run():
     # PP 2 without a virtual pipeline: Megatron-Core cannot overlap the all-to-all there.
     line = _biggest_loss("qwen3-30b-a3b", "h100", 32, tp=1, pp=2, ep=16, mbs=1)
     assert "all-to-all" in line and "--ep-comm-overlap" not in line, line
+
+
+def test_all_to_all_advice_offers_deepep_only_where_the_named_all_to_all_crosses_nodes():
+    across = _biggest_loss("qwen3-30b-a3b", "h100", 32, "alltoall", tp=1, ep=32, mbs=1)
+    assert "--moe-dispatcher deepep" in across, across
+    # DeepEP already (auto across H100 nodes), or all-to-all inside one node: nothing to gain.
+    assert "--moe-dispatcher" not in _biggest_loss("qwen3-30b-a3b", "h100", 32, tp=1, ep=32,
+                                                   mbs=1)
+    assert "--moe-dispatcher" not in _biggest_loss("qwen3-30b-a3b", "h100", 8, "alltoall",
+                                                   tp=1, ep=8, mbs=1)

@@ -40,8 +40,8 @@ def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16"
     job = make_job(load_model(model), load_platform(platform), num_gpus=gpus, precision=precision,
                    gbs=choices.pop("gbs", None))
     changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32", "recompute_modules",
-                                           "ep_comm_overlap", "first_stage_layers",
-                                           "last_stage_layers")
+                                           "ep_comm_overlap", "moe_dispatcher",
+                                           "first_stage_layers", "last_stage_layers")
                if k in choices}
     return make_config(job, **choices).replace(**changes), job
 
@@ -61,10 +61,16 @@ CASES = {
     # (Megatron-Bridge scripts/moe_model_zoo/examples/qwen3/launch_qwen235b.sh).
     "moe-recompute-modules": lambda: _case("qwen3-30b-a3b", 32, tp=2, ep=8, recompute="selective",
                                            recompute_modules="moe_act,layernorm"),
-    # EP all-to-all overlap, as NVIDIA's Qwen3-235B H100 recipe runs it (Megatron-MoE-ModelZoo
-    # best_practice/qwen3/run_h100_235b.sh: TP2 PP8 VPP4 EP32, A2A_OVERLAP=1).
+    # EP all-to-all overlap with the all-to-all dispatcher across nodes, as NVIDIA's Qwen3-235B
+    # H100 recipe runs it (Megatron-MoE-ModelZoo best_practice/qwen3/run_h100_235b.sh: TP2 PP8
+    # VPP4 EP32, A2A_OVERLAP=1; Megatron-Bridge QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1:
+    # moe_token_dispatcher_type alltoall, moe_a2a_overlap).
     "moe-ep-overlap-vp": lambda: _case("qwen3-235b-a22b", 256, platform="h100", tp=2, pp=8,
-                                       vp=4, ep=32, gbs=2048, ep_comm_overlap=True),
+                                       vp=4, ep=32, gbs=2048, ep_comm_overlap=True,
+                                       moe_dispatcher="alltoall"),
+    # The flex dispatcher named inside one node (DeepEP's intranode kernels).
+    "moe-deepep-named-in-node": lambda: _case("qwen3-30b-a3b", 32, tp=1, ep=8,
+                                              moe_dispatcher="deepep"),
     "moe-ep-overlap-pp1": lambda: _case("qwen3-30b-a3b", 32, tp=1, ep=8,
                                         ep_comm_overlap=True),
     # EP 32 inside one NVL72 domain: NCCL all-to-all, no DeepEP (cf. EP 32 across H100 nodes).
@@ -737,6 +743,11 @@ def test_torchtitan_refuses_what_it_cannot_express():
         torchtitan_args(config, job)
     with pytest.raises(ConfigError, match="uneven pipeline split.*module_fqns_per_model_part"):
         torchtitan_args(*CASES["uneven-21-19-pp4"]())
+    config, job = _case("qwen3-30b-a3b", 32, tp=1, ep=8, dp_sharding="full")
+    torchtitan_args(config, job)   # auto: the recipe's own dispatcher
+    with pytest.raises(ConfigError, match="moe_dispatcher alltoall has no torchtitan 0.3.0 "
+                                          "flag.*emit for megatron or nemo"):
+        torchtitan_args(config.replace(moe_dispatcher="alltoall"), job)
     config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=8, etp=1, recompute="selective")
     torchtitan_args(config, job)  # core attention alone is torchtitan's selective AC
     with pytest.raises(ConfigError, match="recompute_modules 'layernorm moe_act' has no "

@@ -148,8 +148,8 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
     elif dispatcher == "alltoall":
         comments.append("MoE recipes that add DeepEPCallback (deepseek_v3 does) switch the "
                         "token dispatcher to DeepEP's flex dispatcher on H100/B200 at setup; "
-                        "advisor priced all-to-all inside the NVLink domain: drop that "
-                        "callback to run what was predicted.")
+                        "advisor priced the all-to-all dispatcher: drop that callback to run "
+                        "what was predicted.")
     if config.tp_comm_overlap:
         comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
                         "to trainer.callbacks (the recipe's *_performance variant does); "

@@ -185,6 +185,10 @@ def _refuse(config: ParallelConfig) -> None:
         raise ConfigError("ep_comm_overlap has no torchtitan 0.3.0 flag: it cannot overlap a "
                           "micro-batch's MoE all-to-all with another's compute; turn it off, "
                           "or emit for megatron or nemo.")
+    if config.moe_dispatcher != "auto":
+        raise ConfigError(f"moe_dispatcher {config.moe_dispatcher} has no torchtitan 0.3.0 "
+                          f"flag: the model spec in the recipe picks its token dispatcher; "
+                          f"leave it auto, or emit for megatron or nemo.")
     if config.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
         raise ConfigError(f"recompute_modules {config.recompute_modules!r} has no torchtitan "
                           f"0.3.0 flag: its selective activation checkpointing picks by op "
