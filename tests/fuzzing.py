@@ -220,19 +220,21 @@ CHOICE_FLAGS = {"--precision": ["bf16", "fp8", "nvfp4", "fp16"],
                 "--finetune": ["none", "lora", "full"],
                 "--objective": ["throughput", "energy", "cost", "power", "balanced"],
                 "--risk": ["expected", "pessimistic"],
-                "--search": ["auto", "exhaustive", "optuna"]}
+                "--search": ["auto", "exhaustive", "optuna"],
+                "--moe-dispatcher": ["auto", "alltoall", "deepep", "flex", "allgather"]}
 COMMANDS = {
     "predict": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding",
-                                           "--finetune", "--recompute-modules")),
+                                           "--finetune", "--recompute-modules",
+                                           "--moe-dispatcher")),
     "explain": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding",
-                                           "--recompute-modules")),
+                                           "--recompute-modules", "--moe-dispatcher")),
     "memory": (LAYOUT_FLAGS + JOB_FLAGS, ("--precision", "--recompute", "--dp-sharding",
                                           "--recompute-modules")),
     "space": (JOB_FLAGS + ("--limit",), ("--precision",)),
     "recommend": (JOB_FLAGS + ("--tp", "--pp", "--top", "--max-power-w", "--memory-margin",
                                "--max-throttle-risk", "--trials", "--seed"),
                   ("--precision", "--objective", "--risk", "--recompute", "--search",
-                   "--recompute-modules")),
+                   "--recompute-modules", "--moe-dispatcher")),
     "compare": (JOB_FLAGS + ("--max-power-w", "--memory-margin", "--gpu-hour-price"),
                 ("--precision", "--objective")),
 }
@@ -274,14 +276,15 @@ def _cli(rng: random.Random) -> Case:
 
 
 CSV_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs", "tp", "pp", "cp", "ep", "mbs",
-               "recompute", "recompute_modules", "ep_comm_overlap", "dp_sharding", "precision",
-               "framework", "software")
+               "recompute", "recompute_modules", "ep_comm_overlap", "moe_dispatcher",
+               "dp_sharding", "precision", "framework", "software")
 GOOD_CELLS = {"model": MODELS[:4], "gpu": PLATFORMS[:3], "num_gpus": ["8", "64"],
               "seq_len": ["4096", "8192"], "gbs": ["128", "256"], "tp": ["1", "2", "4"],
               "pp": ["1", "2"], "cp": ["1"], "ep": ["", "1", "8"], "mbs": ["1", "2"],
               "recompute": ["", "none", "full"], "dp_sharding": ["", "optimizer"],
               "recompute_modules": ["", "moe_act layernorm", "mlp"],
               "ep_comm_overlap": ["", "true", "false"],
+              "moe_dispatcher": ["", "auto", "alltoall", "flex"],
               "precision": ["", "bf16", "fp8"], "framework": ["", "megatron", "nemo"],
               "software": ["", "24.07", "2021"]}
 
