@@ -164,8 +164,9 @@ def _overlap(space: pd.DataFrame) -> pd.Series:
 
 #: ParallelConfig fields added after campaigns had been collected: left out of the run id while
 #: they hold their default, so a dataset collected before them resumes with the same ids.
-_LATER_FIELDS = {"first_stage_layers": 0, "last_stage_layers": 0, "finetune": "none",
-                 "lora_rank": 16, "lora_targets": "attention"}
+_LATER_FIELDS = {"recompute_modules": "core_attn", "ep_comm_overlap": False,
+                 "first_stage_layers": 0, "last_stage_layers": 0, "finetune": "none",
+                 "lora_rank": 16, "lora_targets": "attention", "moe_dispatcher": "auto"}
 
 
 def run_id(campaign: str, row: dict) -> str:

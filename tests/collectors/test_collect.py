@@ -360,8 +360,9 @@ def test_campaign_drives_megatron_through_its_launch_command_and_log(tmp_path):
 
 
 def test_run_ids_survive_new_config_fields():
-    # A campaign collected before uneven splits and fine-tuning existed resumes with the same
-    # ids: fields added later count only when they leave their default.
+    # A campaign collected before selective-recompute modules, the all-to-all overlap, uneven
+    # splits, fine-tuning and the MoE dispatcher knob existed resumes with the same ids: fields
+    # added later count only when they leave their default.
     import hashlib
 
     from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
@@ -370,8 +371,24 @@ def test_run_ids_survive_new_config_fields():
     row = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2,
            **ParallelConfig(dp=2, gbs=4).to_dict()}
     before = [f for f in PARALLEL_FIELDS if f not in (
-        "first_stage_layers", "last_stage_layers", "finetune", "lora_rank", "lora_targets")]
+        "recompute_modules", "ep_comm_overlap", "first_stage_layers", "last_stage_layers",
+        "finetune", "lora_rank", "lora_targets", "moe_dispatcher")]
     key = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2, **{k: row[k] for k in before}}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     assert run_id("c", row) == f"c-{digest}"
     assert run_id("c", {**row, "finetune": "lora"}) != run_id("c", row)
+    assert run_id("c", {**row, "ep": 2, "moe_dispatcher": "alltoall"}) != run_id(
+        "c", {**row, "ep": 2})
+
+
+def test_the_bundled_campaign_resumes_with_the_ids_it_was_collected_under():
+    """datasets/campaigns/h200-single.parquet (16 runs on one H200, collected before the
+    later fields existed): planning its template again gives every run the id it was stored
+    under, so a resume measures nothing twice."""
+    from collectors.campaign import load_campaign
+    from collectors.plan import candidates
+
+    stored = pd.read_parquet(Path(__file__).resolve().parents[2] / "datasets" / "campaigns"
+                             / "h200-single.parquet")
+    planned = set(candidates(load_campaign("h200-single"))["run_id"])
+    assert len(stored) == 16 and set(stored["run_id"]) <= planned
