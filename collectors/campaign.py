@@ -33,13 +33,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from advisor.core.errors import ConfigError, shown_value
-from advisor.core.parallel import DP_SHARDING, PRECISIONS, RECOMPUTE
+from advisor.core.parallel import DP_SHARDING, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE
 from collectors.spec import FRAMEWORKS
 
 TEMPLATES = Path(__file__).parent / "templates"
 SWEEP_KNOBS = ("num_gpus", "seq_len", "gbs", "precision", "tp", "pp", "dp", "cp", "ep", "etp",
-               "vp", "mbs", "recompute", "dp_sharding", "overlap")
-"""Keys of [sweep]: job fields (num_gpus, seq_len, gbs, precision) and configuration knobs."""
+               "vp", "mbs", "recompute", "dp_sharding", "overlap", "ep_comm_overlap",
+               "moe_dispatcher")
+"""Keys of [sweep]: job fields (num_gpus, seq_len, gbs, precision) and configuration knobs
+(ep_comm_overlap and moe_dispatcher apply to the layouts with ep > 1 that can run them)."""
 STRATEGIES = ("grid", "active")
 DEVICES = ("cpu", "cuda")
 
@@ -177,7 +179,8 @@ TABLE_KEYS = {"budget": {"runs", "gpu_hours"}, "steps": {"warmup", "measure"},
               "strategy": {"kind", "seed"}}
 TELEMETRY_KINDS = ("auto", "nvml", "amdsmi", "cpu", "none")
 _CHOICES = {"recompute": RECOMPUTE, "dp_sharding": DP_SHARDING, "precision": tuple(PRECISIONS),
-            "overlap": (True, False)}
+            "overlap": (True, False), "ep_comm_overlap": (True, False),
+            "moe_dispatcher": MOE_DISPATCHERS}
 
 
 def _keys(table: dict, allowed: set[str], where: str) -> None:

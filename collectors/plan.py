@@ -27,7 +27,8 @@ from collectors.spec import RunSpec
 
 JOB_KNOBS = ("num_gpus", "seq_len", "gbs", "precision")
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "vp": 1, "mbs": 1,
-            "recompute": "none", "dp_sharding": "optimizer", "overlap": True}
+            "recompute": "none", "dp_sharding": "optimizer", "overlap": True,
+            "ep_comm_overlap": False, "moe_dispatcher": "auto"}
 """Knobs the sweep does not list stay at these (what `advisor.core.parallel.make_config` uses;
 dp_sharding is `none` where there is nothing to shard over)."""
 DISTANCE_KNOBS = ("tp", "pp", "cp", "ep", "vp", "mbs", "dp", "seq_len", "gbs", "num_gpus")
@@ -86,7 +87,7 @@ def candidates(campaign: Campaign) -> pd.DataFrame:
             except AdvisorError as e:
                 raise ConfigError(f"{campaign.path}: {name} on {n} × {platform.name}: {e}") \
                     from None
-            space = enumerate_space(job)
+            space = _with_moe_knobs(enumerate_space(job), campaign, entry, model, platform)
             keep = np.ones(len(space), dtype=bool)
             for knob, default in DEFAULTS.items():
                 if knob == "dp_sharding" and knob not in {*campaign.sweep, *entry.sweep}:
@@ -127,6 +128,28 @@ def candidates(campaign: Campaign) -> pd.DataFrame:
     out = out.drop_duplicates("run_id").reset_index(drop=True)
     out.attrs["skipped"] = skipped
     return out
+
+
+MOE_KNOBS = ("ep_comm_overlap", "moe_dispatcher")
+"""Knobs the space holds at their default (`DEFAULTS`): a sweep that lists other values adds
+a copy of the space for each, less the layouts that cannot run it (ep 1, or a rule of
+`advisor.core.space.invalid_rows`)."""
+
+
+def _with_moe_knobs(space: pd.DataFrame, campaign: Campaign, entry, model,
+                    platform) -> pd.DataFrame:
+    from advisor.core.space import invalid_rows
+
+    grown = False
+    for knob in MOE_KNOBS:
+        values = list(dict.fromkeys(campaign.sweep_values(knob, DEFAULTS[knob], entry)))
+        if values != [DEFAULTS[knob]]:
+            space = pd.concat([space.assign(**{knob: v}) for v in values], ignore_index=True)
+            grown = True
+    if not grown:
+        return space
+    cols = {k: space[k].to_numpy() for k in PARALLEL_FIELDS}
+    return space[~invalid_rows(model, platform, cols)].reset_index(drop=True)
 
 
 def _one_label_per_run(part: pd.DataFrame) -> pd.DataFrame:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from advisor.catalog import load_platform
 from advisor.core.errors import ConfigError
-from advisor.core.parallel import PRECISIONS
+from advisor.core.parallel import PRECISIONS, ParallelConfig, token_dispatcher
 from collectors.campaign import Campaign, campaign_hash, differences, identity
 from collectors.plan import candidates, next_run, predicted, spec_for
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
@@ -264,6 +264,7 @@ def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
         "software": _torch_version() if spec.framework == "pytorch" else spec.framework,
         **{k: c[k] for k in ("precision", "seq_len", "gbs", "mbs", "tp", "pp", "cp", "ep",
                              "etp", "vp", "dp", "recompute", "dp_sharding")},
+        **_moe_and_recompute_labels(spec, platform),
         "tokens_per_sec_per_gpu": result.tokens_per_sec_per_gpu,
         "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak if tflops and peak else None,
         "step_time_s": result.step_time_s, "peak_mem_gb": result.peak_mem_gb,
@@ -271,6 +272,22 @@ def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
     }
     for key in TELEMETRY_FIELDS:
         row[key] = result.telemetry.get(key)
+    return row
+
+
+def _moe_and_recompute_labels(spec: RunSpec, platform) -> dict:
+    """What selective recompute recomputed (where it ran) and, with expert parallelism, the
+    all-to-all overlap and the token dispatcher the launch command used (auto resolved as the
+    emitter resolved it: `token_dispatcher`); empty where they do not apply."""
+    from advisor.catalog import load_model, scaled_model_name
+
+    config = ParallelConfig(**spec.config)
+    row = {"recompute_modules": (config.recompute_modules if config.recompute == "selective"
+                                 else None), "ep_comm_overlap": None, "moe_dispatcher": None}
+    if config.ep > 1:
+        model = load_model(scaled_model_name(spec.model, spec.scale))
+        row["ep_comm_overlap"] = config.ep_comm_overlap
+        row["moe_dispatcher"] = token_dispatcher(model, config, platform)
     return row
 
 

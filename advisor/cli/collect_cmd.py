@@ -126,15 +126,18 @@ def collect(
         retried = f", {report.retried} of them reruns of failed runs" if report.retried else ""
         table = Table(title=f"{spec.name}: {len(report.planned)} runs planned{retried} "
                             f"({spec.strategy}; {report.skipped} already measured)")
+        moe = any(s.config.get("ep", 1) > 1 for s in report.planned)
         for col in ("#", "run_id", "model", "gpus", "tp", "pp", "dp", "mbs", "recompute",
-                    "sharding"):
+                    "sharding", *(("ep", "dispatcher", "a2a overlap") if moe else ())):
             table.add_column(col)
         for i, s in enumerate(report.planned, 1):
             c = s.config
+            experts = ((str(c["ep"]), c.get("moe_dispatcher", "auto"),
+                        "on" if c.get("ep_comm_overlap") else "off") if moe else ())
             table.add_row(str(i), s.run_id, scaled_model_name(s.model, s.scale),
                           str(s.num_gpus), str(c["tp"]),
                           str(c["pp"]), str(c["dp"]), str(c["mbs"]), c["recompute"],
-                          c["dp_sharding"])
+                          c["dp_sharding"], *experts)
         out.print(table)
         if report.changed:
             out.print(f"note: {dataset} was written by another version of this campaign "

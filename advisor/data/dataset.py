@@ -27,7 +27,15 @@ from pathlib import Path
 import pandas as pd
 
 from advisor.core.errors import AdvisorError, first_line
-from advisor.core.parallel import DP_SHARDING, FINETUNE, LORA_TARGETS, PRECISIONS, RECOMPUTE
+from advisor.core.parallel import (
+    DISPATCHER_ALIASES,
+    DP_SHARDING,
+    FINETUNE,
+    LORA_TARGETS,
+    MOE_DISPATCHERS,
+    PRECISIONS,
+    RECOMPUTE,
+)
 
 
 class DatasetError(AdvisorError):
@@ -79,6 +87,12 @@ SCHEMA: tuple[Column, ...] = (
     Column("recompute_modules", "str", "with recompute selective: what it recomputes, "
            "Megatron-Core --recompute-modules names separated by spaces (empty: core_attn, "
            "the default)"),
+    Column("ep_comm_overlap", "bool", "MoE all-to-all of one micro-batch overlapped with "
+           "another's compute (Megatron-Core --overlap-moe-expert-parallel-comm; empty: off, "
+           "or what the source's recipe ran)"),
+    Column("moe_dispatcher", "str", "MoE token dispatcher: auto, alltoall or deepep (flex and "
+           "hybridep read as deepep; empty: advisor's rule, or what the source's recipe ran)",
+           allowed=(*MOE_DISPATCHERS, *DISPATCHER_ALIASES)),
     Column("dp_sharding", "str", "none, optimizer or full", allowed=DP_SHARDING),
     Column("finetune", "str", "none (pre-training, also when empty), lora or full",
            allowed=FINETUNE),

@@ -392,3 +392,52 @@ def test_the_bundled_campaign_resumes_with_the_ids_it_was_collected_under():
                              / "h200-single.parquet")
     planned = set(candidates(load_campaign("h200-single"))["run_id"])
     assert len(stored) == 16 and set(stored["run_id"]) <= planned
+
+
+def test_a_campaign_sweeps_the_moe_dispatcher_and_overlap_and_records_what_ran(tmp_path):
+    """[sweep] moe_dispatcher and ep_comm_overlap: each value on the layouts that can run it
+    (ep > 1), the launch command carries Megatron-Core's flags, and the dataset row records
+    the dispatcher and overlap the run used, which training reads back."""
+    checkout = tmp_path / "Megatron-LM"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text(STANDIN_PRETRAIN_GPT)
+    data = {"name": "moe", "platform": "h100", "device": "cuda", "framework": "megatron",
+            "budget": {"runs": 8}, "steps": {"warmup": 1, "measure": 3},
+            "timing": {"timeout_s": 240}, "telemetry": {"kind": "none"},
+            "strategy": {"kind": "grid"},
+            "models": [{"name": "qwen3-30b-a3b"}],
+            "sweep": {"num_gpus": [2], "seq_len": [2048], "gbs": [8], "ep": [1, 2],
+                      "moe_dispatcher": ["alltoall", "deepep"],
+                      "ep_comm_overlap": [False, True]}}
+    from collectors.launchers import make_launcher
+
+    campaign = campaign_from_dict(data)
+    planned = candidates(campaign)
+    assert (planned["ep"] == 2).all()   # a named dispatcher needs expert parallelism
+    assert set(zip(planned["moe_dispatcher"], planned["ep_comm_overlap"], strict=True)) == {
+        ("alltoall", False), ("alltoall", True), ("deepep", False), ("deepep", True)}
+    os.environ["MEGATRON_LM"] = str(checkout)
+    try:
+        report = run_campaign(campaign, launcher=make_launcher("local"),
+                              dataset=tmp_path / "moe.parquet", runs_dir=tmp_path / "runs")
+    finally:
+        del os.environ["MEGATRON_LM"]
+    rows = load(tmp_path / "moe.parquet")
+    assert (rows["status"] == "ok").all(), rows["notes"].tolist()
+    assert sorted(zip(rows["moe_dispatcher"], rows["ep_comm_overlap"], strict=True)) == [
+        ("alltoall", False), ("alltoall", True), ("deepep", False), ("deepep", True)]
+    for spec in report.planned:
+        script = (tmp_path / "runs" / spec.run_id / "run.sh").read_text()
+        deepep = spec.config["moe_dispatcher"] == "deepep"
+        assert ("--moe-token-dispatcher-type flex" in script) == deepep
+        assert ("--moe-token-dispatcher-type alltoall" in script) == (not deepep)
+        assert ("--overlap-moe-expert-parallel-comm" in script) == spec.config["ep_comm_overlap"]
+    from advisor.learn.fit import reference_from_frame
+
+    ref = reference_from_frame(rows)
+    assert len(ref.rows) == 4, ref.skipped
+    configs = pd.concat([frame for _, frame in ref.groups.values()])
+    assert set(zip(configs["moe_dispatcher"], configs["ep_comm_overlap"], strict=True)) == {
+        ("alltoall", False), ("alltoall", True), ("deepep", False), ("deepep", True)}
+    with pytest.raises(ConfigError, match="moe_dispatcher = 'allgather' is not allowed"):
+        campaign_from_dict({**data, "sweep": {**data["sweep"], "moe_dispatcher": ["allgather"]}})
