@@ -174,6 +174,20 @@ def _check_finetune(obj: Any) -> None:
                           f"{', '.join(LORA_TARGETS)}.")
 
 
+def _canonicalise(obj: Any, field: str, name_of: Any, allowed: tuple[str, ...],
+                  hint: str) -> None:
+    """Set `obj.field` (a frozen dataclass's) to its name in `allowed` (`name_of` reads the
+    aliases), or raise `ConfigError` listing the names."""
+    value = getattr(obj, field)
+    if value in allowed:
+        return
+    canonical = name_of(value)
+    if canonical not in allowed:
+        raise ConfigError(f"{field} {value!r} is unknown; use one of {', '.join(allowed)} "
+                          f"({hint}).")
+    object.__setattr__(obj, field, canonical)
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     """One parallel layout and batch setting (Megatron-LM terms).
@@ -273,24 +287,15 @@ class ParallelConfig:
             raise ConfigError("context parallelism needs fused (flash) attention: Megatron's "
                               "ring attention runs inside Transformer Engine's fused kernels; "
                               "use attention flash or cp 1.")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            canonical = dispatcher_name(self.moe_dispatcher)
-            if canonical not in MOE_DISPATCHERS:
-                raise ConfigError(f"moe_dispatcher {self.moe_dispatcher!r} is unknown; use one "
-                                  f"of {', '.join(MOE_DISPATCHERS)} (flex and hybridep price "
-                                  f"as deepep).")
-            object.__setattr__(self, "moe_dispatcher", canonical)
+        _canonicalise(self, "moe_dispatcher", dispatcher_name, MOE_DISPATCHERS,
+                      "flex and hybridep price as deepep")
         if self.moe_dispatcher != "auto" and self.ep == 1:
             raise ConfigError(f"moe_dispatcher {self.moe_dispatcher} needs ep > 1: without "
                               f"expert parallelism no token is dispatched; use auto or raise "
                               f"ep.")
-        if self.dp_sharding not in DP_SHARDING:
-            canonical = sharding_name(self.dp_sharding)
-            if canonical not in DP_SHARDING:
-                raise ConfigError(f"dp_sharding {self.dp_sharding!r} is unknown; use one of "
-                                  f"{', '.join(DP_SHARDING)} (none = DDP, optimizer = "
-                                  f"distributed optimizer / ZeRO-1, full = FSDP / ZeRO-3).")
-            object.__setattr__(self, "dp_sharding", canonical)
+        _canonicalise(self, "dp_sharding", sharding_name, DP_SHARDING,
+                      "none = DDP, optimizer = distributed optimizer / ZeRO-1, full = FSDP / "
+                      "ZeRO-3")
         if self.vp > 1 and self.pp == 1:
             raise ConfigError(f"vp ({self.vp}) > 1 needs pp > 1: virtual pipeline stages "
                               f"interleave a pipeline; use vp 1 or raise pp.")
