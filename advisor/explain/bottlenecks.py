@@ -4,7 +4,7 @@ power, why it might throttle."""
 from __future__ import annotations
 
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import recompute_label
+from advisor.core.parallel import ParallelConfig, recompute_label, token_dispatcher
 from advisor.core.platform import Platform
 from advisor.perf.analytical import Breakdown
 
@@ -87,13 +87,27 @@ def _throttle_advice(prediction: Breakdown) -> str:
     return ", ".join(remedies[:-1]) + (" or " if len(remedies) > 1 else "") + remedies[-1]
 
 
+DISPATCHER_WORDS = {"alltoall": "all-to-all dispatch", "deepep": "DeepEP dispatch"}
+
+
+def _experts(c: ParallelConfig, model: ModelSpec, platform: Platform) -> str:
+    """`, ep 32 (DeepEP dispatch, overlapped)` for a MoE layout: the dispatcher priced."""
+    if not model.is_moe:
+        return ""
+    dispatcher = token_dispatcher(model, c, platform)
+    if dispatcher == "none":
+        return f", ep {c.ep}"
+    overlap = ", overlapped" if c.ep_comm_overlap else ""
+    return f", ep {c.ep} ({DISPATCHER_WORDS[dispatcher]}{overlap})"
+
+
 def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list[str]:
     """Sentences, most important first."""
     c, s, p, m = prediction.config, prediction.step, prediction.power, prediction.memory
     lines = [
         f"{model.display_name or model.name} on {c.world_size} × {platform.display_name}: "
         f"tp {c.tp}, pp {c.pp}{f' (vp {c.vp})' if c.vp > 1 else ''}, dp {c.dp}, cp {c.cp}"
-        f"{f', ep {c.ep}' if model.is_moe else ''}, mbs {c.mbs}, gbs {c.gbs}, "
+        f"{_experts(c, model, platform)}, mbs {c.mbs}, gbs {c.gbs}, "
         f"{c.num_microbatches} micro-batches per step, {c.precision}, recompute "
         f"{recompute_label(c.recompute, c.recompute_modules)}.",
         f"Step {s.step_time_s:.2f} s → {s.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU, "

@@ -72,3 +72,18 @@ def test_all_to_all_advice_offers_deepep_only_where_the_named_all_to_all_crosses
                                                    mbs=1)
     assert "--moe-dispatcher" not in _biggest_loss("qwen3-30b-a3b", "h100", 8, "alltoall",
                                                    tp=1, ep=8, mbs=1)
+
+
+def test_the_first_line_names_the_dispatcher_priced():
+    def first(gpus: int, dispatcher: str = "auto", overlap: bool = False, **knobs) -> str:
+        m, p = catalog.load_model("qwen3-30b-a3b"), catalog.load_platform("h100")
+        config = make_config(make_job(m, p, num_gpus=gpus), **knobs).replace(
+            moe_dispatcher=dispatcher, ep_comm_overlap=overlap)
+        return explain(predict_config(m, p, config), m, p)[0]
+
+    assert "ep 32 (DeepEP dispatch)" in first(32, tp=1, ep=32, mbs=1)
+    assert "ep 8 (all-to-all dispatch)" in first(8, tp=1, ep=8, mbs=1)
+    assert "ep 32 (all-to-all dispatch, overlapped)" in first(32, "alltoall", True, tp=1, ep=32,
+                                                              mbs=1)
+    no_experts_split = first(8, tp=1, ep=1, mbs=1)
+    assert ", ep 1," in no_experts_split and "dispatch" not in no_experts_split
