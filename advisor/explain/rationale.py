@@ -10,7 +10,7 @@ import numpy as np
 from advisor.core.knobs import LABEL, knob_values
 from advisor.core.knobs import NAMES as KNOBS
 from advisor.core.model import ModelSpec
-from advisor.core.parallel import recompute_label
+from advisor.core.parallel import recompute_label, token_dispatcher
 from advisor.core.platform import Platform
 from advisor.core.table import Table
 from advisor.perf.analytical import Breakdown
@@ -115,8 +115,10 @@ def layout_reasons(p: Breakdown, model: ModelSpec, platform: Platform) -> list[s
         out.append(f"CP={c.cp} splits each {c.seq_len}-token sequence; the ring exchange "
                    f"leaves {pct(s.cp_comm_s)} exposed")
     if model.is_moe:
+        dispatcher = token_dispatcher(model, c, platform)
         verb = (f"keeps the expert all-to-all inside one {link} domain" if c.ep * c.etp <= domain
-                else "sends the expert all-to-all across nodes")
+                else "dispatches tokens across nodes with DeepEP (one network copy per node)"
+                if dispatcher == "deepep" else "sends the expert all-to-all across nodes")
         out.append(f"EP={c.ep} {verb} ({pct(s.ep_comm_s)} of the step)")
     if c.dp * c.cp > 1:
         out.append(f"DP={c.dp} with {SHARDING[c.dp_sharding]}: gradient/parameter sync leaves "

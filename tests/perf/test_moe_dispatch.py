@@ -195,3 +195,15 @@ def test_a_frame_reads_the_dispatcher_as_predict_input_does():
     assert speed[0] == pytest.approx(speed[1]) and speed[2] == pytest.approx(speed[3])
     assert speed[0] > speed[2]
     assert out["pred_error"][:4].eq("").all() and "allgather" in out["pred_error"][4]
+
+
+def test_recommend_says_how_tokens_cross_nodes():
+    """A recommendation's reasons name the dispatcher it priced across nodes."""
+    from advisor.explain.rationale import layout_reasons
+    from advisor.perf.analytical import predict_config
+
+    for dispatcher, phrase in (("auto", "with DeepEP (one network copy per node)"),
+                               ("alltoall", "sends the expert all-to-all across nodes")):
+        model, h100, config = _qwen235_h100(dispatcher)
+        reasons = layout_reasons(predict_config(model, h100, config), model, h100)
+        assert any("EP=32 " in r and phrase in r for r in reasons), reasons
