@@ -152,8 +152,9 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(modules)
     if config.ep_comm_overlap and _ep_overlap_mtp_error(model, config.pp):
         raise ConfigError(_ep_overlap_mtp_error(model, config.pp))
-    if dispatcher_error(config.moe_dispatcher, platform):
-        raise ConfigError(dispatcher_error(config.moe_dispatcher, platform))
+    why = dispatcher_error(config.moe_dispatcher, platform)
+    if why:
+        raise ConfigError(why)
     if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
                           f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
@@ -201,8 +202,11 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
             (tp * cp * dp) % np.maximum(ep * etp, 1) != 0)
     else:
         bad |= (ep > 1) | (etp > 1)
-    if "moe_dispatcher" in cols and platform.vendor != "nvidia":
-        bad |= np.asarray(cols["moe_dispatcher"]).astype(str) == "deepep"
+    if "moe_dispatcher" in cols:
+        named = np.asarray(cols["moe_dispatcher"]).astype(str)
+        for d in np.unique(named):
+            if dispatcher_error(str(d), platform):
+                bad |= named == d
     if "ep_comm_overlap" in cols and model.num_mtp_layers:
         overlap_pp = np.asarray(cols["ep_comm_overlap"], dtype=bool)
         bad |= overlap_pp & ((model.num_mtp_layers > 1) | (pp == 1))

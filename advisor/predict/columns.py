@@ -37,7 +37,7 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
     import pandas as pd
 
     from advisor.core.model import ModelSpec
-    from advisor.core.parallel import PARALLEL_FIELDS
+    from advisor.core.parallel import DISPATCHER_ALIASES, PARALLEL_FIELDS, SHARDING_ALIASES
     from advisor.core.platform import Platform
 
     if isinstance(configs, list):
@@ -88,11 +88,11 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
     if "recompute" in frame:   # the dataset's spellings, read as `predict --input` reads them
         cols["recompute"] = _canonical_recompute(cols["recompute"])
     if "dp_sharding" in frame:   # ddp, zero1, fsdp, ... as none, optimizer, full
-        cols["dp_sharding"] = _canonical_sharding(cols["dp_sharding"])
+        cols["dp_sharding"] = _canonical_names(cols["dp_sharding"], SHARDING_ALIASES)
     if "recompute_modules" in frame:
         cols["recompute_modules"] = _canonical_modules(cols["recompute_modules"])
     if "moe_dispatcher" in frame:   # flex, hybridep, all-to-all as deepep, alltoall
-        cols["moe_dispatcher"] = _canonical_dispatcher(cols["moe_dispatcher"])
+        cols["moe_dispatcher"] = _canonical_names(cols["moe_dispatcher"], DISPATCHER_ALIASES)
     if "num_gpus" in frame:
         _derive_dp(cols, pd.to_numeric(pd.Series(read("num_gpus")[0]), errors="coerce")
                    .to_numpy(float),
@@ -174,24 +174,13 @@ def _canonical_modules(modules: np.ndarray) -> np.ndarray:
     return np.array([name(v) for v in values], dtype=object)[which]
 
 
-def _canonical_sharding(sharding: np.ndarray) -> np.ndarray:
-    """`parallel.SHARDING_ALIASES` as the one vocabulary (none, optimizer, full)."""
-    from advisor.core.parallel import SHARDING_ALIASES
-
-    for alias, name in SHARDING_ALIASES.items():
-        if (sharding == alias).any():
-            sharding = np.where(sharding == alias, name, sharding).astype(object)
-    return sharding
-
-
-def _canonical_dispatcher(dispatcher: np.ndarray) -> np.ndarray:
-    """`parallel.DISPATCHER_ALIASES` as the one vocabulary (auto, alltoall, deepep)."""
-    from advisor.core.parallel import DISPATCHER_ALIASES
-
-    for alias, name in DISPATCHER_ALIASES.items():
-        if (dispatcher == alias).any():
-            dispatcher = np.where(dispatcher == alias, name, dispatcher).astype(object)
-    return dispatcher
+def _canonical_names(values: np.ndarray, aliases: dict[str, str]) -> np.ndarray:
+    """`values` with every alias of `aliases` replaced by its name (one vocabulary:
+    `parallel.SHARDING_ALIASES`, `parallel.DISPATCHER_ALIASES`)."""
+    for alias, name in aliases.items():
+        if (values == alias).any():
+            values = np.where(values == alias, name, values).astype(object)
+    return values
 
 
 def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.ndarray],
