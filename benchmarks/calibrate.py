@@ -49,6 +49,7 @@ from advisor.perf.vtrain import (
     fit_host_overhead,
     load_vtrain,
     predict_vtrain,
+    reweighted_terms,
     score_vtrain,
     vtrain_cluster,
 )
@@ -197,6 +198,11 @@ def _vtrain_multi(path: Path, calibration) -> dict[str, float]:
           f"{per_job['top1_regret_pct'].max():.1f} %")
     print(per_job.round(3).to_string(index=False))
     print("peer analytical model (Calculon): 15.3 % MAPE, tau 0.62")
+    ceiling = reweighted_terms(multi, calibration, platform=vtrain_cluster())
+    print("\nThe model's own terms reweighted per job (non-negative weights fitted in sample to "
+          "each job's measured times, least squares on the relative error): the order that "
+          "rescaling the mechanisms the model prices reaches\n")
+    print(ceiling.drop(columns=["num_gpus", "gbs"]).round(3).to_string(index=False))
     return {"vtrain_multi_mape_pct": score.mape_pct,
             "vtrain_multi_min_tau": float(per_job["kendall_tau"].min()),
             "vtrain_multi_max_top1_regret_pct": float(per_job["top1_regret_pct"].max())}

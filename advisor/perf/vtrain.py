@@ -197,3 +197,57 @@ def score_vtrain(frame: pd.DataFrame, predicted_ms: pd.Series) -> tuple[VtrainSc
                         median_top1_regret_pct=float(per_job["top1_regret_pct"].median()),
                         mean_top1_regret_pct=float(per_job["top1_regret_pct"].mean()))
     return score, per_job
+
+
+STEP_TERMS = {"compute": ("compute_s", "recompute_s"), "tp_comm": ("tp_comm_s",),
+              "pp_comm": ("pp_comm_s",), "dp_comm": ("dp_comm_s",), "bubble": ("bubble_s",),
+              "optimizer": ("optimizer_s",), "overhead": ("overhead_s",),
+              "throttle": ("throttle_s",)}
+"""The exposed parts of a step (`step_table` columns), which add up to its time; recompute
+goes with compute (under full recompute it is a fixed share of it)."""
+
+
+def reweighted_terms(frame: pd.DataFrame, calibration: Calibration | None = None, *,
+                     platform: Platform | None = None) -> pd.DataFrame:
+    """How much of each job's measured order the model's own mechanisms can carry: per job,
+    non-negative weights on the step's terms (`STEP_TERMS`: compute with its recompute, each
+    communication, bubble, optimizer, host wait, throttle), fitted to that job's own measured
+    times (least squares on the relative error, so weights of one reproduce the model), and
+    the Kendall τ and top-1 regret of the reweighted times. An in-sample fit with as many free
+    weights as terms, not a prediction: where even it leaves τ low, the measured order turns
+    on effects none of the terms carries, whatever their size (noise, placement, kernels
+    the model does not price), and no rescaling of a mechanism would recover it.
+
+    Returns one row per job: `JOB`, layouts, the model's τ, regret and relative RMS error,
+    the reweighted ones, and the weights."""
+    from scipy.optimize import nnls
+
+    platform = platform or load_platform("a100")
+    rows = []
+    for model, part, configs in vtrain_groups(frame):
+        table = step_table(model, platform, configs, calibration=calibration,
+                           framework=FRAMEWORK)
+        for key, job in part.groupby(list(JOB)):
+            if len(job) < 2:
+                continue
+            terms = np.column_stack([table.loc[job.index, list(cols)].sum(axis=1)
+                                     for cols in STEP_TERMS.values()]) * 1e3
+            measured = job["measured_ms"].to_numpy()
+            used = terms.any(axis=0)
+            weights = np.zeros(len(STEP_TERMS))
+            weights[used], _ = nnls(terms[:, used] / measured[:, None], np.ones(len(job)))
+            rows.append((*key, len(job), *_order(terms.sum(axis=1), measured),
+                         *_order(terms @ weights, measured), *weights.round(3)))
+    names = [f"{score}_{kind}" for kind in ("model", "reweighted")
+             for score in ("kendall_tau", "top1_regret_pct", "rms_error_pct")]
+    return pd.DataFrame(rows, columns=[*JOB, "layouts", *names,
+                                       *(f"w_{term}" for term in STEP_TERMS)])
+
+
+def _order(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float, float]:
+    """Kendall τ, top-1 regret (%) and relative RMS error (%) of predicted against measured."""
+    from scipy.stats import kendalltau
+
+    regret = (measured[np.argmin(predicted)] / measured.min() - 1.0) * 100
+    rms = float(np.sqrt(np.mean((predicted / measured - 1.0) ** 2)) * 100)
+    return float(kendalltau(predicted, measured).statistic), float(regret), rms

@@ -12,6 +12,7 @@ from advisor.perf.vtrain import (
     gpt_spec,
     load_vtrain,
     predict_vtrain,
+    reweighted_terms,
     score_vtrain,
     vtrain_cluster,
     vtrain_configs,
@@ -112,3 +113,21 @@ def test_vtrain_multi_node_runs_are_not_predicted_too_fast(multi):
     assert ratio.max() < 2.0
     assert per_job["median_ratio"].max() / per_job["median_ratio"].min() < 1.15
     assert (per_job["kendall_tau"] > 0.5).all()
+
+
+def test_reweighting_the_model_terms_cannot_order_the_18b_and_39b_jobs(vtrain_dir):
+    """Issue 29 asks τ ≥ 0.8 per vTrain multi-node job. Letting every term of the step
+    (compute, each communication, bubble, optimizer, host wait, throttle) take its own
+    non-negative weight, fitted in sample to each job's own runs, fits the times better than
+    the model (by construction) yet leaves τ below 0.8 on the 18.4B (15 layouts) and 39.1B
+    (47 layouts) jobs (0.60 and 0.70 with the 2026-12-05 calibration): their measured order
+    turns on effects no priced mechanism carries, so no rescaling of one would meet the goal."""
+    frame = load_vtrain(vtrain_dir / "ground_truth_multi.csv")
+    table = reweighted_terms(frame, platform=vtrain_cluster())
+    print(table.to_string())
+    assert len(table) == 4
+    assert (table["rms_error_pct_reweighted"] <= table["rms_error_pct_model"] + 1e-6).all()
+    assert (table.filter(like="w_") >= 0).all().all()
+    middle = table[table["hidden"].isin([6144, 8192])]
+    assert len(middle) == 2
+    assert (middle["kendall_tau_reweighted"] < 0.8).all()
