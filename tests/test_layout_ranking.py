@@ -64,7 +64,7 @@ def test_a_miss_names_the_fastest_layout_and_the_pick(bench):
     def layout(job: str, tp: int, predicted: float, measured: float) -> dict:
         fixed = {k: "1" for k in bench.LAYOUT}
         return {**fixed, "source_set": "s", "job": job, "tp": str(tp),
-                bench.PREDICTED: predicted, bench.MEASURED: measured}
+                bench.PREDICTED: predicted, bench.MEASURED: measured, "spread_pct": 0.0}
 
     table = pd.DataFrame([layout("a", 2, 12.0, 8.0), layout("a", 4, 10.0, 10.0),
                           layout("b", 2, 12.0, 10.0), layout("b", 4, 10.0, 10.2)])
@@ -85,7 +85,8 @@ def test_misses_among_tied_picks_take_the_slowest_and_none_is_an_empty_table(ben
 
     def layout(tp: int, predicted: float, measured: float) -> dict:
         return {**{k: "1" for k in bench.LAYOUT}, "source_set": "s", "job": "a",
-                "tp": str(tp), bench.PREDICTED: predicted, bench.MEASURED: measured}
+                "tp": str(tp), bench.PREDICTED: predicted, bench.MEASURED: measured,
+                "spread_pct": 0.0}
 
     tied = pd.DataFrame([layout(1, 5.0, 9.0), layout(2, 5.0, 7.0), layout(4, 1.0, 10.0)])
     miss = bench.misses(tied).iloc[0]
@@ -94,6 +95,40 @@ def test_misses_among_tied_picks_take_the_slowest_and_none_is_an_empty_table(ben
     fine = bench.misses(tied.assign(**{bench.MEASURED: [10.0, 9.9, 1.0]}))
     assert fine.empty and list(fine.columns) == list(bench.MISS_COLUMNS)
     assert fine.groupby(["source", "picked"]).size().empty
+
+
+def test_a_regret_within_the_repeat_spread_is_told_apart(bench):
+    """Two submitters ran TP2 (100 and 90 tokens/s), three ran CP2 (97, 99, 101): advisor
+    picks TP2, measured at its median 95, against CP2's 99: a 4.2 % regret, inside TP2's own
+    11 % spread between runs. A third layout run once has no spread. The summary counts a job
+    over the goal within its spread apart from one beyond it."""
+    import pandas as pd
+
+    def run(job: str, tp: int, cp: int, predicted: float, measured: float) -> dict:
+        return {**{k: "1" for k in bench.LAYOUT}, "job": job, "tp": str(tp), "cp": str(cp),
+                bench.PREDICTED: predicted, bench.MEASURED: measured, "moe": False,
+                "refused": False}
+
+    rows = pd.DataFrame([run("a", 2, 1, 12.0, 100.0), run("a", 2, 1, 12.0, 90.0),
+                         *(run("a", 1, 2, 11.0, m) for m in (97.0, 99.0, 101.0)),
+                         run("a", 1, 1, 5.0, 50.0),
+                         run("b", 2, 1, 12.0, 80.0), run("b", 1, 2, 11.0, 100.0)])
+    table = bench.layouts(rows.assign(source_set="s"))
+    spread = table.set_index(["job", "tp", "cp"])["spread_pct"]
+    assert spread[("a", "2", "1")] == pytest.approx(100 * (100 / 90 - 1))
+    assert spread[("a", "1", "2")] == pytest.approx(100 * (101 / 97 - 1))
+    assert spread[("a", "1", "1")] == 0.0 and spread[("b", "2", "1")] == 0.0
+    jobs = bench.rank_jobs(table).set_index("job")
+    assert jobs.loc["a", "top1_regret_pct"] == pytest.approx(100 * (99 / 95 - 1))
+    assert jobs.loc["a", "repeat_spread_pct"] == pytest.approx(100 * (100 / 90 - 1))
+    missed = bench.misses(table.assign(**{bench.MEASURED: np.where(
+        table["job"].eq("a") & table["tp"].eq("2"), 90.0, table[bench.MEASURED])}))
+    assert missed.set_index("job").loc["a", "repeat_spread_pct"] == pytest.approx(
+        100 * (100 / 90 - 1))
+    summary = bench.summary(jobs.reset_index().assign(
+        top1_regret_pct=[8.0, 25.0]))           # a over the goal but within 11 %; b beyond
+    assert summary.loc["all", "over_within_spread"] == 1
+    assert summary.loc["all", "regret_le_5pct"] == "0/2"
 
 
 def _tau_by_pairs(x, y) -> float:
