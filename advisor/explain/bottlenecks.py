@@ -18,11 +18,15 @@ LABELS = {
     "dp_comm_s": "exposed data-parallel gradient/parameter sync",
     "bubble_s": "pipeline bubble",
     "optimizer_s": "optimizer step",
-    "overhead_s": "per-layer launch overhead",
+    "overhead_s": "kernel-launch overhead",
     "throttle_s": "clocks below maximum (power cap, thermal slowdown) on the straggler",
 }
-def _advice(component: str, prediction: Breakdown, platform: Platform) -> str:
-    """What would cut `component` for this layout: only the remedies that apply to it."""
+
+
+def _advice(component: str, prediction: Breakdown, platform: Platform, *,
+            moe: bool = False) -> str:
+    """What would cut `component` for this layout (of a MoE model where `moe`): only the
+    remedies that apply to it."""
     c = prediction.config
     domain = platform.nvlink_domain_size
     if component == "dp_comm_s":
@@ -60,7 +64,9 @@ def _advice(component: str, prediction: Breakdown, platform: Platform) -> str:
                       (True, "raise mbs (fewer, larger messages)")],
         "bubble_s": [(True, "more micro-batches per step (smaller mbs or larger gbs)"),
                      (c.vp == 1, "interleaving (vp)"), (c.pp > 1, "lower pp")],
-        "overhead_s": [(True, "larger micro-batches or CUDA graphs amortise launch costs")],
+        "overhead_s": [(True, "larger micro-batches or CUDA graphs amortise launch costs"),
+                       (moe, "a wider expert-parallel group: fewer experts per GPU, each "
+                             "launching its own GEMMs")],
     }.get(component, [])
     applicable = [text for applies, text in remedies if applies]
     if not applicable:
@@ -123,7 +129,7 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
     if waste:
         k, v = waste[0]
         lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
-                     f"it: {_advice(k, prediction, platform)}.")
+                     f"it: {_advice(k, prediction, platform, moe=model.is_moe)}.")
     else:
         lines.append("Compute-bound: communication, bubble and overheads together stay under "
                      f"{sum(v for k, v in parts if k != 'compute_s') / s.step_time_s:.0%} "

@@ -36,6 +36,9 @@ from advisor.perf.step import DEFAULT_FRAMEWORK, step_arrays
 PRIOR_LOG_SD = 0.5
 """A Gaussian prior on log(parameter) around the literature value (`[prior]` of
 calibration.toml), so a family with few runs stays near it: the fit is a MAP estimate."""
+PRIOR_LOG_SD_OF = {"expert_overhead_s": 1.0}
+"""Wider priors: a MoE expert's launch count is known (`[prior]`), the host time around each
+launch in Transformer Engine's Python and C++ is not (a factor of several either way)."""
 DATA_LOG_SD = 0.15
 """Typical log error of one run against the model (scale of the data term)."""
 FIT_FRAMEWORKS = True
@@ -48,7 +51,8 @@ LOG_FLOOR = 1e-6
 FRAMEWORK_BOUNDS = (0.3, 1.5)
 BOUNDS = {"gemm": (0.2, 1.0), "gemm_half_dim": (1.0, 2048.0),
           "gemm_memory_exposure": (0.05, 8.0), "attention": (0.1, 1.0), "scan": (0.005, 1.0),
-          "layer_overhead_s": (1e-5, 5e-3), "fp8_ratio": (0.4, 1.0), "fp4_ratio": (0.3, 1.0)}
+          "layer_overhead_s": (1e-5, 5e-3), "expert_overhead_s": (1e-6, 1e-2),
+          "fp8_ratio": (0.4, 1.0), "fp4_ratio": (0.3, 1.0)}
 
 
 @dataclass
@@ -220,6 +224,8 @@ def _constrained(rows: pd.DataFrame, parameter: str) -> bool:
         return bool((classes == "nvfp4").any())
     if parameter == "scan":
         return bool(rows["mamba"].any())
+    if parameter == "expert_overhead_s":
+        return bool(rows["moe"].any())
     return len(rows) > 0
 
 
@@ -258,7 +264,8 @@ def fit_all(ref: Reference, calibration: Calibration, *,
         hit = np.flatnonzero((family_of if kind == "family" else framework_of) == key)
         sparsity[hit, j] = 1
         sparsity[len(rows) + j, j] = 1
-    pull = DATA_LOG_SD / PRIOR_LOG_SD
+    pull = DATA_LOG_SD / np.array([PRIOR_LOG_SD_OF.get(p, PRIOR_LOG_SD) if kind == "family"
+                                   else PRIOR_LOG_SD for kind, _, p in names])
 
     def build(z: np.ndarray) -> Calibration:
         values = dict(zip(names, np.exp(z), strict=True))

@@ -41,6 +41,12 @@ class Efficiency:
     layer_overhead_s: float
     """Host (CPU) time to launch one layer's kernels per micro-batch, forward + backward; the
     GPU waits when its own work is shorter."""
+    expert_overhead_s: float
+    """Host time per local expert of a MoE layer per micro-batch, forward + backward: a
+    grouped GEMM of Transformer Engine launches each expert's GEMMs (forward, input and weight
+    gradients of both linears) and their FP8 casts one by one, so a MoE layer with many local
+    experts and few tokens per micro-batch becomes host-bound (NVIDIA's Megatron-Core MoE
+    report, arXiv 2603.07685: small per-expert GEMMs and many kernel launches; CUDA Graphs)."""
     fp8_ratio: float
     """FP8 GEMM efficiency relative to BF16 (FP8 gains less than 2×: scaling, casts)."""
     fp4_ratio: float
@@ -65,7 +71,7 @@ class FrameworkEfficiency:
 
 FRAMEWORK_PARAMETERS = ("gemm", "attention")
 FIT_PARAMETERS = ("gemm", "gemm_half_dim", "gemm_memory_exposure", "attention", "scan",
-                  "layer_overhead_s", "fp8_ratio", "fp4_ratio")
+                  "layer_overhead_s", "expert_overhead_s", "fp8_ratio", "fp4_ratio")
 
 
 @dataclass(frozen=True)

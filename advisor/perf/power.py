@@ -338,7 +338,9 @@ def power_thermal(platform: Platform, tl: StageTimeline, *, num_gpus: np.ndarray
     local_demand = duty * load + (1.0 - duty) * gaps_w
     overshoot = p.peak_excursion * np.maximum(local_demand - limit, 0.0)
     window = 1.0 - np.exp(-burst_s * stretch / p.sample_window_s)
-    sampled = avg + (local_w + overshoot - avg) * window
+    # The highest of a step's samples is at least their mean (long host waits between a
+    # micro-batch's kernels can pull the burst's local average below the step's).
+    sampled = np.maximum(avg + (local_w + overshoot - avg) * window, avg)
     peak_temp = np.minimum(peak, slowdown_c)
     k = valid.shape[2]
     front = np.asarray(chassis.row)[slots.slot] == "front"

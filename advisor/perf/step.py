@@ -11,10 +11,11 @@ Per pipeline stage and micro-batch (forward + backward):
   five matmuls backward against two forward). Elementwise work (norms, residuals,
   activations, RoPE, MoE permutation, loss) from HBM traffic.
 * host overhead — the CPU launches every kernel; a layer costs `layer_overhead_s` of CPU time
-  per micro-batch (forward + backward; a third more with full recompute). The GPU waits only
-  when the CPU is slower than the GPU work it launches, so a micro-batch takes the longer of
-  the two and the breakdown shows the difference as overhead (small models, small micro-batches
-  and high TP become launch-bound).
+  per micro-batch (forward + backward; a third more with full recompute), a MoE layer
+  `expert_overhead_s` more per local expert (a grouped GEMM launching each expert's GEMMs).
+  The GPU waits only when the CPU is slower than the GPU work it launches, so a micro-batch
+  takes the longer of the two and the breakdown shows the difference as overhead (small models,
+  small micro-batches, high TP and many local experts become launch-bound).
 * recompute — the extra forward: all layers (full) or, selective, the `recompute_modules`
   (`advisor.perf.recompute`): the attention core by default; a recomputed dense MLP, shared
   experts or MoE layer runs its GEMMs and collectives again (a MoE layer its dispatch and

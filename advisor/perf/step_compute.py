@@ -37,6 +37,11 @@ for fused elementwise kernels on HBM GPUs (STREAM-like copy reaches 80-90 %); ca
 replace it."""
 LOSS_BYTES_PER_LOGIT = 12.0
 """Vocab-parallel cross-entropy: write BF16 logits, FP32 softmax read/write, gradient write."""
+GROUPED_KERNEL_FRAMEWORKS = ("torchtitan",)
+"""Frameworks whose MoE experts run as one grouped kernel per linear (TorchTitan:
+`torch._grouped_mm` over every local expert, torchtitan/models/moe), so the host cost of a MoE
+layer does not grow with its local experts; Megatron-Core's Transformer Engine grouped GEMM
+launches each expert's GEMMs (`Efficiency.expert_overhead_s`)."""
 REFERENCE_GEMM_SIDE = 8192.0
 """The best-fed GEMM the power model's demand is stated for: the H200 power probe's continuous
 8192³ load (`datasets/probes/h200-power`), whose utilization is 1 by definition there."""
@@ -316,7 +321,13 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     host_layer = per_value(frameworks[:, None], lambda f: (
         eff.layer_overhead_s if framework(f).layer_overhead_s is None
         else framework(f).layer_overhead_s))
-    host_mb = host_layer * nlayers * np.where(is_full, 4.0 / 3.0, 1.0)
+    # A grouped GEMM that launches each local expert's GEMMs one by one costs host time per
+    # expert, which a fused grouped kernel does not (`GROUPED_KERNEL_FRAMEWORKS`).
+    per_expert = np.where(np.isin(frameworks, GROUPED_KERNEL_FRAMEWORKS)[:, None], 0.0,
+                          eff.expert_overhead_s)
+    local_experts = model.num_experts / ep if model.is_moe else np.zeros_like(ep)
+    host_mb = ((host_layer * nlayers + per_expert * local_experts * nmoe)
+               * np.where(is_full, 4.0 / 3.0, 1.0))
     return StageCompute(
         gemm_fwd_s=gemm_fwd, attention_fwd_s=attn_fwd, memory_fwd_s=mem_fwd, gemm_s=gemm_mb,
         attention_s=attn_mb, memory_s=mem_mb, recompute_gemm_s=re_gemm,
