@@ -227,9 +227,9 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     cover = {kind: trains * clock.time(tuple(g for g in gemms[kind] if g.split == "n"), rows,
                                        tp, 0.0)
              for kind in ("attention", "mlp", "mamba")}
+    local_experts = model.num_experts / ep if model.is_moe else np.zeros_like(ep)
     if model.is_moe:
         expert_rows = rows * model.moe_top_k * ep * etp / (tp * model.num_experts)
-        local_experts = model.num_experts / ep
         t_experts = local_experts * clock.time(gemms["expert"], expert_rows, etp,
                                                num_moe * local_experts)
     else:
@@ -325,7 +325,6 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     # expert, which a fused grouped kernel does not (`GROUPED_KERNEL_FRAMEWORKS`).
     per_expert = np.where(np.isin(frameworks, GROUPED_KERNEL_FRAMEWORKS)[:, None], 0.0,
                           eff.expert_overhead_s)
-    local_experts = model.num_experts / ep if model.is_moe else np.zeros_like(ep)
     host_mb = ((host_layer * nlayers + per_expert * local_experts * nmoe)
                * np.where(is_full, 4.0 / 3.0, 1.0))
     return StageCompute(

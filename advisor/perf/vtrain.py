@@ -175,17 +175,13 @@ def score_vtrain(frame: pd.DataFrame, predicted_ms: pd.Series) -> tuple[VtrainSc
                                                                          pd.DataFrame]:
     """Summary and per-job table (rows, τ, top-1 regret %, MAPE and the median of measured /
     predicted)."""
-    from scipy.stats import kendalltau
-
     ape = (predicted_ms / frame["measured_ms"] - 1.0).abs() * 100
     jobs = []
     for key, part in frame.groupby(list(JOB)):
         if len(part) < 2:
             continue
         pred = predicted_ms.loc[part.index]
-        tau = kendalltau(pred, part["measured_ms"]).statistic
-        chosen = part.loc[pred.idxmin(), "measured_ms"]
-        regret = (chosen / part["measured_ms"].min() - 1.0) * 100
+        tau, regret, _ = _order(pred.to_numpy(), part["measured_ms"].to_numpy())
         jobs.append((*key, len(part), tau, regret, ape.loc[part.index].mean(),
                      (part["measured_ms"] / pred).median()))
     per_job = pd.DataFrame(jobs, columns=[*JOB, "layouts", "kendall_tau", "top1_regret_pct",
