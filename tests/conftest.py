@@ -122,6 +122,11 @@ def mlperf_csv() -> Path:
 
 
 @pytest.fixture(scope="session")
+def megatron_ci_csv() -> Path:
+    return _shared(SHARED_REFERENCE / "megatron_ci" / "runs.csv")
+
+
+@pytest.fixture(scope="session")
 def ref(reference_csv, mlperf_csv):
     """The reference runs: published and MLPerf, as the bundled calibration and surrogate
     learn them (read-only: shared by every test module that uses it)."""

@@ -33,7 +33,8 @@ class Efficiency:
     gemm_memory_exposure: float
     """Share of a GEMM's operand and output traffic (2·(MK + KN + MN) elements through HBM)
     not hidden under its math: small or skinny GEMMs after TP/EP splitting, or with few tokens,
-    become memory-bound (the roofline)."""
+    become memory-bound (the roofline). A fit above 1 says the kernels move more than those
+    ideal operands (tiles of an operand read from HBM more than once)."""
     attention: float
     """Fraction of BF16 peak the fused (flash) attention kernels reach."""
     scan: float

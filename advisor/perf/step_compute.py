@@ -238,23 +238,25 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     t_core = rows * core_flops / tp / attn_peak
     if attention is not None and (attention == "unfused").any():
         # Unfused: QKᵀ and PV as batched GEMMs over every key (the causal mask is applied
-        # after the product, nothing is skipped), per head (M = N = seq, K = head dim), plus
-        # the softmax passes over the s² scores: write scores, read them and write
-        # probabilities forward (6 B per score); backward scales with the forward like fused
-        # attention's does (ATTENTION_BACKWARD_RATIO).
+        # after the product, nothing is skipped), one per head and sequence (M = N = seq,
+        # K = head dim), plus the softmax passes over the s² scores: write scores, read them
+        # and write probabilities forward (6 B per score); backward scales with the forward like
+        # fused attention's does (ATTENTION_BACKWARD_RATIO). A batch of mbs × heads such GEMMs
+        # fills the GPU with tiles whatever their shape, and a reduction over the head dim
+        # (64-128) makes each little more than a write of its s² output, so they run on the
+        # roofline: math at the GEMM efficiency plus their whole HBM traffic, with none of the
+        # small-dimension penalty of a lone weight GEMM (`_GemmClock`).
         # The score GEMMs run in 16-bit whatever the weights' recipe (ParallelConfig refuses
         # unfused attention with context parallelism, so every GPU holds whole sequences).
         unfused = attention[:, None] == "unfused"
         heads = model.num_attention_heads / tp
         head_dim = float(model.attention_head_dim)
-        score_peak = per_value(attn_class, platform.peak_flops) * gemm_kernels
-        score_clock = _GemmClock(eff, score_peak, 2.0, hbm)
-        gemm_core = np.zeros_like(seq)
-        for s_value in np.unique(seq):
-            one_head = score_clock.time((Gemm(head_dim, float(s_value), "none"),
-                                         Gemm(float(s_value), head_dim, "none")),
-                                        np.full_like(seq, s_value), np.ones_like(seq))
-            gemm_core = np.where(seq == s_value, one_head * heads * mbs, gemm_core)
+        score_peak = per_value(attn_class, platform.peak_flops) * gemm_kernels * eff.gemm
+        # Per head and sequence, QKᵀ and PV: 2·s·s·d FLOPs each; traffic 2 B × (two s×d
+        # operands and the s×s product).
+        math = 2 * 2.0 * seq * seq * head_dim / score_peak
+        traffic = 2 * 2.0 * (2 * seq * head_dim + seq * seq) / hbm
+        gemm_core = (math + traffic) * heads * mbs
         softmax = rows * heads * seq * 6.0 / hbm
         t_core = np.where(unfused, gemm_core + softmax, t_core)
     scan_peak = attn_peak / eff.attention * eff.scan
