@@ -46,11 +46,11 @@ def attention_pairs(csv) -> pd.DataFrame:
         mapped = [memory_validation.map_row(r, world) for r in (resumed, plain)]
         if any(isinstance(m, str) for m in mapped):
             continue
-        kernels = [m.config.attention for m in mapped]
-        if sorted(kernels) != ["flash", "unfused"]:
+        (k_fused, fused, m_fused), (k_unfused, unfused, m_unfused) = sorted(
+            zip([m.config.attention for m in mapped], (resumed, plain), mapped, strict=True),
+            key=lambda run: run[0])
+        if (k_fused, k_unfused) != ("flash", "unfused"):
             continue
-        fused, unfused = (resumed, plain) if kernels[0] == "flash" else (plain, resumed)
-        m_fused, m_unfused = mapped if kernels[0] == "flash" else mapped[::-1]
         step = [step_table(m.model, load_platform(m.platform),
                            pd.DataFrame([m.config.to_dict()]),
                            framework="megatron")["step_time_s"].iloc[0]
