@@ -46,6 +46,7 @@ from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
 from advisor.perf.vtrain import (
     cross_validated,
+    equal_work_twins,
     fit_host_overhead,
     load_vtrain,
     predict_vtrain,
@@ -203,6 +204,17 @@ def _vtrain_multi(path: Path, calibration) -> dict[str, float]:
           "each job's measured times, least squares on the relative error): the order that "
           "rescaling the mechanisms the model prices reaches\n")
     print(ceiling.drop(columns=["num_gpus", "gbs"]).round(3).to_string(index=False))
+    twins = equal_work_twins(multi, predicted)
+    print("\nEqual-work twins (`equal_work_twins`): each layout against the one with twice the "
+          "TP, half the DP and twice the micro-batch (same pipeline, same GEMM and attention "
+          "work per GPU, more elementwise work and all-reduce bytes), iteration time wide / "
+          "narrow; a measured ratio below one is an order no model of the work can give\n")
+    print(twins.groupby(["num_gpus", "hidden", "layers"]).agg(
+        pairs=("measured_ratio", "size"),
+        wide_faster=("measured_ratio", lambda r: int((r < 1.0).sum())),
+        measured_min=("measured_ratio", "min"), measured_median=("measured_ratio", "median"),
+        predicted_min=("predicted_ratio", "min"), predicted_max=("predicted_ratio", "max"),
+    ).round(3).to_string())
     return {"vtrain_multi_mape_pct": score.mape_pct,
             "vtrain_multi_min_tau": float(per_job["kendall_tau"].min()),
             "vtrain_multi_max_top1_regret_pct": float(per_job["top1_regret_pct"].max())}

@@ -240,6 +240,34 @@ def reweighted_terms(frame: pd.DataFrame, calibration: Calibration | None = None
                                        *(f"w_{term}" for term in STEP_TERMS)])
 
 
+def equal_work_twins(frame: pd.DataFrame, predicted_ms: pd.Series) -> pd.DataFrame:
+    """Pairs of runs of one job whose GPUs do the same GEMM and attention work: the layout
+    (tp, dp, mbs) and its wide twin (2·tp, dp/2, 2·mbs) at the same pipeline depth and global
+    batch. Both run the same number of micro-batches, each GPU multiplying the same tokens by
+    the same share of the weights and computing the same number of attention heads, with the
+    same kernels launched; the wide twin's replicated elementwise work (LayerNorm, dropout,
+    residual: not split by TP without sequence parallelism) doubles and its TP all-reduce
+    carries twice the bytes over twice the GPUs. All it saves is once per step: its gradient
+    all-reduce and optimizer carry half the parameters each, which the predicted ratio
+    includes. A measured ratio far below the predicted one is an effect of the runs that no
+    priced mechanism carries.
+
+    Returns one row per pair: the job (`JOB`), pp, the narrow twin's tp, dp and mbs, and the
+    wide / narrow ratio of the iteration time, measured and predicted."""
+    keyed = frame.assign(predicted_ms=predicted_ms).set_index(
+        [*JOB, "pp", "tp", "dp", "mbs"])[["measured_ms", "predicted_ms"]]
+    keyed = keyed[~keyed.index.duplicated()]
+    rows = []
+    for key, narrow in keyed.iterrows():
+        *job, pp, tp, dp, mbs = key
+        wide = (*job, pp, 2 * tp, dp // 2, 2 * mbs)
+        if dp % 2 == 0 and wide in keyed.index:
+            rows.append((*key, keyed.at[wide, "measured_ms"] / narrow["measured_ms"],
+                         keyed.at[wide, "predicted_ms"] / narrow["predicted_ms"]))
+    return pd.DataFrame(rows, columns=[*JOB, "pp", "tp", "dp", "mbs", "measured_ratio",
+                                       "predicted_ratio"])
+
+
 def _order(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float, float]:
     """Kendall τ, top-1 regret (%) and relative RMS error (%) of predicted against measured."""
     from scipy.stats import kendalltau
