@@ -139,10 +139,10 @@ def test_equal_work_twins_pair_each_layout_with_twice_the_tp_and_micro_batch():
     batch) and pipeline depth, and nothing else."""
     runs = pd.DataFrame({"num_gpus": 8, "hidden": 2048, "layers": 24, "gbs": 16,
                          "pp": [1, 1, 1, 1, 2, 1],
-                         "tp": [2, 4, 8, 1, 4, 4], "dp": [4, 2, 1, 8, 1, 2],
-                         "mbs": [1, 2, 4, 1, 2, 4],
+                         "tp": [2, 4, 8, 1, 4, 2], "dp": [4, 2, 1, 8, 1, 4],
+                         "mbs": [1, 2, 4, 1, 2, 2],
                          "measured_ms": [100.0, 80.0, 120.0, 90.0, 70.0, 95.0]})
-    runs.loc[5, "gbs"] = 32                       # another job: no twin of the first row
+    runs.loc[5, "gbs"] = 32                       # row 3's wide twin, but of another job
     predicted = pd.Series([100.0, 105.0, 110.0, 99.0, 60.0, 90.0])
     twins = equal_work_twins(runs, predicted)
     assert twins[["tp", "dp", "mbs"]].values.tolist() == [[2, 4, 1], [4, 2, 2]]
