@@ -4,6 +4,13 @@
     python benchmarks/calibrate.py --write        # ...and write advisor/catalog/calibration.toml
     python benchmarks/calibrate.py --no-loso      # skip the (minutes-long) cross-validation
     python benchmarks/calibrate.py --no-mlperf    # published runs only
+    python benchmarks/calibrate.py --gate         # only the refit gate (about 6 minutes)
+
+The refit gate (`advisor.learn.gate`): every run with cross-validation prints leave-one-series-out
+error per platform family × precision × dense/MoE beside the baseline recorded in
+`benchmarks/baselines/loso_series_cells.json`, and exits 1 when a cell of 10 or more rows got
+worse by more than 1 point, unless `--accept "why"` says why (the reason goes in the commit);
+`--update-baseline` records this run as the new baseline.
 
 Fits (1) the collective α–β constants to vTrain's NCCL all-reduce tables and (2) each platform
 family's efficiencies to `shared/reference/published_runs.csv` and the MLPerf Training
@@ -31,6 +38,7 @@ import pandas as pd
 
 from advisor.catalog import load_platform
 from advisor.data.mlperf import mlperf_runs
+from advisor.learn import gate
 from advisor.learn.fit import (
     MLPERF_SOURCE,
     error_table,
@@ -58,6 +66,7 @@ from advisor.perf.vtrain import (
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "reference"
 TARGET = ROOT / "advisor" / "catalog" / "calibration.toml"
+BASELINE = ROOT / "benchmarks" / "baselines" / "loso_series_cells.json"
 
 
 def _sha(path: Path) -> str:
@@ -77,7 +86,17 @@ def main() -> int:
     parser.add_argument("--mlperf", type=Path, default=SHARED / "mlperf" / "mlperf_runs.csv")
     parser.add_argument("--no-mlperf", action="store_true", help="published runs only")
     parser.add_argument("--vtrain", type=Path, default=SHARED / "vtrain")
+    parser.add_argument("--gate", action="store_true",
+                        help="only the refit gate: leave-one-series-out cells against the "
+                             "baseline")
+    parser.add_argument("--accept", metavar="WHY", default="",
+                        help="let a gated cell get worse, for this reason (say it in the commit)")
+    parser.add_argument("--update-baseline", action="store_true",
+                        help=f"record this run's cells in {BASELINE.relative_to(ROOT)}")
+    parser.add_argument("--baseline", type=Path, default=BASELINE)
     args = parser.parse_args()
+    if args.gate and args.no_loso:
+        parser.error("--gate runs the cross-validation that --no-loso skips")
 
     base = load_calibration()
     tables = [read_nccl_tests_table(p)
@@ -101,6 +120,8 @@ def main() -> int:
     mlperf = (ref.rows["source"] == MLPERF_SOURCE).to_numpy()
     print(f"reference: {len(ref.rows)} runs used, {len(ref.skipped)} skipped "
           f"({ref.skipped['why'].str.split(';').str[0].value_counts().to_dict()})")
+    if args.gate:
+        return _gate(ref, base, args)
     fitted = fit_all(ref, base.with_families({}))
     for family, eff in fitted.families.items():
         print(f"  {family}: " + ", ".join(f"{k} {getattr(eff, k):.4g}" for k in FIT_PARAMETERS))
@@ -134,6 +155,7 @@ def main() -> int:
     fitted = fitted.with_frameworks(fitted.frameworks | {
         VTRAIN_FRAMEWORK: FrameworkEfficiency(layer_overhead_s=host_all)})
     metrics.update(_vtrain_multi(args.vtrain / "ground_truth_multi.csv", fitted))
+    status = 0
     if not args.no_loso:
         loso = leave_one_source_out(ref, base.with_families({}))
         _print("leave-one-source-out error (tokens/s/GPU, %)", error_table(rows, loso, None))
@@ -148,10 +170,9 @@ def main() -> int:
                        loso_median_ape_pct=float(table["median_ape"].iloc[0]),
                        loso_median_tau=float(tau["tau"].median()))
         # Whole publication series held out: the error on a software stack never seen (what
-        # the Predictor's analytical band is sized by).
-        series = error_table(rows, leave_one_source_out(ref, base.with_families({}),
-                                                        by="series"), None)
-        _print("leave-one-series-out error (tokens/s/GPU, %)", series)
+        # the Predictor's analytical band is sized by), per cell against the baseline.
+        status, series_pred = _gate(ref, base, args, with_status=True)
+        series = error_table(rows, series_pred, None)
         metrics.update(loso_series_mape_pct=float(series["mape"].iloc[0]),
                        loso_series_median_ape_pct=float(series["median_ape"].iloc[0]))
         if mlperf.any():
@@ -177,11 +198,56 @@ def main() -> int:
         metrics.update(lofo_mape_pct=float(family["mape"].iloc[0]),
                        lofo_median_ape_pct=float(family["median_ape"].iloc[0]))
 
+    if status and args.write:
+        print("\nnot written: the refit gate failed (see above); --accept \"why\" to write anyway")
+        return status
     if args.write:
         _write(fitted, base, coll, metrics, args.reference,
                None if args.no_mlperf else args.mlperf)
         print(f"\nwrote {TARGET.relative_to(ROOT)}")
-    return 0
+    return status
+
+
+def _gate(ref, base, args, *, with_status: bool = False):
+    """Leave-one-series-out error per cell (family × precision × dense/MoE) against the
+    recorded baseline; the exit status (1: a gated cell got worse and no `--accept`), and with
+    `with_status` the held-out predictions too."""
+    predicted = leave_one_source_out(ref, base.with_families({}), by="series")
+    cells = gate.cell_table(ref.rows, predicted)
+    _print("leave-one-series-out error (tokens/s/GPU, %) by family x precision x dense/MoE "
+           "(signed median > 0: predicted too fast)", cells)
+    status = 0
+    if args.baseline.exists():
+        before, meta = gate.read_baseline(args.baseline)
+        comparison = gate.compare(before, cells)
+        _print(f"refit gate: against the baseline of {meta.get('commit', '?')} "
+               f"({meta.get('note', '')}); a cell of >= {gate.MIN_ROWS} rows may not rise by "
+               f"more than {gate.TOLERANCE_PCT:g} point", comparison.drop(
+                   columns=["rows_before"]).round(1))
+        worse = gate.regressions(comparison)
+        if worse and not args.accept:
+            print("\nREFIT GATE FAILED — cells worse than the baseline:\n  " + "\n  ".join(worse)
+                  + "\nState the reason with --accept \"why\" (and in the commit), or fix it.")
+            status = 1
+        elif worse:
+            print(f"\nrefit gate: {len(worse)} cell(s) worse, accepted: {args.accept}")
+        else:
+            print("\nrefit gate: passed")
+    else:
+        print(f"\nrefit gate: no baseline at {args.baseline}; --update-baseline records one")
+    if args.update_baseline:
+        gate.write_baseline(args.baseline, cells, commit=_head(),
+                            note=args.accept or "leave-one-series-out, benchmarks/calibrate.py")
+        print(f"recorded the baseline in {args.baseline}")
+    return (status, predicted) if with_status else status
+
+
+def _head() -> str:
+    import subprocess
+
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True, check=False)
+    return out.stdout.strip() or "unknown"
 
 
 def _vtrain_multi(path: Path, calibration) -> dict[str, float]:

@@ -1,0 +1,63 @@
+"""The refit gate: cells of family × precision × dense/MoE, and what counts as worse."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from advisor.learn import gate
+
+
+def _rows(n: int, *, family: str, precision: str, moe: bool, measured: float) -> pd.DataFrame:
+    return pd.DataFrame({"family": family, "precision": precision, "moe": moe,
+                         "measured": measured}, index=[f"{family}-{precision}-{moe}-{i}"
+                                                       for i in range(n)])
+
+
+def _table(hopper_bf16_error: float, blackwell_fp8_error: float) -> pd.DataFrame:
+    rows = pd.concat([_rows(12, family="hopper", precision="bf16", moe=False, measured=100.0),
+                      _rows(4, family="hopper", precision="fp8-cs", moe=True, measured=100.0),
+                      _rows(20, family="blackwell", precision="mxfp8", moe=False,
+                            measured=100.0)])
+    predicted = pd.Series(100.0, index=rows.index)
+    predicted[rows.index.str.startswith("hopper-bf16")] = 100.0 * (1 + hopper_bf16_error)
+    predicted[rows.index.str.startswith("blackwell")] = 100.0 * (1 - blackwell_fp8_error)
+    return gate.cell_table(rows, predicted)
+
+
+def test_precision_classes_group_the_recipes():
+    assert [gate.precision_class(p) for p in ("bf16", "fp16", "16-bit", "fp8-cs", "mxfp8",
+                                              "fp8-block", "nvfp4")] == \
+        ["bf16", "bf16", "bf16", "fp8", "fp8", "fp8", "fp4"]
+
+
+def test_cells_carry_rows_and_signed_error():
+    table = _table(0.10, 0.05)
+    hopper = table.loc[("hopper", "bf16", "dense")]
+    assert hopper["rows"] == 12 and hopper["mape"] == pytest.approx(10.0)
+    assert hopper["signed_median"] == pytest.approx(10.0)         # predicted too fast
+    assert table.loc[("blackwell", "fp8", "dense"), "signed_median"] == pytest.approx(-5.0)
+    assert table.loc[("all", "", ""), "rows"] == 36
+
+
+def test_a_worse_gated_cell_fails_and_a_small_one_does_not():
+    before, after = _table(0.10, 0.05), _table(0.12, 0.05)
+    worse = gate.regressions(gate.compare(before, after))
+    assert len(worse) == 1 and worse[0].startswith("hopper × bf16 × dense (12 rows)")
+    # Within a point: passes.
+    assert not gate.regressions(gate.compare(before, _table(0.105, 0.05)))
+    # A 4-row cell may move freely.
+    small = _table(0.10, 0.05)
+    small.loc[("hopper", "fp8", "moe"), "mape"] += 20.0
+    assert not gate.regressions(gate.compare(before, small))
+
+
+def test_better_cells_pass_and_the_baseline_round_trips(tmp_path):
+    before, after = _table(0.10, 0.05), _table(0.02, 0.01)
+    assert not gate.regressions(gate.compare(before, after))
+    path = tmp_path / "baseline.json"
+    gate.write_baseline(path, before, commit="abc1234", note="test")
+    table, meta = gate.read_baseline(path)
+    assert meta == {"commit": "abc1234", "note": "test"}
+    pd.testing.assert_frame_equal(table[["rows", "mape"]].astype(float),
+                                  before[["rows", "mape"]].astype(float))
