@@ -53,6 +53,25 @@ class Platform:
     """Memory the driver reports as total (nvidia-smi), where known; else `hbm_bytes`."""
     base_clock_hz: float | None = None
     boost_clock_hz: float | None = None
+    """The maximum SM (compute-unit) clock the driver reports (nvidia-smi "Max Clocks SM",
+    rocminfo "Max Clock Freq."): where a lone kernel runs, and what power-capped clock
+    fractions are measured against."""
+    peak_clock_hz: float | None = None
+    """The clock the datasheet's `peak_flops_per_s` is stated at: compute units × dense FLOP
+    per clock per unit × this clock. Below `boost_clock_hz` on Hopper (1,830 against 1,980 MHz)
+    and Blackwell; equal to it on A100 and AMD parts."""
+    num_compute_units: int | None = None
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD) per device: the GEMM model's
+    wave quantization (`advisor/perf/gemm.py`)."""
+    collective_kernels: str | None = None
+    """Which measured collective table prices collectives inside the device's NVLink/xGMI
+    domain (`h100`, `b200`, `gb200`, `gb300`, `mi300x`, `mi355x` in
+    `advisor/catalog/collective_kernels.toml`); None: the constants fitted on A100's NCCL tables
+    (`calibration.toml [collectives]`)."""
+    gemm_kernels: str | None = None
+    """Which measured GEMM table's kernel parameters the device runs (`sm_90`, `sm_100`,
+    `gfx942`, `gfx950`: `advisor/catalog/gemm_kernels.toml`); None: the generic prior, scaled
+    by the family's end-to-end fit."""
     num_nics_per_node: int | None = None
     """Scale-out NICs per node, where the catalog or a cluster file states it; with
     `nic_bandwidth_bytes_per_s` it sets `inter_node_bandwidth_bytes_per_s` (their product shared
@@ -76,6 +95,12 @@ class Platform:
     PSU: finding 6 of Go et al., MICRO'25); None or absent: none."""
     degraded_power_w: float | None = None
     """The power limit of the degraded nodes' GPUs."""
+    gemm_power_w: float | None = None
+    """What a best-fed GEMM (a power probe's continuous 8192³ BF16 load) draws at full clock on
+    this chip, where a probe of the chip measured it (`collectors/power_probe.py`, fitted by
+    `benchmarks/power_validation.py`); None: the power model's cross-chip `busy_share` ×
+    `tdp_w`. Chips of one family differ here (H200's larger HBM3e stacks draw more than H100's
+    HBM3), so no chip's value is carried to another."""
     host_power_w: float | None = None
     """Power of one node besides its GPUs (CPUs, memory, fans, NICs, switches, power-supply
     loss), where a measurement gives it: with the GPUs' average it makes the node's draw that
@@ -119,6 +144,15 @@ class Platform:
             raise CatalogError(
                 f"{self.name} has no {precision_class} tensor cores; it supports {have}."
             ) from None
+
+    def full_clock_peak_flops(self, precision_class: str) -> float:
+        """Dense FLOP/s at `boost_clock_hz`, the clock a kernel runs at while no limit holds
+        it back: the datasheet peak scaled from `peak_clock_hz` (H100: 989.4e12 at 1,830 MHz
+        is 1,070.5e12 at 1,980 MHz). The datasheet peak where either clock is unknown."""
+        peak = self.peak_flops(precision_class)
+        if self.boost_clock_hz and self.peak_clock_hz:
+            return peak * self.boost_clock_hz / self.peak_clock_hz
+        return peak
 
     def supports(self, precision_class: str) -> bool:
         return precision_class in self.peak_flops_per_s
@@ -187,7 +221,7 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                                    f"{shown_value(value)}.")
             values[key] = tuple(str(a).lower() for a in value)
         elif key in ("name", "display_name", "vendor", "family", "device_unit", "cooling",
-                     "chassis"):
+                     "chassis", "gemm_kernels", "collective_kernels"):
             if not isinstance(value, str):
                 raise CatalogError(f"{where}: {key} must be a string, got {value!r}.")
             if key in _ENUMS and value not in _ENUMS[key]:
@@ -206,6 +240,7 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
     _derive_network(values, data, where)
     _check_thermal_limits(values, where)
     _check_power_limits(values, where)
+    _check_clocks(values, where)
     return Platform(**values, sources=dict(sources), path=where)
 
 
@@ -267,6 +302,16 @@ def _check_thermal_limits(values: dict[str, Any], where: str) -> None:
                            f"in °C, e.g. 25.")
 
 
+def _check_clocks(values: dict[str, Any], where: str) -> None:
+    """The datasheet's peak is stated at or below the maximum clock."""
+    peak, most = values.get("peak_clock_hz"), values.get("boost_clock_hz")
+    if peak is not None and most is not None and peak > most * 1.001:
+        raise CatalogError(f"{where}: peak_clock_hz ({peak / 1e6:g} MHz) is above "
+                           f"boost_clock_hz ({most / 1e6:g} MHz), the maximum clock; the "
+                           f"datasheet's FLOP/s are stated at or below it (H100: 1830 of "
+                           f"1980 MHz).")
+
+
 def _check_power_limits(values: dict[str, Any], where: str) -> None:
     """Power limits lie between the floor and the board's `tdp_w`; degraded nodes come with
     their power limit."""
@@ -314,11 +359,13 @@ PLAUSIBLE = {
     "nic_bandwidth_bytes_per_s": (1e6, 1e15, "bytes/s"),
     "peak_flops_per_s": (1e9, 1e18, "FLOP/s"),
     "intra_domain_latency_s": (1e-9, 1.0, "s"), "inter_node_latency_s": (1e-9, 1.0, "s"),
-    "tdp_w": (1.0, 1e5, "W"), "idle_power_w": (0.1, 1e5, "W"), "host_power_w": (1.0, 1e6, "W"),
+    "tdp_w": (1.0, 1e5, "W"), "gemm_power_w": (1.0, 1e5, "W"), "idle_power_w": (0.1, 1e5, "W"),
+    "host_power_w": (1.0, 1e6, "W"),
     "power_limit_w": (1.0, 1e5, "W"), "degraded_power_w": (1.0, 1e5, "W"),
     "thermal_slowdown_c": (20.0, 150.0, "°C"), "thermal_shutdown_c": (20.0, 200.0, "°C"),
     "memory_max_c": (20.0, 150.0, "°C"), "base_clock_hz": (1e6, 1e11, "Hz"),
-    "boost_clock_hz": (1e6, 1e11, "Hz"), "gpu_hour_usd": (1e-4, 1e4, "US dollars"),
+    "boost_clock_hz": (1e6, 1e11, "Hz"), "peak_clock_hz": (1e6, 1e11, "Hz"),
+    "num_compute_units": (1, 100_000, "units"), "gpu_hour_usd": (1e-4, 1e4, "US dollars"),
 }
 """The range a platform number must lie in, far around every device the catalog holds (in
 advisor/catalog/platforms: memory 8-279 GB, bandwidths 1.25e9-8e12 B/s, peaks 1.9e11-1.5e16
