@@ -66,7 +66,13 @@ from advisor.perf.columns import (
 )
 from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.layout import stage_layout
-from advisor.perf.memory_activations import ACT_BYTES, FP32_BYTES, eager_bytes_per_token
+from advisor.perf.memory_activations import (
+    ACT_BYTES,
+    FP32_BYTES,
+    OP_SAC_FRAMEWORKS,
+    eager_bytes_per_token,
+    op_sac_bytes_per_token,
+)
 from advisor.perf.memory_activations import (
     activation_bytes_per_token as _activation_bytes_per_token,
 )
@@ -139,8 +145,8 @@ MEGATRON_LOSS_FRAMEWORKS = ("megatron", "megatron-deepspeed")
 OTHER_LOGIT_BYTES = 4.0
 """The loss of other frameworks: an FP32 softmax per vocabulary entry and token, the figure this
 model used before it was checked against Megatron-LM's peaks; not checked against a measurement
-of theirs (llm-foundry's default fused cross-entropy keeps less, torchtitan's `.float()` loss
-may keep more)."""
+of theirs (llm-foundry's default fused cross-entropy keeps less; TorchTitan's `.float()` loss is
+`FLOAT_LOSS_FRAMEWORKS`')."""
 DROPOUT_MASK_BYTES = 1.0
 """A dropout mask is one byte per element (`torch.bool`/uint8)."""
 EAGER_FRAMEWORKS = ("pytorch",)
@@ -172,6 +178,9 @@ EAGER_OPTIMIZER_BYTES = 8.0
 EAGER_STEP_TEMP_BYTES = 4.0
 EAGER_LOGIT_BYTES = 12.0
 """Bytes per vocabulary entry and token at an eager PyTorch loss's peak (`EAGER_FRAMEWORKS`)."""
+FLOAT_LOSS_FRAMEWORKS = ("torchtitan",)
+"""Frameworks whose loss is PyTorch's cross-entropy on an FP32 copy of the logits, as the eager
+workload's (`EAGER_LOGIT_BYTES`)."""
 RESERVE_FIXED_BYTES = 1.0 * 2**30
 """CUDA context (~0.5 GiB with lazy module loading) plus NCCL communicator buffers (~0.5 GiB for
 the TP/PP/DP/EP groups). placeholder: typical values, not measured here; to be replaced by
@@ -393,6 +402,14 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     selective = Recompute.of(configs) if np.any(recompute == "selective") else None
     if selective is not None:
         stored = _selective(model, stored, per_token, scores, selective)
+    # TorchTitan's selective recompute is per op (`op_sac_bytes_per_token`); it rebuilds one
+    # block at a time in the backward.
+    op_sac = ((np.isin(_col(configs, "framework"), OP_SAC_FRAMEWORKS) if "framework" in configs
+               else np.zeros(tp.shape, dtype=bool)) & (recompute == "selective"))
+    if op_sac.any():
+        sac = op_sac_bytes_per_token(model, tp=tp, sp=sp)
+        for kind in ("attention", "mlp"):
+            stored[kind] = np.where(op_sac, sac[kind], stored[kind])
     if "dropout" in configs:
         # Megatron's fused bias-dropout-add keeps a one-byte mask of the residual branch after
         # attention and after the MLP (Korthikanti et al. 2022 §4: sbh each); unfused attention
@@ -417,6 +434,7 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     is_full = recompute == "full"
     per_mb = np.where(is_full, per_mb_full, per_mb_stage)
     working = np.where(is_full, working_layer, 0.0)
+    working = np.where(op_sac, (per_token["attention"] + per_token["mlp"]) * tokens, working)
     if selective is not None:
         # A checkpointed MLP or MoE layer rebuilds one layer's tensors at a time.
         working = working + tokens * np.maximum(
@@ -454,6 +472,10 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
         framework = np.asarray(configs["framework"], dtype=object)[:, None]
         logit_bytes = np.where(np.isin(framework, MEGATRON_LOSS_FRAMEWORKS), LOGIT_BYTES,
                                OTHER_LOGIT_BYTES)
+        # TorchTitan's loss is the eager one: cross_entropy(logits.float()) (torchtitan 0.3.0
+        # components/loss.py), as the collectors' workload runs it.
+        logit_bytes = np.where(np.isin(framework, FLOAT_LOSS_FRAMEWORKS), EAGER_LOGIT_BYTES,
+                               logit_bytes)
     logit_bytes = np.where(eager, EAGER_LOGIT_BYTES, logit_bytes)
     logits = logit_bytes * model.vocab_size / tp * tokens * (1 + model.num_mtp_layers)
     activations = activations + (stage == pp - 1) * logits

@@ -128,3 +128,26 @@ def eager_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray
         4 if model.gated_mlp else 2) / tp
     zeros = np.zeros_like(tp, dtype=float)
     return {"attention": attention + zeros, "mlp": mlp + zeros}
+
+
+OP_SAC_FRAMEWORKS = ("torchtitan",)
+"""Frameworks whose selective recompute is per-op (TorchTitan's `SelectiveAC`), not Megatron's
+per-module recompute."""
+
+
+def op_sac_bytes_per_token(model: ModelSpec, *, tp: np.ndarray, sp: np.ndarray
+                           ) -> dict[str, np.ndarray]:
+    """Stored bytes per token of a dense attention and MLP sublayer under TorchTitan's
+    per-op selective checkpointing (torchtitan 0.3.0 `distributed/activation_checkpoint.py`,
+    `SelectiveAC`): inside each transformer block it saves the outputs of matmuls, counted in
+    execution order, except every second one, and of the ops in its save list (flash attention
+    is not in it: recomputed), and recomputes everything else from the block's input. A Llama
+    block runs wq, wk, wv, wo, w1, w3, w2: it keeps the block input and the outputs of wq, wv,
+    w1 and w2."""
+    h, a = model.hidden_size, ACT_BYTES
+    zeros = np.zeros_like(tp, dtype=float)
+    attention = a * (h / sp + (model.q_dim + model.v_dim) / tp)
+    mlp = a * ((model.ffn_hidden_size if model.gated_mlp else 0) / tp + h / sp)
+    if not model.gated_mlp:          # fc1 (saved, the 5th matmul) and fc2 (recomputed)
+        mlp = a * model.ffn_hidden_size / tp
+    return {"attention": attention + zeros, "mlp": mlp + zeros}
