@@ -189,7 +189,8 @@ def _overlap(space: pd.DataFrame) -> pd.Series:
 #: they hold their default, so a dataset collected before them resumes with the same ids.
 _LATER_FIELDS = {"recompute_modules": "core_attn", "ep_comm_overlap": False,
                  "first_stage_layers": 0, "last_stage_layers": 0, "finetune": "none",
-                 "lora_rank": 16, "lora_targets": "attention", "moe_dispatcher": "auto"}
+                 "lora_rank": 16, "lora_targets": "attention", "moe_dispatcher": "auto",
+                 "dp_shard_size": 0}
 
 
 def run_id(campaign: str, row: dict) -> str:

@@ -211,9 +211,9 @@ def _pick(rng: random.Random, good: list[str], odd_share: float = 0.3) -> str:
     return rng.choice(ODD_TEXT) if rng.random() < odd_share else rng.choice(good)
 
 
-LAYOUT_FLAGS = ("--tp", "--pp", "--cp", "--ep", "--etp", "--vp", "--mbs")
+LAYOUT_FLAGS = ("--tp", "--pp", "--cp", "--ep", "--etp", "--vp", "--mbs", "--dp-shard-size")
 JOB_FLAGS = ("--seq-len", "--gbs")
-CHOICE_FLAGS = {"--precision": ["bf16", "fp8", "nvfp4", "fp16"],
+CHOICE_FLAGS = {"--precision": ["bf16", "fp8", "nvfp4", "fp16", "fp8-row"],
                 "--recompute": ["none", "selective", "full"],
                 "--recompute-modules": ["moe_act,layernorm", "mlp", "core_attn moe", "mla_up_proj"],
                 "--dp-sharding": ["none", "optimizer", "full"],
@@ -232,7 +232,7 @@ COMMANDS = {
                                           "--recompute-modules")),
     "space": (JOB_FLAGS + ("--limit",), ("--precision",)),
     "recommend": (JOB_FLAGS + ("--tp", "--pp", "--top", "--max-power-w", "--memory-margin",
-                               "--max-throttle-risk", "--trials", "--seed"),
+                               "--max-throttle-risk", "--trials", "--seed", "--dp-shard-size"),
                   ("--precision", "--objective", "--risk", "--recompute", "--search",
                    "--recompute-modules", "--moe-dispatcher")),
     "compare": (JOB_FLAGS + ("--max-power-w", "--memory-margin", "--gpu-hour-price"),
@@ -246,7 +246,7 @@ GOOD_VALUES = {"--tp": ["1", "2", "4", "8"], "--pp": ["1", "2", "4"], "--cp": ["
                "--limit": ["0", "5"], "--top": ["1", "3"], "--max-power-w": ["600", "900"],
                "--memory-margin": ["0", "0.05"], "--max-throttle-risk": ["0.1", "1"],
                "--trials": ["5", "20"], "--seed": ["0", "7"], "--gpu-hour-price": ["2.5"],
-               "--gpus": ["8", "16", "64", "128"]}
+               "--gpus": ["8", "16", "64", "128"], "--dp-shard-size": ["0", "2", "8", "3"]}
 
 
 def _cli(rng: random.Random) -> Case:
@@ -277,7 +277,7 @@ def _cli(rng: random.Random) -> Case:
 
 CSV_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "gbs", "tp", "pp", "cp", "ep", "mbs",
                "recompute", "recompute_modules", "ep_comm_overlap", "moe_dispatcher",
-               "dp_sharding", "precision", "framework", "software")
+               "dp_sharding", "dp_shard_size", "precision", "framework", "software")
 GOOD_CELLS = {"model": MODELS[:4], "gpu": PLATFORMS[:3], "num_gpus": ["8", "64"],
               "seq_len": ["4096", "8192"], "gbs": ["128", "256"], "tp": ["1", "2", "4"],
               "pp": ["1", "2"], "cp": ["1"], "ep": ["", "1", "8"], "mbs": ["1", "2"],
@@ -285,6 +285,7 @@ GOOD_CELLS = {"model": MODELS[:4], "gpu": PLATFORMS[:3], "num_gpus": ["8", "64"]
               "recompute_modules": ["", "moe_act layernorm", "mlp"],
               "ep_comm_overlap": ["", "true", "false"],
               "moe_dispatcher": ["", "auto", "alltoall", "flex"],
+              "dp_shard_size": ["", "0", "2", "8", "3"],
               "precision": ["", "bf16", "fp8"], "framework": ["", "megatron", "nemo"],
               "software": ["", "24.07", "2021"]}
 

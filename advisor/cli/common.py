@@ -35,7 +35,9 @@ GbsOpt = Annotated[int | None, typer.Option(
     "tokens (0.5M below 5B parameters) as a power of two, and at least gpus/2 sequences so the "
     "batch grows with the job (405B on 1,024 GPUs: GBS 512, as NVIDIA's recipes run).")]
 PrecisionOpt = Annotated[str, typer.Option(
-    "--precision", help="bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4.")]
+    "--precision", help="bf16, fp16, or an FP8 recipe by its scaling: fp8 (per tensor, "
+    "delayed), fp8-cs (per tensor, current), fp8-row (per row: TorchTitan's float8), fp8-block "
+    "(per 128-block), mxfp8 (per 32); nvfp4.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
 FinetuneOpt = Annotated[str, typer.Option(
     "--finetune", help="none (pre-training), lora (LoRA adapters on a frozen base: no weight "
@@ -60,6 +62,12 @@ DISPATCHER_HELP = ("MoE token dispatcher: auto (the flex dispatcher with DeepEP 
                    "remote node; NVIDIA only). flex and hybridep are read as deepep.")
 DispatcherOpt = Annotated[str, typer.Option(
     "--moe-dispatcher", help=DISPATCHER_HELP + " Needs --ep > 1 unless auto.")]
+SHARD_SIZE_HELP = ("Hybrid sharding: shard the optimizer (or, with --dp-sharding full, "
+                   "everything) over this many data-parallel ranks and replicate across the "
+                   "groups (Megatron-Core --num-distributed-optimizer-instances = dp·cp / this; "
+                   "TorchTitan HSDP data_parallel_shard_degree; ZeRO within a node: the GPUs "
+                   "of a node / tp). 0 = the whole data-parallel group.")
+ShardSizeOpt = Annotated[int, typer.Option("--dp-shard-size", min=0, help=SHARD_SIZE_HELP)]
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="With --finetune lora: attention (QKV and output projections, the "
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]

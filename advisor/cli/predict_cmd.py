@@ -26,6 +26,7 @@ from advisor.cli.common import (
     PrecisionOpt,
     RecomputeModulesOpt,
     SeqLenOpt,
+    ShardSizeOpt,
     emit_json,
     finetune_job,
     guard,
@@ -64,7 +65,8 @@ NoOverlapOpt = Annotated[bool, typer.Option(
 
 def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision, tp, pp, cp,
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, recompute_modules=None,
-                ep_comm_overlap=False, moe_dispatcher="auto", first_stage_layers=0,
+                ep_comm_overlap=False, moe_dispatcher="auto", dp_shard_size=0,
+                first_stage_layers=0,
                 last_stage_layers=0, finetune=None, predictor=None, conditions=None):
     """The `Predictor`'s `Prediction` (with its analytical `Breakdown`) of the configuration
     the flags describe, and notes. `predictor` None: the analytical model alone
@@ -85,6 +87,8 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         config = config.replace(ep_comm_overlap=True)
     if moe_dispatcher != "auto":
         config = config.replace(moe_dispatcher=moe_dispatcher)
+    if dp_shard_size:
+        config = config.replace(dp_shard_size=dp_shard_size)
     if first_stage_layers or last_stage_layers:
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
@@ -121,7 +125,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             recompute_modules: RecomputeModulesOpt = None, ep_comm_overlap: EpOverlapOpt = False,
-            moe_dispatcher: DispatcherOpt = "auto",
+            moe_dispatcher: DispatcherOpt = "auto", dp_shard_size: ShardSizeOpt = 0,
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
@@ -166,6 +170,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute,
             dp_sharding=dp_sharding, no_overlap=no_overlap, recompute_modules=recompute_modules,
             ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
+            dp_shard_size=dp_shard_size,
             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
             finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
             conditions=conditions)
@@ -339,7 +344,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             seq_len: SeqLenOpt = None, gbs: GbsOpt = None, precision: PrecisionOpt = "bf16",
             recompute: RecomputeOpt = "none", dp_sharding: ShardingOpt = "optimizer",
             recompute_modules: RecomputeModulesOpt = None, ep_comm_overlap: EpOverlapOpt = False,
-            moe_dispatcher: DispatcherOpt = "auto",
+            moe_dispatcher: DispatcherOpt = "auto", dp_shard_size: ShardSizeOpt = 0,
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
@@ -361,6 +366,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
         cp=cp, ep=ep, etp=etp, vp=vp, mbs=mbs, recompute=recompute, dp_sharding=dp_sharding,
         no_overlap=no_overlap, recompute_modules=recompute_modules,
         ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
+        dp_shard_size=dp_shard_size,
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         finetune=finetune_job(finetune, lora_rank, lora_targets),
         predictor=None if analytical else Predictor.load(models),

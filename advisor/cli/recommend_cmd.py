@@ -13,6 +13,7 @@ from rich.console import Console
 
 from advisor.cli.common import (
     DISPATCHER_HELP,
+    SHARD_SIZE_HELP,
     DegradedNodesOpt,
     DegradedPowerOpt,
     FinetuneOpt,
@@ -113,6 +114,11 @@ def recommend(
         moe_dispatcher: Annotated[str | None, typer.Option(
             "--moe-dispatcher", show_default=False, help="Pin the " + DISPATCHER_HELP[0].lower()
             + DISPATCHER_HELP[1:] + " Unpinned: auto.")] = None,
+        dp_shard_size: Annotated[int | None, typer.Option(
+            "--dp-shard-size", min=0, show_default=False, help="Pin hybrid sharding, on the "
+            "layouts whose sharded data-parallel group it divides. " + SHARD_SIZE_HELP
+            + " Unpinned: the whole group, and a what-if line for #1 where sharding within a "
+            "node would be faster.")] = None,
         top: Annotated[int, typer.Option("--top", min=1, help="How many to show.")] = 5,
         layout: Annotated[str | None, typer.Option(
             "--layout", help="Why not this layout? Also print where it ranks, its predicted "
@@ -181,7 +187,8 @@ def recommend(
                                   recompute=_lower(recompute), dp_sharding=_lower(dp_sharding),
                                   overlap=overlap, recompute_modules=recompute_modules,
                                   ep_comm_overlap=ep_comm_overlap,
-                                  moe_dispatcher=moe_dispatcher).items()
+                                  moe_dispatcher=moe_dispatcher,
+                                  dp_shard_size=dp_shard_size).items()
             if v is not None}
     m = load_model(model)
     p = with_conditions(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,

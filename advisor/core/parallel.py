@@ -67,8 +67,13 @@ GEMMs."""
 #: Precision recipe -> the tensor-core class whose peak it runs at.
 PRECISIONS = {
     "bf16": "bf16", "fp16": "fp16", "16-bit": "bf16",
-    "fp8": "fp8", "fp8-cs": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4",
+    "fp8": "fp8", "fp8-cs": "fp8", "fp8-row": "fp8", "fp8-block": "fp8", "mxfp8": "fp8",
+    "nvfp4": "fp4",
 }
+"""The FP8 recipes by how they scale: per tensor (`fp8` with delayed scaling, `fp8-cs` with
+current scaling: Transformer Engine's tensorwise), per row (`fp8-row`: torchao's rowwise, what
+TorchTitan's float8 converter runs), per block (`fp8-block`: 128-wide blocks, DeepSeek-V3's) or
+per 32 values (`mxfp8`)."""
 
 
 def sharding_name(value: Any) -> Any:
@@ -217,7 +222,7 @@ class ParallelConfig:
     """Global batch size (sequences per optimizer step)."""
     seq_len: int = 4096
     precision: str = "bf16"
-    """bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-block, mxfp8, nvfp4."""
+    """bf16, fp16, fp8 (per-tensor), fp8-cs, fp8-row, fp8-block, mxfp8, nvfp4."""
     recompute: str = "none"
     """Activation recomputation: none, selective (the `recompute_modules`), or full (every
     layer)."""
@@ -226,6 +231,12 @@ class ParallelConfig:
     `--recompute-modules`); the default (core_attn) unless recompute is selective."""
     dp_sharding: str = "optimizer"
     """none (plain DDP), optimizer (distributed optimizer / ZeRO-1), full (FSDP / ZeRO-3)."""
+    dp_shard_size: int = 0
+    """Data-parallel ranks (of the dp × cp group) each shard spans, replicated across the
+    groups: hybrid sharding (TorchTitan's HSDP `data_parallel_shard_degree`, Megatron-Core's
+    `--num-distributed-optimizer-instances` = dp·cp / this, ZeRO within a node); 0 = the whole
+    dp × cp group. Gradients reduce-scatter (and FSDP parameters all-gather) inside a group;
+    the groups then all-reduce their shards. Needs dp_sharding optimizer or full."""
     sequence_parallel: bool = False
     """Shard norm/dropout activations over the TP group (needs tp > 1)."""
     overlap_grad_reduce: bool = False
@@ -321,6 +332,7 @@ class ParallelConfig:
             if value and self.pp == 1:
                 raise ConfigError(f"{key} ({value}) needs pp > 1: it sets an uneven pipeline "
                                   f"split; use 0 or raise pp.")
+        _check_shard_group(self)
         if self.overlap_param_gather and self.dp_sharding == "none":
             raise ConfigError("overlap_param_gather needs dp_sharding optimizer or full: "
                               "without a sharded optimizer there is no parameter all-gather.")
@@ -333,6 +345,16 @@ class ParallelConfig:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def shard_group(self) -> int:
+        """Data-parallel ranks one shard spans: `dp_shard_size`, or the whole dp × cp group."""
+        return self.dp_shard_size or self.dp * self.cp
+
+    @property
+    def shard_replicas(self) -> int:
+        """How many times each shard is replicated (1 without hybrid sharding)."""
+        return self.dp * self.cp // self.shard_group
 
     @property
     def num_microbatches(self) -> int:
@@ -357,6 +379,24 @@ PARALLEL_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelConfig))
 _CHOICES = {"recompute": RECOMPUTE, "attention": ATTENTION, "dp_sharding": DP_SHARDING,
             "moe_dispatcher": MOE_DISPATCHERS,
             "precision": tuple(PRECISIONS), "finetune": FINETUNE, "lora_targets": LORA_TARGETS}
+
+
+def _check_shard_group(config: ParallelConfig) -> None:
+    """`dp_shard_size` divides the dp × cp group and shards something."""
+    size = config.dp_shard_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ConfigError(f"dp_shard_size must be a whole number ≥ 0 (0 = the whole data-"
+                          f"parallel group), got {size!r}.")
+    if not size:
+        return
+    group = config.dp * config.cp
+    if group % size:
+        raise ConfigError(f"dp_shard_size ({size}) must divide dp × cp ({config.dp} × "
+                          f"{config.cp} = {group}): each shard group is a slice of the data-"
+                          f"parallel ranks; try one of {_divisors_hint(group)}.")
+    if config.dp_sharding == "none" and size != group:
+        raise ConfigError(f"dp_shard_size ({size}) needs dp_sharding optimizer or full: plain "
+                          f"DDP shards nothing; shard the optimizer or leave dp_shard_size 0.")
 
 
 def _check_ep_overlap(config: ParallelConfig) -> None:
@@ -411,6 +451,10 @@ def invalid_config_rows(cols) -> Any:
         values = col(name)
         bad |= (values < 0) | ((values > 0) & (pp == 1))
     bad |= col("overlap_param_gather").astype(bool) & (col("dp_sharding").astype(str) == "none")
+    shard = col("dp_shard_size")
+    group = dp * cp
+    bad |= (shard < 0) | ((shard > 0) & (group % np.maximum(shard, 1) != 0))
+    bad |= (shard > 0) & (shard != group) & (col("dp_sharding").astype(str) == "none")
     return bad
 
 

@@ -352,7 +352,7 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
         for name, value in (("gbs", job.gbs), ("seq_len", job.seq_len),
                             ("precision", job.precision), ("grad_reduce_in_fp32", False),
                             ("attention", "flash"), ("ep_comm_overlap", False),
-                            ("moe_dispatcher", "auto"),
+                            ("moe_dispatcher", "auto"), ("dp_shard_size", 0),
                             ("first_stage_layers", 0),
                             ("last_stage_layers", 0), ("finetune", job.finetune),
                             ("lora_rank", job.lora_rank), ("lora_targets", job.lora_targets)):
@@ -362,7 +362,7 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
         table = Table({k: columns[k] for k in PARALLEL_FIELDS})
     # Not enumerated: pinning sets them, on the layouts that can run them.
     fixed = {knob: pins[knob] for knob in ("grad_reduce_in_fp32", "attention", "ep_comm_overlap",
-                                           "moe_dispatcher") if knob in pins}
+                                           "moe_dispatcher", "dp_shard_size") if knob in pins}
     table = table.with_columns(fixed)
     if fixed:
         table = table.take(~invalid_config_rows(table))

@@ -135,6 +135,7 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
         mbs=_int(row, "mbs", 1, assumed), gbs=_int(row, "gbs", None, assumed),
         seq_len=_int(row, "seq_len", None, assumed), precision=precision,
         recompute=named, recompute_modules=modules, dp_sharding=sharding,
+        dp_shard_size=_shard_size(row, group=dp * cp),
         **_dispatch(row, model, ep=ep, overlap_runs=(pp == 1 or _int(row, "vp", 1, [])
                                                      > 1) and named != "full",
                     assumed=assumed),
@@ -210,6 +211,22 @@ def _finetune(row: Mapping) -> dict[str, object]:
     if targets:
         out["lora_targets"] = targets
     return out
+
+
+def _shard_size(row: Mapping, *, group: int) -> int:
+    """Hybrid sharding's group (`ParallelConfig.dp_shard_size`): the `dp_shard_size` column,
+    or Megatron-Core's `num_distributed_optimizer_instances` (the group is dp·cp / instances);
+    empty: 0, the whole data-parallel group."""
+    size = _stage_layers(row, "dp_shard_size")
+    if size:
+        return size
+    instances = _stage_layers(row, "num_distributed_optimizer_instances")
+    if instances > 1:
+        if group % instances:
+            raise ConfigError(f"num_distributed_optimizer_instances = {instances} must divide "
+                              f"dp × cp ({group}).")
+        return group // instances
+    return 0
 
 
 def _stage_layers(row: Mapping, key: str) -> int:

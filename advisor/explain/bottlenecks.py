@@ -112,7 +112,9 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
     c, s, p, m = prediction.config, prediction.step, prediction.power, prediction.memory
     lines = [
         f"{model.display_name or model.name} on {c.world_size} × {platform.display_name}: "
-        f"tp {c.tp}, pp {c.pp}{f' (vp {c.vp})' if c.vp > 1 else ''}, dp {c.dp}, cp {c.cp}"
+        f"tp {c.tp}, pp {c.pp}{f' (vp {c.vp})' if c.vp > 1 else ''}, dp {c.dp}"
+        f"{f' (shards within groups of {c.shard_group})' if c.shard_replicas > 1 else ''}"
+        f", cp {c.cp}"
         f"{_experts(c, model, platform)}, mbs {c.mbs}, gbs {c.gbs}, "
         f"{c.num_microbatches} micro-batches per step, {c.precision}, recompute "
         f"{recompute_label(c.recompute, c.recompute_modules)}.",

@@ -65,8 +65,14 @@ def describe(row: Row, model: ModelSpec) -> str:
     k = knob_values(row)
     ep_overlap = ["EP all-to-all overlap"] if _ep_overlap(row) else []
     return " · ".join([*_layout(row, model, spaced=True), f"recompute {k['recompute']}",
-                       SHARDING[k["dp_sharding"]], "overlap" if k["overlap"] else "no overlap",
-                       *ep_overlap])
+                       SHARDING[k["dp_sharding"]] + _shard_group(row),
+                       "overlap" if k["overlap"] else "no overlap", *ep_overlap])
+
+
+def _shard_group(row: Row) -> str:
+    """` within groups of 8` where hybrid sharding is on, else ""."""
+    size = int(row.get("dp_shard_size", 0) or 0) if hasattr(row, "get") else 0
+    return f" within groups of {size}" if size else ""
 
 
 def _ep_overlap(row: Row) -> bool:
@@ -121,7 +127,10 @@ def layout_reasons(p: Breakdown, model: ModelSpec, platform: Platform) -> list[s
                 if dispatcher == "deepep" else "sends the expert all-to-all across nodes")
         out.append(f"EP={c.ep} {verb} ({pct(s.ep_comm_s)} of the step)")
     if c.dp * c.cp > 1:
-        out.append(f"DP={c.dp} with {SHARDING[c.dp_sharding]}: gradient/parameter sync leaves "
+        hybrid = (f" within groups of {c.shard_group} ({c.shard_replicas} replicas of each "
+                  f"shard, all-reduced across them)" if c.shard_replicas > 1 else "")
+        out.append(f"DP={c.dp} with {SHARDING[c.dp_sharding]}{hybrid}: gradient/parameter "
+                   f"sync leaves "
                    f"{pct(s.dp_comm_s)} exposed"
                    f"{' behind overlap' if c.overlap_grad_reduce else ' (no overlap)'}")
     if c.recompute != "none":

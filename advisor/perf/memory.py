@@ -309,6 +309,15 @@ def _selective(model: ModelSpec, stored: dict, per_token: dict, scores: np.ndarr
     return out
 
 
+def shard_groups(configs: Columns, dp_group: np.ndarray) -> np.ndarray:
+    """Ranks each shard spans per configuration: `dp_shard_size` where set, else the whole
+    dp × cp group."""
+    if "dp_shard_size" not in configs:
+        return dp_group
+    size = np.asarray(configs["dp_shard_size"]).astype(int).reshape(np.shape(dp_group))
+    return np.where(size > 0, size, dp_group)
+
+
 def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first: int = 0,
                   last: int = 0, at: str = "heaviest") -> dict[str, np.ndarray]:
     layout = stage_layout(model, pp, vp, first=first, last=last)
@@ -324,7 +333,9 @@ def _stage_memory(model: ModelSpec, configs: Columns, *, pp: int, vp: int, first
     params = dense + expert
     dp_group = dp * cp                     # non-expert parameters replicate over dp × cp
     edp_group = np.maximum(dp * cp * tp // (ep * etp), 1)  # expert data-parallel size
-    sharded = dense / dp_group + expert / edp_group
+    # Hybrid sharding shards over `dp_shard_size` ranks and replicates across the groups.
+    replicas = dp_group // shard_groups(configs, dp_group)
+    sharded = dense / (dp_group // replicas) + expert / np.maximum(edp_group // replicas, 1)
     full = sharding == "full"
     shard_opt = sharding != "none"
     cache = per_value(_col(configs, "precision"), lambda p: LOW_PRECISION_WEIGHT_CACHE_BYTES.get(

@@ -44,6 +44,7 @@ from advisor.explain.rationale import (
     tradeoff,
     warnings,
 )
+from advisor.perf.columns import columns_of
 from advisor.predict.predictor import Prediction, Predictor
 from advisor.search import power_limit
 from advisor.search.degraded import DegradedAdvice, route_around
@@ -240,6 +241,7 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
     best = ranked.row(0)
     lines = [tradeoff(best, other) for other in neighbours(best, ranked)]
     lines += moe_what_ifs(best, job, predictor, pins)
+    lines += shard_what_ifs(best, job, predictor, pins)
     return Recommendation(
         job=job, objective=objective, constraints=constraints, pins=pins, engine=result.engine,
         num_valid=result.num_valid, num_fit=result.num_fit, num_feasible=int(ok.sum()),
@@ -283,6 +285,32 @@ def moe_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
         if row["pred_tokens_per_sec_per_gpu"] > 1.005 * best["pred_tokens_per_sec_per_gpu"]:
             out.append(tradeoff(best, {**candidate.to_dict(), **row.to_dict()}, change=label))
     return out
+
+
+def shard_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
+    """What hybrid sharding would do for #1's layout where its sharded data-parallel group
+    spans nodes: the shard kept inside each node (`dp_shard_size` = the node's data-parallel
+    ranks), the shards all-reduced across nodes — fewer ranks per reduce-scatter and
+    all-gather, more memory for the optimizer state. One line where it fits and runs faster."""
+    if "dp_shard_size" in pins:
+        return []
+    config = config_from_row(best)
+    group = config.dp * config.cp
+    per_node = job.platform.nvlink_domain_size // (config.tp * config.cp) * config.cp
+    if (config.dp_sharding == "none" or config.dp_shard_size or per_node < 1
+            or group <= per_node or group % per_node):
+        return []
+    candidate = config.replace(dp_shard_size=per_node)
+    # A Table, as the search predicts: no DataFrame on recommend's path.
+    row = predictor.predict_table(job.model, job.platform,
+                                  Table(columns_of([candidate]))).row(0)
+    if row["pred_error"] or not row["pred_fits"]:
+        return []
+    if row["pred_tokens_per_sec_per_gpu"] <= 1.005 * best["pred_tokens_per_sec_per_gpu"]:
+        return []
+    return [tradeoff(best, {**candidate.to_dict(), **row},
+                     change=f"--dp-shard-size {per_node} (shard within each node, all-reduce "
+                            f"the shards across nodes)")]
 
 
 def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list[str]:
@@ -350,10 +378,11 @@ def _contributions(rows: Table, job: Job, predictor) -> list[str]:
 
 # --- pins and infeasibility -------------------------------------------------------------------
 
-PINNABLE = (*NAMES, "recompute_modules", "ep_comm_overlap", "moe_dispatcher")
+PINNABLE = (*NAMES, "recompute_modules", "ep_comm_overlap", "moe_dispatcher", "dp_shard_size")
 """Every knob can be pinned (`overlap`: any of the three overlap switches on), and what
-selective recompute recomputes, the MoE all-to-all overlap and the MoE token dispatcher
-(searched only where pinned; the dispatcher is `token_dispatcher`'s rule otherwise)."""
+selective recompute recomputes, the MoE all-to-all overlap, the MoE token dispatcher and the
+hybrid-sharding group (searched only where pinned; the dispatcher is `token_dispatcher`'s rule
+otherwise, the shard group the whole data-parallel group, with a what-if line for #1)."""
 
 
 def _dispatcher_pin(value: object, job: Job) -> str:
@@ -387,7 +416,8 @@ def pinned_space(job: Job, pins: dict) -> Table:
     if "moe_dispatcher" in pins:
         pins["moe_dispatcher"] = _dispatcher_pin(pins["moe_dispatcher"], job)
     space = space_table(job, pins={k: pins[k] for k in ("recompute_modules", "ep_comm_overlap",
-                                                        "moe_dispatcher") if k in pins})
+                                                        "moe_dispatcher", "dp_shard_size")
+                                   if k in pins})
     if space.empty:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []

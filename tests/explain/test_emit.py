@@ -41,7 +41,8 @@ def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16"
                    gbs=choices.pop("gbs", None))
     changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32", "recompute_modules",
                                            "ep_comm_overlap", "moe_dispatcher",
-                                           "first_stage_layers", "last_stage_layers")
+                                           "first_stage_layers", "last_stage_layers",
+                                           "dp_shard_size")
                if k in choices}
     return make_config(job, **choices).replace(**changes), job
 
@@ -87,6 +88,10 @@ CASES = {
     # runs PP 4 VP 3 with 5 and 10, shared/reference/megatron_ci).
     "interleaved-5-microbatches-pp4": lambda: _case("llama3-70b", 64, gbs=10, tp=8, pp=4,
                                                     vp=2),
+    # Hybrid sharding: the distributed optimizer over each node's 8 ranks, 8 instances
+    # (Megatron-Core --num-distributed-optimizer-instances), and FSDP within nodes.
+    "hybrid-zero1-in-node": lambda: _case("llama3-8b", 64, dp_shard_size=8),
+    "hybrid-fsdp-in-node": lambda: _case("llama3-8b", 64, dp_sharding="full", dp_shard_size=8),
 }
 
 
@@ -289,6 +294,7 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
         assert tc.recompute_modules == config.recompute_modules.split()
     assert tc.overlap_moe_expert_parallel_comm == config.ep_comm_overlap
     assert ddp.use_distributed_optimizer == (config.dp_sharding != "none")
+    assert ddp.num_distributed_optimizer_instances == config.shard_replicas
     assert ddp.use_megatron_fsdp == (config.dp_sharding == "full")
     if config.dp_sharding == "full":  # megatron-core 0.16's Megatron-FSDP guide
         assert ns["gradient_accumulation_fusion"] is False
@@ -381,6 +387,15 @@ def test_pipeline_split_must_be_even():
     config, job = _case("llama3-70b", 56, tp=8, pp=7)  # 80, 81, 82 layers: none divide by 7
     with pytest.raises(ConfigError, match="do not split evenly over pp × vp = 7"):
         megatron_args(config, job)
+
+
+def test_rowwise_fp8_is_refused_where_transformer_engine_has_no_such_recipe():
+    """torchao's per-row scaling (what TorchTitan's float8 runs) has no Transformer Engine
+    recipe: Megatron-LM and NeMo refuse it and name the recipes they have."""
+    config, job = _case("llama3-70b", 64, precision="fp8-row", tp=8, pp=2)
+    for emit in (megatron_args, nemo_overrides):
+        with pytest.raises(ConfigError, match="fp8-row .*no Transformer Engine recipe.*fp8-cs"):
+            emit(config, job)
 
 
 def test_megatron_refuses_what_it_cannot_express():
@@ -510,6 +525,7 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     assert ddp_cfg.grad_reduce_in_fp32 == plugin["grad_reduce_in_fp32"]
     assert ddp_cfg.grad_reduce_in_fp32 == config.grad_reduce_in_fp32
     assert ddp_cfg.use_distributed_optimizer == (config.dp_sharding != "none")
+    assert ddp_cfg.num_distributed_optimizer_instances == config.shard_replicas
     assert (ddp_cfg.data_parallel_sharding_strategy == "optim_grads_params") == (
         config.dp_sharding == "full")
     world = values["trainer.num_nodes"] * values["trainer.devices"]
@@ -632,6 +648,7 @@ TITAN_CASES = {
     "fsdp": CASES["fsdp"],
     "ddp-unfused-as-flash": lambda: _case("llama3-8b", 8, tp=2, dp_sharding="none"),
     "cp2": lambda: _case("llama3-70b", 64, tp=8, cp=2, pp=2),
+    "hsdp-8-in-node": lambda: _case("llama3-8b", 64, dp_sharding="full", dp_shard_size=8),
     "moe-ep8-vp2": lambda: _case("qwen3-30b-a3b", 32, tp=2, pp=2, vp=2, ep=8, etp=1),
 }
 
@@ -663,9 +680,14 @@ def test_torchtitan_config_manager_loads_the_flags(case, titan):
     dims = titan["ParallelDims"].from_config(par, world_size=job.num_gpus)  # checks the product
     assert (dims.tp, dims.pp, dims.cp, dims.ep) == (config.tp, config.pp, config.cp, config.ep)
     assert dims.dp_shard * dims.dp_replicate == config.dp
-    assert dims.dp_replicate == (config.dp if config.dp_sharding == "none" else 1)
+    assert dims.dp_replicate == (config.dp if config.dp_sharding == "none"
+                                 else config.shard_replicas)
     if config.tp > 1:
         assert par.enable_sequence_parallel == config.sequence_parallel
+    # The TP overlap advisor prices is torchtitan's async TP, under torch.compile.
+    async_tp = config.tp > 1 and config.tp_comm_overlap
+    assert loaded.compile.enable_async_tensor_parallel == async_tp
+    assert loaded.compile.enable or not async_tp
     assert len(loaded.model_spec.model.layers) == job.model.num_layers  # the right recipe
     training = loaded.training
     assert (training.seq_len, training.global_batch_size) == (config.seq_len, config.gbs)
@@ -701,7 +723,7 @@ def test_torchtitan_low_precision_recipes_are_torchtitans_own(key, titan):
     module, function = LOW_PRECISION_RECIPES[key]
     registry = importlib.import_module(f"torchtitan.models.{module}.config_registry")
     source = inspect.getsource(getattr(registry, function))
-    assert {"mxfp8": "MXFP8LinearConverter", "fp8-cs": "Float8LinearConverter"}[precision] \
+    assert {"mxfp8": "MXFP8LinearConverter", "fp8-row": "Float8LinearConverter"}[precision] \
         in source
     platform = "b200" if precision == "mxfp8" else "h100"
     gpus = {"llama3-8b": 8, "llama3.1-8b": 8, "llama3.1-405b": 512, "deepseek-v3": 1024}[model]
@@ -722,10 +744,14 @@ def test_torchtitan_command_is_launchable():
 
 
 def test_torchtitan_refuses_what_it_cannot_express():
-    # fp8 with delayed scaling: torchtitan's converters scale tensorwise (fp8-cs) or MXFP8.
-    with pytest.raises(ConfigError, match="precision fp8 has no torchtitan 0.3.0 converter.*"
-                                          "llama3_8b_mxfp8"):
-        torchtitan_args(*_case("llama3-70b", 64, precision="fp8", tp=8, pp=2))
+    # Per-tensor FP8 (delayed or current scaling): torchtitan 0.3.0's float8 scales per row.
+    for precision in ("fp8", "fp8-cs"):
+        with pytest.raises(ConfigError, match=f"precision {precision} scales per tensor.*"
+                                              f"use fp8-row"):
+            torchtitan_args(*_case("llama3-70b", 64, precision=precision, tp=8, pp=2))
+    with pytest.raises(ConfigError, match="precision fp8-block has no torchtitan 0.3.0 "
+                                          "converter.*llama3_8b_mxfp8"):
+        torchtitan_args(*_case("llama3-70b", 64, precision="fp8-block", tp=8, pp=2))
     with pytest.raises(ConfigError, match="attention unfused"):
         torchtitan_args(*CASES["ddp-unfused"]())
     with pytest.raises(ConfigError, match="no recipe for mixtral-8x7b.*routed experts") as e:
@@ -831,7 +857,7 @@ def test_torchtitan_config_module_says_when_the_rope_base_is_unknown(titan, impo
 
 
 @pytest.mark.parametrize("model,precision,converter", [
-    ("llama2-7b", "mxfp8", "MXFP8LinearConverter"), ("llama3-70b", "fp8-cs", "Float8Linear")])
+    ("llama2-7b", "mxfp8", "MXFP8LinearConverter"), ("llama3-70b", "fp8-row", "Float8Linear")])
 def test_torchtitan_config_module_converts_low_precision_with_torchao(
         model, precision, converter, titan, importable):
     """FP8/MXFP8 modules use torchtitan's own torchao converters: calling the config function

@@ -33,6 +33,9 @@ from advisor.explain.emit import (
 LOW_PRECISION_PARAM_GATHER = {"fp8": "--fp8-param-gather", "fp8-cs": "--fp8-param-gather",
                               "mxfp8": "--fp8-param-gather", "nvfp4": "--fp4-param-gather"}
 #: advisor precision -> `--fp8-recipe` (TransformerConfig.fp8_recipe; megatron.core.enums).
+ROWWISE_REFUSAL = ("precision fp8-row (per-row scaling, torchao's rowwise) has no Transformer "
+                   "Engine recipe (delayed, tensorwise, blockwise, mxfp8): use fp8-cs "
+                   "(tensorwise) or fp8-block, or emit it for torchtitan.")
 FP8_RECIPES = {"fp8": "delayed", "fp8-cs": "tensorwise", "fp8-block": "blockwise",
                "mxfp8": "mxfp8"}
 _POSITIONS = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
@@ -256,6 +259,11 @@ def _memory_args(config: ParallelConfig) -> list[str]:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                  "optim_grads_params", "--ckpt-format", "fsdp_dtensor",
                  "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"]
+    if config.shard_replicas > 1:
+        # DistributedDataParallelConfig.num_distributed_optimizer_instances: the distributed
+        # optimizer (or Megatron-FSDP) shards over dp·cp / N ranks and all-reduces across the
+        # N instances.
+        args += ["--num-distributed-optimizer-instances", str(config.shard_replicas)]
     if config.overlap_param_gather and not config.overlap_grad_reduce:
         raise ConfigError("overlap_param_gather needs overlap_grad_reduce in Megatron-LM "
                           "(arguments.py); turn overlap_grad_reduce on.")
@@ -269,6 +277,8 @@ def _memory_args(config: ParallelConfig) -> list[str]:
 
 
 def _precision_args(config: ParallelConfig) -> list[str]:
+    if config.precision == "fp8-row":
+        raise ConfigError(ROWWISE_REFUSAL)
     if config.precision == "fp16":
         return ["--fp16"] + (["--accumulate-allreduce-grads-in-fp32"]
                              if config.grad_reduce_in_fp32 else [])

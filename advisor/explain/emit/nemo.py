@@ -26,6 +26,7 @@ from advisor.explain.emit import check_fits, gpus_label, node_layout, shell_comm
 from advisor.explain.emit.megatron import (
     DEEPEP_NOTE,
     FP8_RECIPES,
+    ROWWISE_REFUSAL,
     model_args,
     pipeline_extra_layers,
 )
@@ -191,6 +192,9 @@ def _sharding(config: ParallelConfig) -> dict[str, object]:
                        "model.config.gradient_accumulation_fusion": False})
     # Megatron-FSDP runs with the distributed optimizer too (megatron-core 0.16's guide).
     values["optim.config.use_distributed_optimizer"] = config.dp_sharding != "none"
+    if config.shard_replicas > 1:
+        values["trainer.strategy.ddp.num_distributed_optimizer_instances"] = \
+            config.shard_replicas
     return values
 
 
@@ -222,6 +226,8 @@ def _precision(config: ParallelConfig) -> dict[str, object]:
     # BF16 sets nothing: the recipe's plugin is bf16_mixed() already, and the parser reads
     # None for its str-typed fp8/fp4 fields as the string 'None'.
     values: dict[str, object] = {}
+    if config.precision == "fp8-row":
+        raise ConfigError(ROWWISE_REFUSAL)
     if config.precision in _LOW_PRECISION:
         values.update({f"trainer.plugins.{k}": v
                        for k, v in _LOW_PRECISION[config.precision].items()})

@@ -43,13 +43,15 @@ RECIPES = {
 
 
 #: (advisor model, precision) -> torchtitan 0.3.0 config functions that train it in low
-#: precision with torchao's converters: Float8LinearConverter's default is tensorwise dynamic
-#: scaling (advisor's fp8-cs), MXFP8LinearConverter is MXFP8 (config_registry.py of each model).
+#: precision with torchao's converters: Float8LinearConverter scales per row (its
+#: `recipe_name` is rowwise or rowwise_with_gw_hp, default rowwise: advisor's fp8-row),
+#: MXFP8LinearConverter is MXFP8 (components/quantization/float8.py, config_registry.py of each
+#: model).
 LOW_PRECISION_RECIPES = {
     ("llama3-8b", "mxfp8"): ("llama3", "llama3_8b_mxfp8"),
     ("llama3.1-8b", "mxfp8"): ("llama3", "llama3_8b_mxfp8"),
-    ("llama3.1-405b", "fp8-cs"): ("llama3", "llama3_405b"),
-    ("deepseek-v3", "fp8-cs"): ("deepseek_v3", "deepseek_v3_671b_float8"),
+    ("llama3.1-405b", "fp8-row"): ("llama3", "llama3_405b"),
+    ("deepseek-v3", "fp8-row"): ("deepseek_v3", "deepseek_v3_671b_float8"),
 }
 
 
@@ -75,6 +77,10 @@ def torchtitan_recipe(model: ModelSpec, precision: str = "bf16") -> TitanRecipe:
         return TitanRecipe(*RECIPES[model.name])
     if (model.name, precision) in LOW_PRECISION_RECIPES:
         return TitanRecipe(*LOW_PRECISION_RECIPES[(model.name, precision)])
+    if precision in ("fp8", "fp8-cs"):
+        raise ConfigError(f"precision {precision} scales per tensor; torchtitan 0.3.0's float8 "
+                          f"converter scales per row (Float8LinearConverter recipes rowwise and "
+                          f"rowwise_with_gw_hp): use fp8-row, or emit it for megatron or nemo.")
     if precision not in ("bf16", *CONVERTERS):
         shipped = ", ".join(dict.fromkeys(f"{f} ({p})" for (_, p), (_, f)
                                           in LOW_PRECISION_RECIPES.items()))
@@ -101,6 +107,11 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     _refuse(config)
     args = ["--module", recipe.module, "--config", recipe.function]
     args += _degrees(config, job)
+    if config.tp > 1 and config.tp_comm_overlap:
+        # The TP overlap advisor priced is torchtitan's async TP, which runs under
+        # torch.compile only (CompileConfig: "Async TP requires 'model' in
+        # --compile.components and --compile.enable").
+        args += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
     local_batch = config.gbs // config.dp if config.pp > 1 else config.mbs
     args += ["--training.local_batch_size", str(local_batch),
              "--training.global_batch_size", str(config.gbs),
@@ -148,10 +159,11 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     if config.finetune == "full":
         comments.append(f"Full fine-tuning: add {' '.join(FULL_FINETUNE_ARGS)} (the base "
                         f"weights only; --checkpoint.initial-load-model-only is on by default).")
-    if config.tp_comm_overlap:
-        comments.append("tp_comm_overlap: torchtitan overlaps TP communication only with async "
-                        "TP (--compile.enable --compile.enable_async_tensor_parallel), not "
-                        "added here.")
+    if config.tp > 1 and config.tp_comm_overlap:
+        comments.append("tp_comm_overlap is torchtitan's async TP, which needs torch.compile: "
+                        "both are on (--compile.enable "
+                        "--compile.enable_async_tensor_parallel); advisor prices the overlap, "
+                        "not what else compiling the model changes.")
     command = shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
                                        *pairs(args[:-1]), [shlex.quote(args[-1])]])
     recipe = torchtitan_recipe(job.model, config.precision)
@@ -201,6 +213,14 @@ def _refuse(config: ParallelConfig) -> None:
 
 def _degrees(config: ParallelConfig, job: Job) -> list[str]:
     shard, replicate = (1, config.dp) if config.dp_sharding == "none" else (config.dp, 1)
+    if config.shard_replicas > 1:
+        # HSDP: FSDP shards over dp_shard × cp and replicates across dp_replicate.
+        if config.shard_group % config.cp:
+            raise ConfigError(f"torchtitan shards over dp_shard × cp: dp_shard_size "
+                              f"({config.shard_group}) must be a multiple of cp ({config.cp}); "
+                              f"pick a multiple of {config.cp} or cp 1.")
+        shard = config.shard_group // config.cp
+        replicate = config.dp // shard
     # ParallelismConfig: experts borrow the dp_shard × cp × tp ranks (efsdp = that / ep).
     if job.model.is_moe and (shard * config.cp * config.tp) % config.ep:
         raise ConfigError(f"torchtitan needs ep ({config.ep}) to divide dp_shard × cp × tp "

@@ -21,7 +21,7 @@ from advisor.explain.emit import LLAMA3_SCALED_MODELS
 
 #: advisor precision -> the converter torchtitan 0.3.0's llama3 recipes use for it.
 CONVERTERS = {
-    "fp8-cs": "Float8LinearConverter.Config(filter_fqns=['lm_head'], model_compile_enabled=True)",
+    "fp8-row": "Float8LinearConverter.Config(filter_fqns=['lm_head'], model_compile_enabled=True)",
     "mxfp8": "MXFP8LinearConverter.Config(model_compile_enabled=True)",
 }
 
