@@ -216,6 +216,8 @@ def _gate(ref, base, args, *, with_status: bool = False):
     cells = gate.cell_table(ref.rows, predicted)
     _print("leave-one-series-out error (tokens/s/GPU, %) by family x precision x dense/MoE "
            "(signed median > 0: predicted too fast)", cells)
+    _print("... by GPU count (the job's, held out the same way)",
+           gate.scale_table(ref.rows, predicted))
     status = 0
     if args.baseline.exists():
         before, meta = gate.read_baseline(args.baseline)
@@ -311,7 +313,8 @@ def _write(fitted, base, coll, metrics, reference: Path, mlperf: Path | None) ->
         lines += [f"[family.{family}]", *(f"{k} = {getattr(eff, k):.6g}"
                                           for k in FIT_PARAMETERS), ""]
     for name, fw in sorted(fitted.frameworks.items()):
-        lines += [f"[framework.{name}]", f"gemm = {fw.gemm:.6g}", f"attention = {fw.attention:.6g}"]
+        lines += [f'[framework."{name}"]', f"gemm = {fw.gemm:.6g}",
+                  f"attention = {fw.attention:.6g}"]
         if fw.layer_overhead_s is not None:
             lines.append(f"layer_overhead_s = {fw.layer_overhead_s:.6g}")
         lines.append("")
@@ -326,8 +329,9 @@ def _write(fitted, base, coll, metrics, reference: Path, mlperf: Path | None) ->
                          + " (tokens/s/GPU; log-ratio least squares, log-normal prior around "
                          "[prior]); see benchmarks/calibrate.py")
     sources["framework"] = ("gemm and attention: fitted jointly with the families on the rows of "
-                            "each framework (Megatron-Core = 1); megatron-deepspeed "
-                            "layer_overhead_s: fitted to vTrain's 1,440 A100 runs")
+                            "each stack, a framework on one platform family (framework@family; "
+                            "Megatron-Core = 1); megatron-deepspeed layer_overhead_s: fitted to "
+                            "vTrain's 1,440 A100 runs")
     lines += ["[sources]", *(f"{k} = {_quote(v)}" for k, v in sorted(sources.items())), ""]
     TARGET.write_text("\n".join(lines))
 

@@ -24,6 +24,7 @@ import pandas as pd
 from advisor import catalog
 from advisor.perf.power import load_power_params, windowed_limit
 from advisor.perf.power_fit import (
+    PROBE_CHIP,
     kernel_ratios,
     load_probe,
     phase_table,
@@ -79,7 +80,7 @@ def escaped_share(burst_s: float, gap_s: float, window: float, idle_w: float, li
     p = load_power_params()
     plat = catalog.load_platform(platform_name)
     static = np.array(plat.tdp_w * p.static_share)
-    demand = np.array(plat.tdp_w * p.busy_share)
+    demand = np.array(p.best_gemm_w(plat))
     capped = p.slowdown(p.capped_clock(static, demand, limit_w))
     allowed, _ = windowed_limit(limit_w, np.array(burst_s), np.array(gap_s), np.array(idle_w))
     windowed = p.slowdown(p.capped_clock(static, demand, allowed))
@@ -128,7 +129,8 @@ def main() -> None:
     print("\nGEMMs at the cap: a GEMM's dynamic power follows how well fed its tensor cores are"
           "\n(utilization: speed at full clock over the 8192³ GEMM's); clock as the model has it")
     gemms = load_probe(args.probe).query("kind == 'gemm'")
-    _, phi = predict_probe(shipped, gemms)
+    chip_w = shipped.best_gemm_w(catalog.load_platform(PROBE_CHIP))
+    _, phi = predict_probe(shipped, gemms, chip_w)
     print(gemms.assign(clock_mhz=gemms.clock_frac * facts["max_sm_clock_mhz"],
                        model_mhz=phi * facts["max_sm_clock_mhz"])[
         ["kernel", "utilization", "clock_mhz", "model_mhz"]].round(3).to_string(index=False))

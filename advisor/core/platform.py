@@ -97,10 +97,10 @@ class Platform:
     """The power limit of the degraded nodes' GPUs."""
     gemm_power_w: float | None = None
     """What a best-fed GEMM (a power probe's continuous 8192³ BF16 load) draws at full clock on
-    this chip, where a probe of the chip measured it (`collectors/power_probe.py`, fitted by
-    `benchmarks/power_validation.py`); None: the power model's cross-chip `busy_share` ×
-    `tdp_w`. Chips of one family differ here (H200's larger HBM3e stacks draw more than H100's
-    HBM3), so no chip's value is carried to another."""
+    this chip, where a site's own probe of its chips measured it (`collectors/power_probe.py`;
+    a cluster file); None: the power model's cross-chip `busy_share` × `tdp_w`, which every
+    catalog chip uses (`advisor/perf/power_fit.py` says why the H200 probe does not set
+    H200's)."""
     host_power_w: float | None = None
     """Power of one node besides its GPUs (CPUs, memory, fans, NICs, switches, power-supply
     loss), where a measurement gives it: with the GPUs' average it makes the node's draw that

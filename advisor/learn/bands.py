@@ -101,3 +101,14 @@ def analytical_log_sd(calibration, *, calibrated: bool = True) -> float:
     if not calibrated:
         median_ape = max(median_ape, metrics.get("lofo_median_ape_pct", median_ape))
     return float(np.log1p(median_ape / 100.0) / 0.6745)
+
+
+def at_least(low: np.ndarray, mid: np.ndarray, high: np.ndarray, widen: np.ndarray,
+             log_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) no narrower than the log-normal band of σ `log_sd` around `mid` where
+    `widen`: a stack no run calibrated (an uncalibrated framework on this platform family) is
+    as far from the data as a publication series never seen, whatever the trees' own spread
+    (`Calibration.knows_stack`)."""
+    spread = np.exp(Z90 * log_sd)
+    return (np.where(widen, np.minimum(low, mid / spread), low),
+            np.where(widen, np.maximum(high, mid * spread), high))

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.core.errors import AdvisorError
-from advisor.learn.bands import Z90, analytical_log_sd, band_scale
+from advisor.learn.bands import Z90, analytical_log_sd, at_least, band_scale
 from advisor.learn.features import group_features, reference_features
 from advisor.learn.fit import Reference, fit_all, kendall_by_group
 from advisor.learn.surrogate import train_throughput
@@ -74,12 +74,18 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
                                         test_ref.rows["model_family"].to_numpy())
         base = test["analytical"]
         ok = ratio["supported"].to_numpy() & learnable(test_ref.rows)
+        mid = np.where(ok, base * ratio["p50"], base)
+        # As the Predictor: a stack the fold's calibration never saw gets no narrower a band
+        # than an unseen series.
+        unseen = np.array([not cal.knows_stack(fw, fam) for fw, fam in
+                           zip(test_ref.rows["framework"], test_ref.rows["family"], strict=True)])
+        low, high = at_least(np.where(ok, base * ratio["p10"], base / spread), mid,
+                             np.where(ok, base * ratio["p90"], base * spread), unseen,
+                             analytical_log_sd(calibration))
         parts.append(pd.DataFrame({
             "group": group, "measured": test["measured"], "analytical": base,
-            "surrogate": np.where(ok, base * ratio["p50"], base),
-            "p10": np.where(ok, base * ratio["p10"], base / spread),
-            "p90": np.where(ok, base * ratio["p90"], base * spread),
-            "supported": ok, "extrapolation": ratio["extrapolation"]},
+            "surrogate": mid, "p10": low, "p90": high,
+            "supported": ok, "extrapolation": ratio["extrapolation"] | unseen},
             index=test.index))
     return pd.concat(parts).loc[rows.index[rows[by] != ""]]
 

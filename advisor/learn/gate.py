@@ -55,6 +55,25 @@ def cell_table(rows: pd.DataFrame, predicted: pd.Series) -> pd.DataFrame:
     return pd.concat([table, overall]).sort_index().round(2)
 
 
+GPU_COUNT_BINS = (1, 9, 65, 257, 1025, 10**9)
+"""Edges of the GPU-count bins `scale_table` reports: one node, 2-8 nodes, up to 256 GPUs, up
+to 1,024, and beyond."""
+
+
+def scale_table(rows: pd.DataFrame, predicted: pd.Series) -> pd.DataFrame:
+    """Error by the job's GPU count (the bins of `GPU_COUNT_BINS`): rows, MAPE, median absolute
+    and signed median error (%)."""
+    ratio = predicted.reindex(rows.index) / rows["measured"]
+    edges = list(GPU_COUNT_BINS)
+    labels = [f"{lo}-{hi - 1}" if hi < 10**9 else f"{lo}+"
+              for lo, hi in zip(edges, edges[1:], strict=False)]
+    frame = pd.DataFrame({"gpus": pd.cut(rows["num_gpus"], edges, right=False, labels=labels),
+                          "ape": (ratio - 1.0).abs() * 100, "signed": (ratio - 1.0) * 100})
+    return frame.dropna().groupby("gpus", observed=True).agg(
+        rows=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
+        signed_median=("signed", "median")).round(2)
+
+
 def compare(before: pd.DataFrame, after: pd.DataFrame, *, min_rows: int = MIN_ROWS,
             tolerance_pct: float = TOLERANCE_PCT) -> pd.DataFrame:
     """Cells side by side (`mape_before`, `mape_after`, ...; a cell only one side has shows NaN

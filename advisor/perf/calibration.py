@@ -26,15 +26,15 @@ class Efficiency:
     """How close one platform family runs to its datasheet, in the model's terms."""
 
     gemm: float
-    """Fraction of dense peak a large BF16 GEMM reaches."""
-    gemm_half_dim: float
-    """Tile and wave quantisation: each GEMM dimension d runs at d / (d + d½) of the best
-    efficiency (small GEMMs after TP/EP splitting or with few tokens fill the GPU poorly)."""
-    gemm_memory_exposure: float
-    """Share of a GEMM's operand and output traffic (2·(MK + KN + MN) elements through HBM)
-    not hidden under its math: small or skinny GEMMs after TP/EP splitting, or with few tokens,
-    become memory-bound (the roofline). A fit above 1 says the kernels move more than those
-    ideal operands (tiles of an operand read from HBM more than once)."""
+    """Training GEMMs' speed against the measured-kernel model (`advisor/perf/gemm.py`):
+    what the kernel tables cannot see (the framework's library and kernel choice, casts beside
+    the GEMM). About 1 where a platform's own table is measured; on a device with no table it
+    scales the generic prior kernel."""
+    expert_gemm: float
+    """Routed experts' GEMMs against the measured dense kernels: the tables time one dense GEMM
+    per shape, not a MoE layer's grouped GEMMs over uneven token counts with their permutes
+    and the dispatcher's kernels around them (fitted on the MoE runs alone, so dense models
+    keep the kernels' speed)."""
     attention: float
     """Fraction of BF16 peak the fused (flash) attention kernels reach."""
     scan: float
@@ -71,8 +71,15 @@ class FrameworkEfficiency:
 
 
 FRAMEWORK_PARAMETERS = ("gemm", "attention")
-FIT_PARAMETERS = ("gemm", "gemm_half_dim", "gemm_memory_exposure", "attention", "scan",
-                  "layer_overhead_s", "expert_overhead_s", "fp8_ratio", "fp4_ratio")
+MEGATRON_KERNELS = ("megatron", "megatron-deepspeed")
+"""Frameworks that run Megatron's kernels (Megatron-Core with Transformer Engine; the
+Megatron-DeepSpeed fork): Megatron-Core's factors (1) where none is fitted. Any other framework
+no run calibrated gets `Calibration.uncalibrated_framework()`."""
+STACK_SEPARATOR = "@"
+"""A stack's key: framework @ platform family (`llm-foundry@hopper`): one framework's kernels on
+two GPU generations are two stacks (its H100 and A100 releases differ)."""
+FIT_PARAMETERS = ("gemm", "expert_gemm", "attention", "scan", "layer_overhead_s",
+                  "expert_overhead_s", "fp8_ratio", "fp4_ratio")
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ class Calibration:
     collectives: CollectiveModel
     sources: dict[str, str]
     frameworks: dict[str, FrameworkEfficiency] = field(default_factory=dict)
-    """Compute-kernel efficiency of a framework relative to Megatron-Core (1)."""
+    """Compute-kernel efficiency of a framework relative to Megatron-Core (1), per stack
+    (`framework@family`) or for the framework on every family (`framework`)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """How well the fit did (the file's `[metrics]`: in-sample and cross-validated error)."""
 
@@ -102,8 +110,39 @@ class Calibration:
     def with_families(self, families: dict[str, Efficiency]) -> Calibration:
         return dataclasses.replace(self, families=families)
 
-    def framework(self, name: str) -> FrameworkEfficiency:
-        return self.frameworks.get(name, FrameworkEfficiency())
+    def framework(self, name: str, family: str | None = None) -> FrameworkEfficiency:
+        """A framework's kernel factors on a platform family: its stack's own
+        (`llm-foundry@hopper`) where fitted, else the framework's, else Megatron-Core's (1) for
+        Megatron's kernels and `uncalibrated_framework()` for any other."""
+        stack = self.frameworks.get(f"{name}{STACK_SEPARATOR}{family}") if family else None
+        general = self.frameworks.get(name)
+        if stack is not None:
+            if (stack.layer_overhead_s is None and general is not None
+                    and general.layer_overhead_s is not None):
+                # host time is the framework's (vTrain's fit)
+                return dataclasses.replace(stack, layer_overhead_s=general.layer_overhead_s)
+            return stack
+        if general is not None:
+            return general
+        return (FrameworkEfficiency() if name in MEGATRON_KERNELS
+                else self.uncalibrated_framework())
+
+    def knows_stack(self, name: str, family: str) -> bool:
+        """Whether measured runs calibrated this framework on this family (or it runs
+        Megatron's kernels, the reference): the band widens where not (`bands.at_least`)."""
+        return (name in MEGATRON_KERNELS or name in self.frameworks
+                or f"{name}{STACK_SEPARATOR}{family}" in self.frameworks)
+
+    def uncalibrated_framework(self) -> FrameworkEfficiency:
+        """Kernel factors of a framework no run calibrated: the geometric mean of every
+        fitted stack's (what the data says of frameworks other than Megatron-Core's tuned
+        recipes), Megatron-Core's where none is fitted."""
+        stacks = [f for k, f in self.frameworks.items() if STACK_SEPARATOR in k]
+        if not stacks:
+            return FrameworkEfficiency()
+        return FrameworkEfficiency(**{p: float(np.exp(np.mean([np.log(getattr(f, p))
+                                                               for f in stacks])))
+                                      for p in FRAMEWORK_PARAMETERS})
 
     def with_frameworks(self, frameworks: dict[str, FrameworkEfficiency]) -> Calibration:
         return dataclasses.replace(self, frameworks=frameworks)
@@ -120,7 +159,7 @@ def calibration_from_dict(data: dict[str, Any], where: str) -> Calibration:
     try:
         coll = data["collectives"]
         collectives = CollectiveModel(**{f.name: float(coll[f.name])
-                                         for f in fields(CollectiveModel)})
+                                         for f in fields(CollectiveModel) if f.name != "domain"})
         families = {name: _efficiency(t, f"{where} [family.{name}]", True)
                     for name, t in data.get("family", {}).items()}
         prior = _efficiency(data["prior"], f"{where} [prior]", False)

@@ -6,7 +6,8 @@
   clock falls 9 % from micro-batch 1 to 8), fused attention and HBM-bound kernels less;
   communication under compute adds to it (overlap heats); exposed communication and waiting
   (bubbles, idle between micro-batches, host launch gaps) draw little. Shares of the power
-  limit, fitted on `shared/reference/power` (`advisor/catalog/power.toml` says which).
+  limit, fitted on `shared/reference/power` (`advisor/catalog/power.toml` says which); a site
+  that probed its own chips can set their best-fed GEMM power (`Platform.gemm_power_w`).
 * **DVFS.** Busy power at clock fraction φ is static + (demand − static)·φ^a; where demand exceeds
   the limit the clock drops until it fits (power capping), and compute time stretches as
   β/φ + 1 − β (the clock-bound share β; the rest waits on HBM).
@@ -96,6 +97,11 @@ class PowerParams:
     sample_window_s: float
     inlet_sigma_c: float
     """How far the real inlet may differ from the stated one (racks, hot spots, seasons)."""
+    gemm_power_half_dim: float
+    """At equal FLOP rate a smaller GEMM draws less (the H200 probe: a 4096³ GEMM at 0.996 of
+    the 8192³ one's speed held 1,537 against 1,491 MHz under the cap): its dynamic power
+    follows Π d/(d + d½) over its three dimensions, relative to the 8192³ GEMM's
+    (`gemm_power_shape`)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     FITTED = ("busy_share", "wait_share", "static_share", "clock_power_exponent",
@@ -109,12 +115,24 @@ class PowerParams:
         b = self.clock_bound_share
         return b / clock_frac + 1.0 - b
 
-    def gemm_demand(self, design_w: np.ndarray | float,
-                    utilization: np.ndarray) -> np.ndarray:
+    def best_gemm_w(self, platform: Platform) -> float:
+        """What a best-fed GEMM draws at full clock on `platform`: its own measured
+        `gemm_power_w`, else the cross-chip `busy_share` of its design power."""
+        return float(platform.gemm_power_w or self.busy_share * platform.tdp_w)
+
+    def gemm_demand(self, design_w: np.ndarray | float, utilization: np.ndarray,
+                    best_w: np.ndarray | float) -> np.ndarray:
         """A GEMM's demand at full clock: the static floor plus dynamic power in proportion to
-        how well fed its tensor cores are (utilization 1, the probe's 8192³ GEMM: `busy_share`)."""
+        how well fed its tensor cores are (utilization 1, the probe's 8192³ GEMM: `best_w`)."""
         static = self.static_share * design_w
-        return static + (self.busy_share * design_w - static) * utilization
+        return static + (best_w - static) * utilization
+
+    def gemm_power_shape(self, m, n, k) -> np.ndarray:
+        """Π d/(d + d½) of a GEMM's dimensions over the same for the 8192³ GEMM the demand is
+        stated for."""
+        h = self.gemm_power_half_dim
+        ref = (8192.0 / (8192.0 + h)) ** 3
+        return (m / (m + h)) * (n / (n + h)) * (k / (k + h)) / ref
 
     def busy_power(self, static_w: np.ndarray, demand_w: np.ndarray,
                    clock_frac: np.ndarray) -> np.ndarray:
@@ -197,8 +215,8 @@ def phase_demand(platform: Platform, tl: StageTimeline, p: PowerParams) -> np.nd
     """Each stage's busy demand at full clock (configs × stages), in watts: shares of the
     board's design power `tdp_w`, whatever limit is set."""
     design = platform.tdp_w
-    busy = design * p.busy_share
-    gemm = p.gemm_demand(design, tl.gemm_utilization[:, None])
+    busy = p.best_gemm_w(platform)
+    gemm = p.gemm_demand(design, tl.gemm_utilization[:, None], busy)
     compute = tl.compute_s
     safe = np.maximum(compute, 1e-12)
     mix = (gemm * tl.gemm_s + busy * p.attention_ratio * tl.attention_s

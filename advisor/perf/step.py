@@ -48,6 +48,7 @@ two and assembles the step.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,7 @@ from advisor.perf.columns import (
 from advisor.perf.finetune import is_lora, stage_adapter_params
 from advisor.perf.flops import core_flops_per_token, model_flops_per_token
 from advisor.perf.layout import StageLayout, stage_layout
+from advisor.perf.memory import EAGER_FRAMEWORKS, shard_groups
 from advisor.perf.power import POWER_COLUMNS, power_thermal
 from advisor.perf.recompute import Recompute
 from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
@@ -138,15 +140,16 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     frameworks = (cols["framework"].astype(str) if "framework" in cols
                   else np.full(n, framework))
     eff = calibration.efficiency(platform.family)
+    collectives = calibration.collectives.for_platform(platform)
     columns = COMPONENTS + PHASES + POWER_COLUMNS + (
         "step_time_s", "microbatch_s", "num_microbatches", "forward_burst_s",
         "gemm_utilization")
     out = {c: np.zeros(n) for c in columns}
     for pp, vp, first, last, idx in pipeline_groups(cols):
-        part = _step(model, platform, take(cols, idx), eff, calibration.collectives,
+        part = _step(model, platform, take(cols, idx), eff, collectives,
                      stage_layout(model, pp, vp, first=first, last=last), pp=pp, vp=vp,
                      frameworks=frameworks if idx is None else frameworks[idx],
-                     framework=calibration.framework)
+                     framework=functools.partial(calibration.framework, family=platform.family))
         for c, v in part.items():
             if idx is None:
                 out[c][:] = v
@@ -170,6 +173,14 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     for c in ("straggler_stage", "straggler_slot"):
         out[c] = out[c].astype(int)
     return out
+
+
+EAGER_GRAD_CAST_BYTES = 8.0
+"""HBM bytes per trainable parameter and micro-batch of eager autocast's gradient cast: the
+weight-gradient GEMM writes BF16 (2 B), the cast's backward reads it and writes FP32 (2 + 4)."""
+EAGER_GRAD_ADD_BYTES = 12.0
+"""...and of adding it to the accumulated FP32 gradient on every micro-batch after the first
+(`AccumulateGrad` steals the first: read 4 + 4, write 4)."""
 
 
 def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficiency,
@@ -213,14 +224,15 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
                             dispatcher=configs.get("moe_dispatcher"))
     tp_all, cp_raw, mamba_cp = comm.tp_s, comm.cp_ring_s, comm.cp_mamba_s
     ep_raw, pp_raw = comm.ep_s, comm.pp_s
+    shard = shard_groups(configs, dp * cp)
     data = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
-                         precision=precision, grad_bytes=grad_bytes)
+                         precision=precision, grad_bytes=grad_bytes, shard=shard)
     full = sharding == "full"
     if lora.any():
         # LoRA: only the adapters' gradients sync and only they are re-gathered after the
         # optimizer step; FSDP still gathers the frozen base before every use.
         tuned = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
-                              precision=precision, grad_bytes=grad_bytes,
+                              precision=precision, grad_bytes=grad_bytes, shard=shard,
                               trainable=stage_adapter_params(model, layout,
                                                              ranks=configs["lora_rank"],
                                                              targets=configs["lora_targets"]))
@@ -233,9 +245,25 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
             all_reduce_s=np.where(lora, tuned.all_reduce_s, data.all_reduce_s))
     rs, ag, ar = data.reduce_scatter_s, data.all_gather_s, data.all_reduce_s
     shard_opt = sharding != "none"
+    m = gbs / (mbs * dp)
+    # Eager PyTorch under autocast over FP32 weights (`EAGER_FRAMEWORKS`; its workload wraps a
+    # model in FSDP only where dp > 1 and it shards fully or also splits TP/PP): each micro-
+    # batch's weight gradients come out in BF16 and are cast to FP32 (write 2 B, read 2, write
+    # 4 per trainable parameter), and every micro-batch after the first adds them to the
+    # accumulated FP32 gradients (read 4 + 4, write 4). Megatron fuses the accumulation into the
+    # weight-gradient GEMM (gradient_accumulation_fusion); a fixed cost per micro-batch the
+    # H200 campaign measured as 15 ms at either sequence length (benchmarks/campaign_check.py).
+    eager = np.isin(frameworks, EAGER_FRAMEWORKS)[:, None]
+    autocast = eager & ~((dp > 1) & (full | (tp * pp > 1)))
+    if autocast.any():
+        trainable = data.dense_params + data.expert_params
+        accumulate = np.where(autocast, trainable * (
+            EAGER_GRAD_CAST_BYTES + EAGER_GRAD_ADD_BYTES * (m - 1) / m)
+            / (platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY), 0.0)
+        mem_mb = mem_mb + accumulate
+        compute_mb = compute_mb + accumulate
     fwd_mb = gemm_fwd + attn_fwd + mem_fwd
     bwd_mb = compute_mb - fwd_mb
-    m = gbs / (mbs * dp)
     # FSDP gathers parameters before forward and backward and reduce-scatters gradients, every
     # micro-batch, prefetching under the compute of the neighbouring layers.
     fsdp_mb = np.where(full, 2.0 * ag + rs, 0.0)
@@ -383,6 +411,8 @@ def step_detail(model: ModelSpec, platform: Platform, configs: Columns, *,
     frameworks = (cols["framework"].astype(str) if "framework" in cols
                   else np.full(n, framework))
     return _step(model, platform, cols, calibration.efficiency(platform.family),
-                 calibration.collectives, stage_layout(model, pp, vp, first=first, last=last),
-                 pp=pp, vp=vp, frameworks=frameworks, framework=calibration.framework,
+                 calibration.collectives.for_platform(platform),
+                 stage_layout(model, pp, vp, first=first, last=last),
+                 pp=pp, vp=vp, frameworks=frameworks,
+                 framework=functools.partial(calibration.framework, family=platform.family),
                  detail=True)

@@ -8,7 +8,8 @@ assembles the step (its docstring states the model).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,7 +25,9 @@ from advisor.perf.flops import (
     mamba_scan_flops_per_token,
     sublayer_counts,
 )
+from advisor.perf.gemm import GemmKernel, load_kernel_table
 from advisor.perf.layout import StageLayout
+from advisor.perf.power import load_power_params
 from advisor.perf.recompute import Recompute
 
 ACT = 2.0
@@ -47,57 +50,83 @@ REFERENCE_GEMM_SIDE = 8192.0
 8192³ load (`datasets/probes/h200-power`), whose utilization is 1 by definition there."""
 
 
-class _GemmClock:
-    """Prices GEMMs as math at the family's efficiency plus the exposed share of their HBM
-    traffic (a soft roofline), and keeps the math-only time alongside so the power model knows
-    how well fed the tensor cores are."""
+class GemmPasses(NamedTuple):
+    """Seconds of a layer's weight GEMMs per micro-batch, per pass (configurations × 1)."""
 
-    def __init__(self, eff: Efficiency, peak: np.ndarray, element_bytes: np.ndarray,
-                 hbm_bytes_per_s: float) -> None:
-        self.eff, self.peak = eff, peak
-        self.element_bytes, self.hbm = element_bytes, hbm_bytes_per_s
+    fwd: np.ndarray
+    dgrad: np.ndarray
+    """Input gradients: (tokens × n) · (n × k)."""
+    wgrad: np.ndarray
+    """Weight gradients: (k × tokens) · (tokens × n), the tokens the reduction."""
+
+
+class _GemmClock:
+    """Prices weight GEMMs with the measured-kernel model (`advisor/perf/gemm.py`) at the
+    full-clock peak times the family's and framework's factors, each pass at its own shape, and
+    keeps the math-only time alongside so the power model knows how well fed the tensor cores
+    are."""
+
+    def __init__(self, kernel: GemmKernel, peak: np.ndarray, element_bytes: np.ndarray,
+                 hbm_bytes_per_s: float, num_units: int | None) -> None:
+        self.kernel, self.peak = kernel, peak
+        self.element_bytes, self.hbm, self.units = element_bytes, hbm_bytes_per_s, num_units
+        self.power_shape = load_power_params().gemm_power_shape
         self.actual = 0.0
         self.ideal = 0.0
 
-    def time(self, gemms: tuple[Gemm, ...], rows: np.ndarray, split: np.ndarray,
-             weight: np.ndarray | float = 1.0) -> np.ndarray:
-        """Forward seconds of `gemms` over `rows` token rows with dims split by `split`;
-        `weight` (how many such layers run per micro-batch) only feeds the utilisation."""
-        total = np.zeros(np.broadcast(rows, split, self.peak).shape)
+    def seconds(self, m: np.ndarray, n: np.ndarray | float, k: np.ndarray | float,
+                batch: np.ndarray | float = 1.0) -> np.ndarray:
+        return self.kernel.seconds(m, n, k, peak_flops_per_s=self.peak, num_units=self.units,
+                                   hbm_bytes_per_s=self.hbm, element_bytes=self.element_bytes,
+                                   batch=batch)
+
+    def passes(self, gemms: tuple[Gemm, ...], rows: np.ndarray, split: np.ndarray,
+               weight: np.ndarray | float = 1.0, batch: np.ndarray | float = 1.0,
+               launches: np.ndarray | float = 1.0, speed: float = 1.0) -> GemmPasses:
+        """Forward, input-gradient and weight-gradient seconds of `gemms` over `rows` token
+        rows with dims split by `split`, `batch` of each in one kernel (a grouped GEMM of
+        experts) and `launches` such kernels, at `speed` × the clock's peak; `weight` (how
+        many such layers run per micro-batch) only feeds the utilisation."""
+        shape = np.broadcast(rows, split, self.peak).shape
+        fwd, dgrad, wgrad = np.zeros(shape), np.zeros(shape), np.zeros(shape)
         if not gemms:                      # a layer kind the model lacks: adds nothing
-            return total
-        ideal = np.zeros_like(total)
-        d = self.eff.gemm_half_dim
-        row_shape = rows / (rows + d)
-        peak = self.peak * self.eff.gemm
+            return GemmPasses(fwd, dgrad, wgrad)
+        ideal = np.zeros(shape)
         for g in gemms:
             # An unsplit dimension stays a Python float (the same IEEE arithmetic as an array
             # of it, and fewer array operations).
             k = g.k / split if g.split == "k" else float(g.k)
             nn = g.n / split if g.split == "n" else float(g.n)
-            shape = row_shape * (k / (k + d)) * (nn / (nn + d))
-            math = g.count * 2.0 * rows * k * nn / peak
-            traffic = g.count * (rows * k + k * nn + rows * nn) * self.element_bytes / self.hbm
-            total = total + math / shape + self.eff.gemm_memory_exposure * traffic
-            ideal = ideal + math
-        self.actual = self.actual + np.sum(weight * total, axis=-1, keepdims=True)
+            times = g.count * launches / speed
+            fwd = fwd + times * self.seconds(rows, nn, k, batch)
+            dgrad = dgrad + times * self.seconds(rows, k, nn, batch)
+            wgrad = wgrad + times * self.seconds(k, nn, rows, batch)
+            # Math-only time, weighted by how much a GEMM of this shape draws per FLOP (the
+            # three passes share the three dimensions).
+            ideal = ideal + (3.0 * g.count * launches * batch * 2.0 * rows * k * nn / self.peak
+                             * self.power_shape(rows, nn, k))
+        self.actual = self.actual + np.sum(weight * (fwd + dgrad + wgrad), axis=-1,
+                                           keepdims=True)
         self.ideal = self.ideal + np.sum(weight * ideal, axis=-1, keepdims=True)
-        return total
+        return GemmPasses(fwd, dgrad, wgrad)
+
+    def time(self, gemms: tuple[Gemm, ...], rows: np.ndarray, split: np.ndarray) -> np.ndarray:
+        """Forward seconds alone (a recomputed module), not counted in the utilisation."""
+        return self.passes(gemms, rows, split, 0.0).fwd
 
     @property
     def utilization(self) -> np.ndarray:
-        """Math-only over actual GEMM time, relative to the same ratio for a square
-        `REFERENCE_GEMM_SIDE` GEMM priced the same way: how well fed the tensor cores are
-        against the load the power model's demand is stated for (larger GEMMs pass 1 a little,
-        as the H200 campaign's clock keeps falling from 16k to 32k tokens per micro-batch)."""
-        side = REFERENCE_GEMM_SIDE
-        d = self.eff.gemm_half_dim
-        math = 2.0 * side ** 3 / (self.peak * self.eff.gemm)
-        traffic = 3.0 * side ** 2 * self.element_bytes / self.hbm
-        reference = math / (math / (side / (side + d)) ** 3
-                            + self.eff.gemm_memory_exposure * traffic)
+        """Math-only over actual GEMM time, each GEMM's weighted by what its shape draws per
+        FLOP (`PowerParams.gemm_power_shape`), relative to the same ratio for a square
+        `REFERENCE_GEMM_SIDE` GEMM priced the same way: how hard the tensor cores and their
+        operand traffic work against the load the power model's demand is stated for (larger
+        GEMMs pass 1 a little, as the H200 campaign's clock keeps falling from 16k to 32k tokens
+        per micro-batch)."""
+        side = np.array([[REFERENCE_GEMM_SIDE]])
+        reference = (2.0 * side ** 3 / self.peak) / self.seconds(side, side, side)
         own = np.asarray(self.ideal) / np.maximum(np.asarray(self.actual), 1e-30)
         return own / reference
+
 
 @dataclass(frozen=True)
 class StageLayers:
@@ -120,6 +149,16 @@ class StageLayers:
                    last=(np.arange(pp) == pp - 1)[None, :].astype(float))
 
 
+def kernels_for(platform: Platform, pclass: np.ndarray) -> GemmKernel:
+    """The measured-kernel parameters per configuration's precision class, as a `GemmKernel`
+    whose fields are arrays shaped like `pclass` (configurations × 1)."""
+    table = load_kernel_table()
+    chosen = per_value(pclass, lambda c: table.kernel(platform, str(c)))
+    return GemmKernel(**{f.name: np.array([getattr(k, f.name) for k in chosen.ravel()],
+                                          dtype=float).reshape(chosen.shape)
+                         for f in fields(GemmKernel)})
+
+
 def _module_forward(model: ModelSpec, clock: _GemmClock, gemms: dict, *, rows: np.ndarray,
                     tp: np.ndarray, sp: np.ndarray, to_s: np.ndarray, moe_forward: np.ndarray,
                     moe_memory: np.ndarray, mlp_forward: np.ndarray, mlp_memory: np.ndarray,
@@ -136,7 +175,7 @@ def _module_forward(model: ModelSpec, clock: _GemmClock, gemms: dict, *, rows: n
     up_proj = tuple(g for g in gemms["attention"] if g.split == "n") if model.is_mla else ()
     shared = tuple(g for g in gemms["moe_dense"] if g.split != "none")
     gemm = {"attention": np.where(recompute.module("mla_up_proj"),
-                                  clock.time(up_proj, rows, tp, 0.0), zero),
+                                  clock.time(up_proj, rows, tp), zero),
             "mlp": np.where(recompute.module("mlp"), mlp_forward, zero)}
     memory = {"attention": np.where(recompute.module("layernorm") & model.is_mla, norm, zero),
               "mlp": np.where(recompute.module("mlp"), mlp_memory, zero)}
@@ -145,7 +184,7 @@ def _module_forward(model: ModelSpec, clock: _GemmClock, gemms: dict, *, rows: n
         act = ACT * gate * model.moe_top_k * model.moe_ffn_hidden_size / tp * to_s
         shared_act = ACT * gate * model.num_shared_experts * model.shared_ffn_size / tp * to_s
         gemm["moe"] = np.where(whole, moe_forward, np.where(
-            recompute.module("shared_experts"), clock.time(shared, rows, tp, 0.0), zero))
+            recompute.module("shared_experts"), clock.time(shared, rows, tp), zero))
         memory["moe"] = np.where(whole, moe_memory, (
             np.where(recompute.module("layernorm"), norm, zero)
             + np.where(recompute.module("moe_act"), act, zero)
@@ -206,41 +245,51 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     ratio = np.where(pclass == "fp8", eff.fp8_ratio, np.where(pclass == "fp4", eff.fp4_ratio, 1.0))
     gemm_kernels = per_value(frameworks[:, None], lambda f: framework(f).gemm)
     attn_kernels = per_value(frameworks[:, None], lambda f: framework(f).attention)
-    gemm_peak = per_value(pclass, platform.peak_flops) * ratio * gemm_kernels
+    # GEMMs at the measured kernels' full-clock peak, times what the end-to-end fit finds the
+    # family's and framework's training GEMMs reach against those kernels (`eff.gemm`).
+    gemm_peak = (per_value(pclass, platform.full_clock_peak_flops) * ratio * gemm_kernels
+                 * eff.gemm)
     attn_class = np.where(pclass == "fp16", "fp16", "bf16")
     attn_peak = per_value(attn_class, platform.peak_flops) * eff.attention * attn_kernels
     hbm = platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY
 
-    # ---- one micro-batch, forward, per layer kind (configs × 1) --------------------------
+    # ---- one micro-batch, per layer kind and pass (configs × 1) --------------------------
     element = np.where(pclass == "fp8", 1.0, np.where(pclass == "fp4", 0.5, 2.0))
-    clock = _GemmClock(eff, gemm_peak, element, hbm)
+    kernel = kernels_for(platform, pclass)
+    clock = _GemmClock(kernel, gemm_peak, element, platform.hbm_bandwidth_bytes_per_s,
+                       platform.num_compute_units)
     kinds = sublayer_counts(model)
-    t_attn_gemm = clock.time(gemms["attention"], rows, tp, kinds.attention)
-    t_mlp_gemm = clock.time(gemms["mlp"], rows, tp, kinds.mlp)
-    t_mamba_gemm = clock.time(gemms["mamba"], rows, tp, kinds.mamba)
+    t_attn_gemm = clock.passes(gemms["attention"], rows, tp, kinds.attention)
+    t_mlp_gemm = clock.passes(gemms["mlp"], rows, tp, kinds.mlp)
+    t_mamba_gemm = clock.passes(gemms["mamba"], rows, tp, kinds.mamba)
     num_moe = kinds.moe
-    t_moe_dense = clock.time(gemms["moe_dense"], rows, tp, num_moe)
-    t_output_gemm = clock.time(gemms["output"], rows, tp)
-    # A weight-gradient GEMM has the forward's FLOPs; weight 0: not more work, only a cover.
-    # LoRA's frozen base computes no weight gradients: nothing to run under.
+    t_moe_dense = clock.passes(gemms["moe_dense"], rows, tp, num_moe)
+    t_output_gemm = clock.passes(gemms["output"], rows, tp)
+    # LoRA's frozen base computes no weight gradients: nothing to run, nothing to run under.
     trains = 1.0 if lora is None else np.where(lora, 0.0, 1.0)
-    cover = {kind: trains * clock.time(tuple(g for g in gemms[kind] if g.split == "n"), rows,
-                                       tp, 0.0)
+    cover = {kind: trains * clock.passes(tuple(g for g in gemms[kind] if g.split == "n"), rows,
+                                         tp, 0.0).wgrad
              for kind in ("attention", "mlp", "mamba")}
     local_experts = model.num_experts / ep if model.is_moe else np.zeros_like(ep)
+    grouped = np.isin(frameworks, GROUPED_KERNEL_FRAMEWORKS)[:, None]
     if model.is_moe:
+        # Each local expert's GEMMs over its share of the tokens: one grouped kernel for them
+        # all (`GROUPED_KERNEL_FRAMEWORKS`) or a kernel each (Transformer Engine).
         expert_rows = rows * model.moe_top_k * ep * etp / (tp * model.num_experts)
-        t_experts = local_experts * clock.time(gemms["expert"], expert_rows, etp,
-                                               num_moe * local_experts)
+        t_experts = clock.passes(gemms["expert"], expert_rows, etp, num_moe,
+                                 batch=np.where(grouped, local_experts, 1.0),
+                                 launches=np.where(grouped, 1.0, local_experts),
+                                 speed=eff.expert_gemm)
     else:
-        t_experts = np.zeros_like(tp)
+        t_experts = GemmPasses(*(np.zeros_like(tp, dtype=float),) * 3)
     core_flops = per_value(seq, lambda s: attention_core_flops_per_token(model, int(s)))
     t_core = rows * core_flops / tp / attn_peak
     if attention is not None and (attention == "unfused").any():
         # Unfused: QKᵀ and PV as batched GEMMs over every key (the causal mask is applied
         # after the product, nothing is skipped), one per head and sequence (M = N = seq,
-        # K = head dim), plus the softmax passes over the s² scores: write scores, read them
-        # and write probabilities forward (6 B per score); backward scales with the forward like
+        # K = head dim), plus the softmax pass over the s² scores between them: read the scores
+        # QKᵀ wrote and write the probabilities PV reads (4 B per score; the GEMMs' own traffic
+        # counts the write and the read); backward scales with the forward like
         # fused attention's does (ATTENTION_BACKWARD_RATIO). A batch of mbs × heads such GEMMs
         # fills the GPU with tiles whatever their shape, and a reduction over the head dim
         # (64-128) makes each little more than a write of its s² output, so they run on the
@@ -251,13 +300,14 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         unfused = attention[:, None] == "unfused"
         heads = model.num_attention_heads / tp
         head_dim = float(model.attention_head_dim)
-        score_peak = per_value(attn_class, platform.peak_flops) * gemm_kernels * eff.gemm
+        score_peak = (per_value(attn_class, platform.full_clock_peak_flops) * gemm_kernels
+                      * eff.gemm * kernel.efficiency)
         # Per head and sequence, QKᵀ and PV: 2·s·s·d FLOPs each; traffic 2 B × (two s×d
         # operands and the s×s product).
         math = 2 * 2.0 * seq * seq * head_dim / score_peak
         traffic = 2 * 2.0 * (2 * seq * head_dim + seq * seq) / hbm
         gemm_core = (math + traffic) * heads * mbs
-        softmax = rows * heads * seq * 6.0 / hbm
+        softmax = rows * heads * seq * 4.0 / hbm
         t_core = np.where(unfused, gemm_core + softmax, t_core)
     scan_peak = attn_peak / eff.attention * eff.scan
     t_scan = rows * mamba_scan_flops_per_token(model) / tp / scan_peak
@@ -290,15 +340,23 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     na, nm, nl, nmoe = layers.attention, layers.mamba, layers.mlp, layers.moe
     nlayers, last = layers.total, layers.last
     mtp = model.num_mtp_layers
-    gemm_fwd = (na * t_attn_gemm + nm * t_mamba_gemm + nl * t_mlp_gemm
-                + nmoe * (t_moe_dense + t_experts) + last * t_output_gemm * (1 + mtp))
-    if mtp:
-        gemm_fwd = gemm_fwd + last * mtp * clock.time((Gemm(2 * h, h, "none"),), rows, tp)
+    mtp_proj = (clock.passes((Gemm(2 * h, h, "none"),), rows, tp) if mtp
+                else GemmPasses(*(np.zeros_like(tp, dtype=float),) * 3))
+
+    def stage_sum(part: str) -> np.ndarray:
+        """One pass (`fwd`, `dgrad`, `wgrad`) of every weight GEMM a stage holds."""
+        def of(passes: GemmPasses) -> np.ndarray:
+            return getattr(passes, part)
+        return (na * of(t_attn_gemm) + nm * of(t_mamba_gemm) + nl * of(t_mlp_gemm)
+                + nmoe * (of(t_moe_dense) + of(t_experts))
+                + last * (of(t_output_gemm) * (1 + mtp) + mtp * of(mtp_proj)))
+
+    gemm_fwd = stage_sum("fwd")
     attn_fwd = na * t_core + nm * t_scan
     mem_fwd = na * t_e_attn + nm * t_e_mamba + nl * t_e_mlp + nmoe * t_e_moe
     # Forward, input gradients and weight gradients; a frozen base (LoRA) skips the last.
-    weight_passes = 3.0 if lora is None else np.where(lora, 2.0, 3.0)
-    gemm_mb = weight_passes * gemm_fwd
+    gemm_mb = gemm_fwd + stage_sum("dgrad") + trains * stage_sum("wgrad")
+    experts_mb = t_experts.fwd + t_experts.dgrad + trains * t_experts.wgrad
     attn_mb = (1.0 + ATTENTION_BACKWARD_RATIO) * attn_fwd
     mem_mb = 3.0 * mem_fwd + last * t_loss * (1 + mtp)
     if lora is not None and lora.any():
@@ -307,15 +365,16 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         mem_fwd = mem_fwd + adapters
         mem_mb = mem_mb + (1.0 + ADAPTER_BACKWARD_TRAFFIC) * adapters
     is_full = recompute.full
-    re_gemm = np.where(is_full, gemm_fwd - last * t_output_gemm * (1 + mtp), 0.0)
+    re_gemm = np.where(is_full, gemm_fwd - last * t_output_gemm.fwd * (1 + mtp), 0.0)
     re_attn = (np.where(is_full | recompute.module("core_attn"), na * t_core, 0.0)
                + np.where(is_full, nm * t_scan, 0.0))
     re_mem = np.where(is_full, mem_fwd, 0.0)
     # Selective recompute of named modules runs each one's forward again in the backward.
     if recompute.selective.any():
         sel_gemm, sel_mem = _module_forward(model, clock, gemms, rows=rows, tp=tp, sp=sp,
-                                            to_s=to_s, moe_forward=t_moe_dense + t_experts,
-                                            moe_memory=t_e_moe, mlp_forward=t_mlp_gemm,
+                                            to_s=to_s,
+                                            moe_forward=t_moe_dense.fwd + t_experts.fwd,
+                                            moe_memory=t_e_moe, mlp_forward=t_mlp_gemm.fwd,
                                             mlp_memory=t_e_mlp, recompute=recompute)
         re_gemm = re_gemm + na * sel_gemm["attention"] + nl * sel_gemm["mlp"] \
             + nmoe * sel_gemm["moe"]
@@ -325,13 +384,12 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         else framework(f).layer_overhead_s))
     # A grouped GEMM that launches each local expert's GEMMs one by one costs host time per
     # expert, which a fused grouped kernel does not (`GROUPED_KERNEL_FRAMEWORKS`).
-    per_expert = np.where(np.isin(frameworks, GROUPED_KERNEL_FRAMEWORKS)[:, None], 0.0,
-                          eff.expert_overhead_s)
+    per_expert = np.where(grouped, 0.0, eff.expert_overhead_s)
     host_mb = ((host_layer * nlayers + per_expert * local_experts * nmoe)
                * np.where(is_full, 4.0 / 3.0, 1.0))
     return StageCompute(
         gemm_fwd_s=gemm_fwd, attention_fwd_s=attn_fwd, memory_fwd_s=mem_fwd, gemm_s=gemm_mb,
         attention_s=attn_mb, memory_s=mem_mb, recompute_gemm_s=re_gemm,
         recompute_attention_s=re_attn, recompute_memory_s=re_mem, host_s=host_mb,
-        tp_gemm_s=gemm_mb - nmoe * weight_passes * t_experts + re_gemm, wgrad_cover_s=cover,
+        tp_gemm_s=gemm_mb - nmoe * experts_mb + re_gemm, wgrad_cover_s=cover,
         gemm_utilization=clock.utilization)

@@ -25,7 +25,7 @@ from advisor.core.files import bundled_dir
 from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
 from advisor.core.space import invalid_rows, validate
 from advisor.core.table import Table
-from advisor.learn.bands import Z90, analytical_log_sd
+from advisor.learn.bands import Z90, analytical_log_sd, at_least
 from advisor.perf.analytical import (
     BREAKDOWN_PREFIX,
     Breakdown,
@@ -288,6 +288,10 @@ class Predictor:
             source = np.where(ok, "surrogate", source)
             extrapolation = ratio["extrapolation"] | ~ok
         else:
+            extrapolation[:] = True
+        if not self.calibration.knows_stack(framework, platform.family):
+            # A framework no run calibrated on this family: no narrower than an unseen series.
+            low, high = at_least(low, learned, high, np.ones(n, dtype=bool), log_sd)
             extrapolation[:] = True
         scale = learned / tps
         gpus = cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]

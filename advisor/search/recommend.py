@@ -44,7 +44,7 @@ from advisor.explain.rationale import (
     tradeoff,
     warnings,
 )
-from advisor.perf.columns import columns_of
+from advisor.perf.columns import columns_of, config_columns
 from advisor.predict.predictor import Prediction, Predictor
 from advisor.search import power_limit
 from advisor.search.degraded import DegradedAdvice, route_around
@@ -473,7 +473,6 @@ MAX_GPUS = 65_536
 def smallest_fitting_gpus(job: Job) -> int | None:
     """The fewest GPUs (a power of two, or whole nodes) on which some configuration fits, with
     the job's sequence length and global batch when those allow, else the default batch."""
-    from advisor.perf.columns import config_columns
     from advisor.perf.memory import memory_arrays
 
     node = job.platform.num_gpus_per_node

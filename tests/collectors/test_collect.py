@@ -361,8 +361,8 @@ def test_campaign_drives_megatron_through_its_launch_command_and_log(tmp_path):
 
 def test_run_ids_survive_new_config_fields():
     # A campaign collected before selective-recompute modules, the all-to-all overlap, uneven
-    # splits, fine-tuning and the MoE dispatcher knob existed resumes with the same ids: fields
-    # added later count only when they leave their default.
+    # splits, fine-tuning, the MoE dispatcher knob and hybrid sharding existed resumes with the
+    # same ids: fields added later count only when they leave their default.
     import hashlib
 
     from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
@@ -372,11 +372,13 @@ def test_run_ids_survive_new_config_fields():
            **ParallelConfig(dp=2, gbs=4).to_dict()}
     before = [f for f in PARALLEL_FIELDS if f not in (
         "recompute_modules", "ep_comm_overlap", "first_stage_layers", "last_stage_layers",
-        "finetune", "lora_rank", "lora_targets", "moe_dispatcher")]
+        "finetune", "lora_rank", "lora_targets", "moe_dispatcher", "dp_shard_size")]
     key = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2, **{k: row[k] for k in before}}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     assert run_id("c", row) == f"c-{digest}"
     assert run_id("c", {**row, "finetune": "lora"}) != run_id("c", row)
+    assert run_id("c", {**row, "dp_sharding": "optimizer", "dp_shard_size": 1}) != run_id(
+        "c", {**row, "dp_sharding": "optimizer"})
     assert run_id("c", {**row, "ep": 2, "moe_dispatcher": "alltoall"}) != run_id(
         "c", {**row, "ep": 2})
 

@@ -61,3 +61,14 @@ def test_better_cells_pass_and_the_baseline_round_trips(tmp_path):
     assert meta == {"commit": "abc1234", "note": "test"}
     pd.testing.assert_frame_equal(table[["rows", "mape"]].astype(float),
                                   before[["rows", "mape"]].astype(float))
+
+
+def test_error_by_gpu_count_bins_every_job_once():
+    rows = pd.DataFrame({"num_gpus": [8, 8, 64, 512, 1024, 16384],
+                         "measured": [100.0] * 6})
+    predicted = pd.Series([110.0, 90.0, 100.0, 120.0, 80.0, 100.0], index=rows.index)
+    table = gate.scale_table(rows, predicted)
+    assert table["rows"].sum() == 6
+    assert table.loc["1-8", "rows"] == 2 and table.loc["1-8", "mape"] == pytest.approx(10.0)
+    assert table.loc["257-1024", "rows"] == 2
+    assert table.loc["1025+", "signed_median"] == pytest.approx(0.0)

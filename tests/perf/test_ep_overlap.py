@@ -47,10 +47,15 @@ def test_overlap_hides_the_all_to_all_and_holds_one_more_micro_batch():
     a, b = _breakdown(QWEN_30B, off, job), _breakdown(QWEN_30B, on, job)
     assert b["analytical_ep_comm_s"] < a["analytical_ep_comm_s"]
     assert b["analytical_step_time_s"] < a["analytical_step_time_s"]
-    # What it hides comes off the step (less the little the gradient sync of the last
-    # micro-batch no longer hides under the compute the all-to-all now uses).
-    assert a["analytical_step_time_s"] - b["analytical_step_time_s"] == pytest.approx(
+    # What it hides comes off the step before the power cap (less the little the gradient
+    # sync of the last micro-batch no longer hides under the compute the all-to-all now uses);
+    # without the exposed gaps the GPU computes more of the step and the cap takes back a
+    # little of it (overlap heats).
+    def unthrottled(x):
+        return x["analytical_step_time_s"] - x["analytical_throttle_s"]
+    assert unthrottled(a) - unthrottled(b) == pytest.approx(
         a["analytical_ep_comm_s"] - b["analytical_ep_comm_s"], rel=1e-3)
+    assert b["analytical_throttle_s"] >= a["analytical_throttle_s"]
     # PP 1: the forward of one micro-batch runs beside the backward of the last, so two
     # micro-batches' activations are held, not one (plus what does not scale with them: the
     # embedding output, the loss's logits).
@@ -112,7 +117,8 @@ def test_cli_and_csv_take_it_and_refuse_what_cannot_run(tmp_path):
                             "--analytical"])
     assert r.exit_code == 0, r.output
     out = pd.read_csv(dst, keep_default_na=False)
-    assert out.loc[1, "pred_tokens_per_sec_per_gpu"] > out.loc[0, "pred_tokens_per_sec_per_gpu"]
+    speed = pd.to_numeric(out["pred_tokens_per_sec_per_gpu"], errors="coerce")
+    assert speed[1] > speed[0]      # the error row leaves the column text: compare numbers
     # Recompute unknown: the least that fits, never full (it cannot run beside the overlap).
     assert "recompute=full" not in out.loc[1, "pred_assumed"]
     assert "use true or false" in out.loc[2, "pred_error"]

@@ -155,29 +155,52 @@ def test_shipped_power_parameters_are_the_fit(power_reference):
 
 
 def test_power_model_predicts_held_out_sources(power_reference):
-    table = validation_table(power_reference).set_index(["source", "target"])["mape_held_out"]
+    full = validation_table(power_reference).set_index(["source", "target"])
+    table = full["mape_held_out"]
     assert table["perseus", "avg_power"] < 5
     assert table["zeus_power_limit", "avg_power"] < 5
     # measured with the Zeus reference step modelled as throttled (power_fit.predict_zeus) and
-    # the H200 probe in the fit: stage profiles' time 16.1 % held out (12.6 % without the
-    # probe: Hopper GEMMs are more clock-bound than the A100/A40 stages), power 5.1 % (11.5 %
-    # without); Zeus time 8.9 % (8.1 %); the probe's capped time 9.8 % and clock 11.1 %
-    assert table["stage_profiles", "time_ratio"] < 17
-    assert table["stage_profiles", "power"] < 7
+    # the shared parameters fitted across chips (A40, A100) without the H200 probe: stage
+    # profiles' time 12.6 % held out, power 11.5 %; Zeus time 8.1 %
+    assert table["stage_profiles", "time_ratio"] < 13
+    assert table["stage_profiles", "power"] < 12
     assert table["zeus_power_limit", "iter_time_ratio"] < 10
-    assert table["h200_probe", "time_ratio"] < 12
-    assert table["h200_probe", "clock"] < 12
+    # The probe does not set H200's level (advisor/perf/power_fit.py says why): fitted to the
+    # probe alone its capped time and clock come within 3 %; at the cross-chip level every chip
+    # gets, 11.5 % and 14.8 %.
+    for target in ("time_ratio", "clock"):
+        own, carried = full.loc[("h200_probe", target), ["mape_in_sample", "mape_held_out"]]
+        assert own < 4 < carried
+
+
+def test_no_catalog_chip_carries_one_probes_level(tmp_path):
+    """Every catalog chip draws the cross-chip best-fed GEMM demand (busy_share × its design
+    power): the H200 probe's own level contradicted two other H200 measurements. A cluster
+    file can carry a site's own probe of its chips."""
+    from advisor.catalog import load_platform, load_platform_override, platforms
+
+    shipped = load_power_params()
+    assert all(p.gemm_power_w is None for p in platforms().values())
+    h200 = load_platform("h200")
+    assert shipped.best_gemm_w(h200) == pytest.approx(shipped.busy_share * h200.tdp_w)
+    site = tmp_path / "site.toml"
+    site.write_text('base = "h200"\ngemm_power_w = 1000\n'
+                    '[sources]\ngemm_power_w = "our probe"\n')
+    assert shipped.best_gemm_w(load_platform_override(site)) == 1000
+    assert load_platform_override(site).gemm_power_w == 1000
 
 
 def test_memory_ratio_is_the_h200_probe():
-    """power.toml's memory_ratio is what the H200 probe's HBM-bound copy drew, over the fitted
-    GEMM demand (as written, 3 decimals), and the fitted curve puts fused attention within 2 %
-    of the attention_ratio placeholder."""
+    """power.toml's memory_ratio is what the H200 probe's HBM-bound copy drew, over the
+    cross-chip GEMM demand (as written, 3 decimals). attention_ratio stays a placeholder below
+    1: through the fitted curve, at the cross-chip level, the probe's fused attention would
+    draw more than the best-fed GEMM, which says the level is low for H200 (power.toml's
+    source), not that attention outdraws a GEMM."""
     kernels, samples, facts = read_probe(DEFAULT_PROBE)
     derived = kernel_ratios(phase_table(kernels, samples, facts), facts)
     shipped = load_power_params()
     assert shipped.memory_ratio == round(derived["memory_ratio"], 3)
-    assert derived["attention_ratio"] == pytest.approx(shipped.attention_ratio, rel=0.02)
+    assert derived["attention_ratio"] > 1 > shipped.attention_ratio
 
 
 def test_the_capped_clock_falls_with_micro_batch_as_the_h200_campaign_measured():
@@ -185,7 +208,7 @@ def test_the_capped_clock_falls_with_micro_batch_as_the_h200_campaign_measured()
     mean SM clock falls as micro-batches grow (1,773 -> 1,609 MHz from 1 to 8 at 2,048 tokens):
     bigger GEMMs keep the tensor cores busier, which draws more per clock. The model, whose GEMM
     demand follows how well fed the tensor cores are, orders the 16 runs' clocks as measured
-    and lands within a few percent of each."""
+    (Kendall tau 0.77 with the cross-chip power level)."""
     from scipy.stats import kendalltau
 
     from advisor.data.predict_input import choose_recompute, parse_row
@@ -200,7 +223,21 @@ def test_the_capped_clock_falls_with_micro_batch_as_the_h200_campaign_measured()
         order = group.sort_values("mbs").index
         assert np.all(np.diff(predicted[order]) < 0), group[["seq_len", "mbs"]]
     assert kendalltau(measured, predicted).statistic > 0.75
-    assert np.max(np.abs(predicted / measured - 1)) < 0.03
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "not met since the H200 probe left the cross-chip power fit: at the cross-chip level "
+    "(922 W) the campaign's capped clocks come out 6.2 % high (MAPE), at the probe's own "
+    "(~1,300 W) 6.8 % low; power_fit.py says why neither fits H200's clock and speed at once"))
+def test_the_h200_campaign_clock_is_within_three_percent():
+    from advisor.data.predict_input import choose_recompute, parse_row
+
+    frame = pd.read_parquet(CAMPAIGNS / "h200-single.parquet")
+    rows = [parse_row(row, {}, None) for row in frame.to_dict("records")]
+    choose_recompute(rows)
+    predicted = np.array([predict_config(r.job.model, r.job.platform, r.config).power
+                          .min_clock_frac * r.job.platform.boost_clock_hz / 1e6 for r in rows])
+    assert np.max(np.abs(predicted / frame["mean_sm_clock_mhz"].to_numpy() - 1)) < 0.03
 
 
 def test_the_limit_binds_on_a_window_as_the_h200_measured():

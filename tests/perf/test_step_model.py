@@ -51,13 +51,16 @@ def test_pp1_means_no_bubble_and_no_send_recv(space):
 
 def test_pipeline_bubble_follows_the_schedule(space):
     """The fill and drain pass each stage but the slowest once: never more than (pp − 1)/vp of
-    the slowest stage's micro-batch, and not far below it (stages differ only by the embedding
-    and the output layer)."""
-    _, _, configs, table = space
+    the slowest stage's micro-batch, and not far below it where each stage holds several
+    layers (stages differ only by the embedding and the output layer, which outweighs a stage
+    of one or two layers: a 128k-vocabulary output GEMM has twice the FLOPs of a Llama 3 8B
+    layer)."""
+    model, _, configs, table = space
     m = configs["gbs"] / (configs["mbs"] * configs["dp"])
     textbook = (configs["pp"] - 1) / configs["vp"] * table["microbatch_s"]
     assert (table["bubble_s"] <= textbook * (1 + 1e-9)).all()
-    piped = (configs["pp"] > 1).to_numpy()
+    piped = ((configs["pp"] > 1) & (model.num_layers / configs["pp"] >= 4)).to_numpy()
+    assert piped.any()
     assert (table.loc[piped, "bubble_s"] >= 0.5 * textbook[piped]).all()
     assert np.allclose(table["num_microbatches"], m)
 
