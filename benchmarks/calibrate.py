@@ -245,11 +245,17 @@ def _gate(ref, base, args, *, with_status: bool = False):
 
 
 def _head() -> str:
+    """HEAD's short hash, with `+changes` where the model ran from uncommitted files (the
+    baseline then belongs to the commit that lands them)."""
     import subprocess
 
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=False)
-    return out.stdout.strip() or "unknown"
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "advisor", "benchmarks")
+    return f"{head}+changes" if dirty else head
 
 
 def _vtrain_multi(path: Path, calibration) -> dict[str, float]:
