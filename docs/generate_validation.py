@@ -46,6 +46,27 @@ BENCHMARKS = (
               "platform, model family and precision, Kendall τ within groups sharing model, "
               "platform and GPU count, whole publication series and platform families held "
               "out, and the vTrain single-node scores. About 20 minutes on 2 cores."),
+    Benchmark("refit-gate", "Refit gate: each publication series held out, per cell",
+              ("benchmarks/calibrate.py", "--gate"),
+              "The analytical model refitted with each publication series held out whole (every "
+              "release of one performance summary at once) and that series predicted, as error "
+              "per platform family × precision × dense/MoE, beside the baseline of the last "
+              "landed model (`benchmarks/baselines/loso_series_cells.json`). A change that "
+              "raises a cell of 10 or more rows by more than a point fails the gate unless its "
+              "commit says why (`--accept`). About 6 minutes."),
+    Benchmark("gemm", "GEMM kernels: against measured GEMM tables",
+              ("benchmarks/gemm_check.py",),
+              "The GEMM model's kernel parameters fitted per architecture and number format to "
+              "XLA's measured GEMM tables (`datasets/reference/gemm`: 375 shapes each on H100, "
+              "B200, MI300X and the MI350 series), the shipped parameters' error on every table "
+              "(overall and on training-sized shapes), and torch's best matmul per device "
+              "(MAMF) against the model at that shape, which no fit saw."),
+    Benchmark("collectives", "Collectives: against measured collective tables",
+              ("benchmarks/collective_check.py",),
+              "Collectives inside each platform's NVLink or xGMI domain: the constants fitted on "
+              "A100's NCCL tables (what every platform used before) against each platform's own "
+              "fit to XLA's collective tables (all-reduce, all-gather, reduce-scatter, "
+              "all-to-all; groups of 2-8 GPUs per host, 4-72 in GB200/GB300 NVL72)."),
     Benchmark("calibration", "Analytical model: calibration fit (in-sample)",
               ("benchmarks/calibrate.py", "--no-loso"),
               "The per-family efficiencies fitted to the published and MLPerf runs and the "
