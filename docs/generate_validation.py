@@ -75,10 +75,10 @@ BENCHMARKS = (
               "is quoted on the [validation page](index.md#quoted-slow-benchmarks)."),
     Benchmark("power", "Power model: fitted on measured power, each source held out",
               ("benchmarks/power_validation.py",),
-              "The five power parameters fitted on `shared/reference/power` (Perseus, the "
-              "GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps) and the H200 probe, "
-              "and each source "
-              "predicted by the others' fit; the MLPerf node-energy rows are never in the fit."),
+              "The five power parameters fitted across chips on `shared/reference/power` "
+              "(Perseus, the GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps), each "
+              "source predicted by the others' fit; the H200 probe held out (its own fit beside "
+              "the cross-chip level); the MLPerf node-energy rows are never in the fit."),
     Benchmark("power-probe", "Power limit on an H200: what the probe measured",
               ("benchmarks/power_probe.py",),
               "One H200 at its 700 W limit (`datasets/probes/h200-power`, "
