@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _checkout import head
 
 from advisor.catalog import load_platform
 from advisor.data.mlperf import mlperf_runs
@@ -238,24 +239,11 @@ def _gate(ref, base, args, *, with_status: bool = False):
     else:
         print(f"\nrefit gate: no baseline at {args.baseline}; --update-baseline records one")
     if args.update_baseline:
-        gate.write_baseline(args.baseline, cells, commit=_head(),
+        gate.write_baseline(args.baseline, cells, commit=head(),
                             note=args.accept or "leave-one-series-out, benchmarks/calibrate.py")
         print(f"recorded the baseline in {args.baseline}")
     return (status, predicted) if with_status else status
 
-
-def _head() -> str:
-    """HEAD's short hash, with `+changes` where the model ran from uncommitted files (the
-    baseline then belongs to the commit that lands them)."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "advisor", "benchmarks")
-    return f"{head}+changes" if dirty else head
 
 
 def _vtrain_multi(path: Path, calibration) -> dict[str, float]:

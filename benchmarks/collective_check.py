@@ -13,12 +13,12 @@ of 16 MB and up (what training moves).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+from _checkout import head
 
 from advisor.perf import collective_fit
 from advisor.perf.calibration import load_calibration
@@ -56,17 +56,12 @@ def main() -> int:
           "(error of time, %; ratio = predicted / measured, messages >= 16 MB)\n")
     print(pd.DataFrame(rows).round(3).to_string(index=False))
     if args.write:
-        TARGET.write_text(collective_fit.toml_text(fits, scores, note=f"Fitted at {_head()}."),
+        TARGET.write_text(collective_fit.toml_text(fits, scores, note=f"Fitted at {head()}."),
                           encoding="utf-8")
         load_domain_table.cache_clear()
         print(f"\nwrote {TARGET.relative_to(ROOT)}")
     return 0
 
-
-def _head() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=False)
-    return out.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

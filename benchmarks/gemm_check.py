@@ -15,11 +15,11 @@ device on the BF16 tables.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from _checkout import head
 
 from advisor.perf import gemm_fit
 from advisor.perf.gemm import kernel_table_from_dict, load_kernel_table
@@ -46,7 +46,7 @@ def main() -> int:
               f"{k.memory_efficiency:.2f}  k overhead {k.k_overhead:.0f}  |  median "
               f"{fit.median_ape_pct:.1f} %, mean {fit.mape_pct:.1f} %, M,N,K >= 2048 median "
               f"{fit.large_median_ape_pct:.1f} %  ({fit.rows} shapes)")
-    text = gemm_fit.toml_text(fits, commit_note=f"fitted at {_head()}")
+    text = gemm_fit.toml_text(fits, commit_note=f"fitted at {head()}")
     if args.write:
         TARGET.write_text(text, encoding="utf-8")
         load_kernel_table.cache_clear()
@@ -70,11 +70,6 @@ def main() -> int:
           f"({mamf['ratio'].min():.2f}-{mamf['ratio'].max():.2f})")
     return 0
 
-
-def _head() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=False)
-    return out.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

@@ -393,9 +393,9 @@ def test_rowwise_fp8_is_refused_where_transformer_engine_has_no_such_recipe():
     """torchao's per-row scaling (what TorchTitan's float8 runs) has no Transformer Engine
     recipe: Megatron-LM and NeMo refuse it and name the recipes they have."""
     config, job = _case("llama3-70b", 64, precision="fp8-row", tp=8, pp=2)
-    for emit in (megatron_args, nemo_overrides):
+    for emitter in (megatron_args, nemo_overrides):
         with pytest.raises(ConfigError, match="fp8-row .*no Transformer Engine recipe.*fp8-cs"):
-            emit(config, job)
+            emitter(config, job)
 
 
 def test_megatron_refuses_what_it_cannot_express():

@@ -104,7 +104,8 @@ def test_vtrain_multi_node_runs_are_not_predicted_too_fast(multi):
     more than 10 % too fast (the worst 1.82: TP 8 with micro-batch 64 on the 3.6B model),
     per-model median ratios 0.95-1.04 (no trend with size), Kendall tau per model 0.55-0.88.
     With GEMMs priced by the measured-kernel model (2026-12-06): MAPE 7.8 %, median ratio
-    1.02, per-job tau 0.59-0.87, the same worst run 2.06 (`test_the_worst_run_is_not_predicted_twice`).
+    1.02, per-job tau 0.59-0.87, the same worst run 2.06
+    (`test_the_worst_run_is_not_predicted_twice`).
     Calculon, an analytical peer, scores 15.3 %."""
     frame, predicted = multi
     score, per_job = score_vtrain(frame, predicted)

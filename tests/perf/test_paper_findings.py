@@ -5,6 +5,7 @@ xfail that says why: never tuned away."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_finding3_peak_power_rises_with_micro_batch(tp, pp):
     peaks = [_predict("gpt3-175b", tp=tp, pp=pp, mbs=m).power.peak_power_w for m in (1, 2, 4, 8)]
     # Never down by more than 0.05 %: a GEMM's speed (and so its draw) moves in whole waves of
     # tiles over the SMs, which a micro-batch step can cross the wrong way (754.15 -> 754.08 W).
-    assert all(b > a * 0.9995 for a, b in zip(peaks, peaks[1:])) and peaks[-1] > peaks[0] + 1
+    assert all(b > a * 0.9995 for a, b in itertools.pairwise(peaks)) and peaks[-1] > peaks[0] + 1
 
 
 @pytest.mark.xfail(strict=True, reason=(
