@@ -248,7 +248,10 @@ def append_result(dataset: Path, campaign: Campaign, spec: RunSpec, result: RunR
 
 
 def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
+    """The dataset row of a finished run; a config.json model or a cluster file travels with
+    it as `model_spec` / `platform_spec` (`advisor.data.row_specs`)."""
     from advisor.catalog import scaled_model_name
+    from advisor.data.row_specs import spec_columns
 
     c = spec.config
     platform = load_platform(spec.platform)
@@ -260,15 +263,18 @@ def to_row(campaign: Campaign, spec: RunSpec, result: RunResult) -> dict:
         "collected_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "status": result.status, "model": scaled_model_name(spec.model, spec.scale),
         "gpu": spec.platform, "num_gpus": spec.num_gpus,
-        "framework": FRAMEWORK if spec.framework == "pytorch" else "megatron",
-        "software": _torch_version() if spec.framework == "pytorch" else spec.framework,
+        "framework": result.ran_with.get("framework") or (
+            FRAMEWORK if spec.framework == "pytorch" else "megatron"),
+        "software": result.ran_with.get("software") or (
+            _torch_version() if spec.framework == "pytorch" else spec.framework),
         **{k: c[k] for k in ("precision", "seq_len", "gbs", "mbs", "tp", "pp", "cp", "ep",
                              "etp", "vp", "dp", "recompute", "dp_sharding")},
         **_moe_and_recompute_labels(spec, platform),
         "tokens_per_sec_per_gpu": result.tokens_per_sec_per_gpu,
         "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak if tflops and peak else None,
         "step_time_s": result.step_time_s, "peak_mem_gb": result.peak_mem_gb,
-        "notes": "; ".join(filter(None, [result.error, *_what_ran(spec)])) or None,
+        "notes": "; ".join(filter(None, [result.error, *_what_ran(spec, result)])) or None,
+        **spec_columns(scaled_model_name(spec.model, spec.scale), spec.platform),
     }
     for key in TELEMETRY_FIELDS:
         row[key] = result.telemetry.get(key)
@@ -291,9 +297,13 @@ def _moe_and_recompute_labels(spec: RunSpec, platform) -> dict:
     return row
 
 
-def _what_ran(spec: RunSpec) -> list[str]:
-    """Where the workload's run differs from the row's labels."""
+def _what_ran(spec: RunSpec, result: RunResult) -> list[str]:
+    """Where the workload's run differs from the row's labels; where a replayed one came from."""
     c, notes = spec.config, []
+    if "replayed" in result.ran_with:
+        return [f"replayed from {result.ran_with['replayed']}"
+                + (f", measured by {result.ran_with['source_name']}"
+                   if result.ran_with.get("source_name") else "")]
     if spec.framework != "pytorch":
         return notes
     if spec.device == "cpu":

@@ -78,6 +78,9 @@ class RunResult:
     peak_mem_gb: float | None = None
     telemetry: dict[str, float | None] = field(default_factory=dict)
     """Keys from TELEMETRY_FIELDS."""
+    ran_with: dict[str, str] = field(default_factory=dict)
+    """What a launcher knows of the stack that ran, beyond the spec: `framework`, `software`,
+    `source_name` and `replayed` (the table rows a replayed run came from)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -23,8 +23,10 @@ def collect(
             "h200-single, paper-h200-parallelism, paper-h100-parallelism, "
             "paper-h200-optimisation, paper-h200-microbatch.")],
         launcher: Annotated[str, typer.Option(
-            "--launcher", help="local (torchrun on this machine) or slurm (sbatch, one job "
-            "per run).")] = "local",
+            "--launcher", help="local (torchrun on this machine), slurm (sbatch, one job "
+            "per run), or replay:FILE: answer each planned run from a table of real "
+            "measurements (a dataset .parquet or CSV), to try the collect, train, recommend "
+            "loop without GPUs.")] = "local",
         dataset: Annotated[Path | None, typer.Option(
             "--dataset", help="Parquet file the runs are appended to (default: "
             "datasets/campaigns/<campaign>.parquet).")] = None,
@@ -60,6 +62,7 @@ def collect(
         advisor collect --campaign cpu-smoke
         advisor collect --campaign my-sweep.toml --launcher slurm --resume
         advisor collect --campaign paper-h200-parallelism --dry-run
+        advisor collect --campaign my-sweep.toml --launcher replay:datasets/published.parquet
 
     Each run trains a Llama-style model under one parallel configuration (torchrun; gloo on
     CPU, NCCL on GPU), times steps after warm-up and records throughput, peak memory, power,
@@ -71,8 +74,11 @@ def collect(
     Before the first run a preflight asks the runs' interpreter (--python) whether torch
     imports, the GPUs (device = "cuda") and the campaign's telemetry are visible, and the
     launcher answers; if not, it stops with one `error:` line and exit code 2, and nothing is
-    written. The cpu-smoke template is the CPU path. The dataset records a hash of the
-    campaign as it was (not of its whitespace, budget, timeout or strategy).
+    written. The cpu-smoke template is the CPU path. `replay:FILE` measures nothing: each
+    run is the row of FILE that ran the same job in the same layout (or `failed` where FILE
+    has none), so the loop can be tried, tested and benchmarked on published runs. The
+    dataset records a hash of the campaign as it was (not of its whitespace, budget, timeout
+    or strategy).
     """
     from advisor.catalog import scaled_model_name
     from collectors.campaign import load_campaign
@@ -85,6 +91,7 @@ def collect(
     runs_dir = runs_dir or Path("runs") / spec.name
     options = {k: v for k, v in dict(gpus_per_node=gpus_per_node, partition=partition,
                                       account=account).items() if v is not None}
+    replay = launcher.startswith("replay:")
     if options and launcher != "slurm":
         raise AdvisorError(f"--{', --'.join(k.replace('_', '-') for k in options)} apply to "
                            f"--launcher slurm only.")
@@ -98,8 +105,8 @@ def collect(
     checked = None
     if not dry_run:  # both before any run: the dataset's state, then the runs' machine
         check_previous(spec, dataset, resume=resume, extend=extend)
-        checked = preflight(spec, chosen)
-        if not json_out:
+        checked = None if replay else preflight(spec, chosen)   # a replay runs nothing
+        if checked is not None and not json_out:
             console.print(checked.summary(), highlight=False)
     try:
         with _campaign_lock(runs_dir, spec.name, enabled=not dry_run), \

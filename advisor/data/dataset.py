@@ -67,8 +67,9 @@ SCHEMA: tuple[Column, ...] = (
     Column("source_name", "str", "human name of the source (e.g. the document and release)"),
     Column("collected_at", "time", "when the run was measured or imported (ISO 8601, UTC)"),
     Column("status", "str", "ok, oom, failed or timeout", required=True, allowed=STATUSES),
-    Column("model", "str", "catalog model name or alias", required=True),
-    Column("gpu", "str", "catalog platform name", required=True),
+    Column("model", "str", "catalog model name or alias, a scaled catalog model or a Hugging "
+           "Face config.json path", required=True),
+    Column("gpu", "str", "catalog platform name or a cluster file path", required=True),
     Column("num_gpus", "int", "GPUs (MI250: GCDs)", required=True, low=1),
     Column("precision", "str", "training precision recipe", required=True,
            allowed=_PRECISION_SPELLINGS),
@@ -120,6 +121,11 @@ SCHEMA: tuple[Column, ...] = (
            low=0, high=1),
     Column("telemetry_hz", "float", "telemetry sampling rate", low=0),
     Column("notes", "str", "what the source said beyond the columns"),
+    Column("model_spec", "str", "the model's full specification as JSON where it is not a "
+           "catalog model (a config.json): rows stay usable where the file is not "
+           "(advisor.data.row_specs)"),
+    Column("platform_spec", "str", "the platform's full specification as JSON where `gpu` is "
+           "a cluster file (advisor.data.row_specs)"),
 )
 COLUMNS = {c.name: c for c in SCHEMA}
 REQUIRED = tuple(c.name for c in SCHEMA if c.required)
@@ -399,9 +405,32 @@ def import_mlperf(csv_path: Path, *, collected_at: str | None = None
     return _canonical(runs, keep, str(csv_path), collected_at), skipped
 
 
+def _spec_columns(raw: pd.DataFrame, where: str) -> pd.DataFrame:
+    """`model_spec` and `platform_spec` of each row: as the file gives them, else read from the
+    config.json or cluster file a row names (catalog rows: empty)."""
+    from advisor.core.errors import AdvisorError
+    from advisor.data.row_specs import MODEL_SPEC, PLATFORM_SPEC, spec_columns
+
+    out = pd.DataFrame(index=raw.index, columns=[MODEL_SPEC, PLATFORM_SPEC], dtype=object)
+    for (model, gpu), part in raw.groupby(["model", "gpu"], sort=False):
+        try:
+            specs = spec_columns(str(model), str(gpu))
+        except AdvisorError as e:
+            raise DatasetError(f"{where}: row {int(part.index[0]) + 2} (model {model!r}, gpu "
+                               f"{gpu!r}): {e}") from None
+        for column, text in specs.items():
+            out.loc[part.index, column] = text
+    for column in (MODEL_SPEC, PLATFORM_SPEC):
+        if column in raw:
+            given = raw[column].astype("string").fillna("").str.strip() != ""
+            out.loc[given, column] = raw.loc[given, column]
+    return out
+
+
 def _canonical(raw: pd.DataFrame, keep: list[str], where: str,
                collected_at: str | None) -> pd.DataFrame:
     frame = raw[keep].copy()
+    frame = frame.join(_spec_columns(raw, where))
     occurrence = raw.groupby(list(_PUBLISHED_IDENTITY)).cumcount()
     frame["run_id"] = [published_run_id(row, int(n))
                        for (_, row), n in zip(raw.iterrows(), occurrence, strict=True)]

@@ -140,10 +140,8 @@ def reference_groups(ref: Reference, calibration: Calibration
                      ) -> Iterator[tuple[Platform, pd.DataFrame, pd.DataFrame]]:
     """Per group of reference rows sharing model, platform and framework: the platform, the
     rows' features and their `analytical_table` (both indexed like `ref.rows`)."""
-    from advisor.catalog import load_model, load_platform
-
-    for (model_name, platform_name), (idx, configs) in ref.groups.items():
-        model, platform = load_model(model_name), load_platform(platform_name)
+    for (model_key, platform_key), (idx, configs) in ref.groups.items():
+        model, platform = ref.model(model_key), ref.platform(platform_key)
         for framework, rows in ref.rows.loc[idx].groupby("framework"):
             part = configs.loc[rows.index].drop(columns="framework")
             table = analytical_table(model, platform, part, calibration=calibration,

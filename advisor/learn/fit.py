@@ -23,6 +23,7 @@ from advisor.core.model import ModelSpec
 from advisor.core.parallel import PRECISIONS
 from advisor.core.platform import Platform
 from advisor.data.predict_input import lightest_recompute_that_fits, parse_run_row
+from advisor.data.row_specs import MODEL_SPEC, PLATFORM_SPEC, row_model, row_platform, spec_key
 from advisor.perf.calibration import (
     FIT_PARAMETERS,
     FRAMEWORK_PARAMETERS,
@@ -69,6 +70,15 @@ class Reference:
     groups: dict[tuple[str, str], tuple[pd.Index, pd.DataFrame]]
     skipped: pd.DataFrame
     """Rows left out, with `why`."""
+    objects: dict[str, ModelSpec | Platform] = dataclasses.field(default_factory=dict)
+    """The model or platform of each key of `groups` (a catalog name, or `name#hash` for a
+    specification a row carries: `advisor.data.row_specs`)."""
+
+    def model(self, key: str) -> ModelSpec:
+        return self.objects[key] if key in self.objects else load_model(key)  # type: ignore
+
+    def platform(self, key: str) -> Platform:
+        return self.objects[key] if key in self.objects else load_platform(key)  # type: ignore
 
     @functools.cached_property
     def prepared(self) -> list[tuple[ModelSpec, Platform, np.ndarray, dict[str, np.ndarray]]]:
@@ -76,8 +86,8 @@ class Reference:
         configurations as the perf model's columns (read once: a fit predicts every row a
         few hundred times)."""
         out = []
-        for (model_name, platform_name), (idx, configs) in self.groups.items():
-            out.append((load_model(model_name), load_platform(platform_name),
+        for (model_key, platform_key), (idx, configs) in self.groups.items():
+            out.append((self.model(model_key), self.platform(platform_key),
                         self.rows.index.get_indexer(idx), config_columns(configs)))
         return out
 
@@ -88,7 +98,8 @@ class Reference:
             sel = idx.isin(keep)
             if sel.any():
                 groups[key] = (idx[sel], configs[sel])
-        return Reference(rows=self.rows.loc[keep], groups=groups, skipped=self.skipped)
+        return Reference(rows=self.rows.loc[keep], groups=groups, skipped=self.skipped,
+                         objects=self.objects)
 
 
 def load_reference(path: Path, mlperf: Path | None = None) -> Reference:
@@ -147,13 +158,12 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
     frame = frame.astype("string").fillna("").astype(object)
     if "status" in frame:
         frame = frame[frame["status"].isin(["", "ok"])]
-    usable, skipped, configs = [], [], {}
+    usable, skipped, configs, objects = [], [], {}, {}
     for i, row in frame.iterrows():
         measured = row.get("tokens_per_sec_per_gpu", "").strip()
         derived = None
         try:
-            model = load_model(row["model"])
-            platform = load_platform(row["gpu"])
+            model, platform = row_model(row), row_platform(row)
             config, _ = parse_run_row(row, model)
             if not measured:
                 # Tokens/s from the row's TFLOP/s where its source's FLOP count is known.
@@ -171,7 +181,11 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
             skipped.append((i, str(e)))
             continue
         mlperf = str(row["source_name"]).startswith(MLPERF_SOURCE)
+        keys = (spec_key(model.name, row.get(MODEL_SPEC, "")),
+                spec_key(platform.name, row.get(PLATFORM_SPEC, "")))
+        objects.update(zip(keys, (model, platform), strict=True))
         usable.append({"index": i, "model": model.name, "platform": platform.name,
+                       "model_key": keys[0], "platform_key": keys[1],
                        "family": platform.family,
                        "source": MLPERF_SOURCE if mlperf else row["source_name"],
                        **_mlperf_fields(row["source_name"], mlperf),
@@ -192,10 +206,10 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
     rows = pd.DataFrame(usable).set_index("index")
     all_configs = pd.DataFrame.from_dict(configs, orient="index")
     groups = {}
-    for key, part in rows.groupby(["model", "platform"]):
+    for key, part in rows.groupby(["model_key", "platform_key"]):
         groups[key] = (part.index, all_configs.loc[part.index])
     skipped_frame = pd.DataFrame(skipped, columns=["index", "why"]).set_index("index")
-    return Reference(rows=rows, groups=groups, skipped=skipped_frame)
+    return Reference(rows=rows, groups=groups, skipped=skipped_frame, objects=objects)
 
 
 def _assumed_recompute(row: pd.Series, model, config, platform):

@@ -38,7 +38,7 @@ class TrainReport:
     """Stems of the artifacts written to `output` (<stem>.model.json and <stem>.json)."""
 
 
-LATER_COLUMNS = ("finetune", "lora_rank", "lora_targets")
+LATER_COLUMNS = ("finetune", "lora_rank", "lora_targets", "model_spec", "platform_spec")
 """Schema columns added after datasets were written: they count only where a row fills them,
 so an older dataset (and the artifacts trained on it) keeps its hash."""
 

@@ -17,7 +17,7 @@ from typing import Protocol
 from advisor.core.errors import AdvisorError, suggest
 from collectors.spec import RunResult, RunSpec
 
-LAUNCHERS = ("local", "slurm")
+LAUNCHERS = ("local", "slurm", "replay:FILE")
 SPEC_FILE, RESULT_FILE, LOG_FILE = "spec.json", "result.json", "log.txt"
 _ROOT = Path(__file__).resolve().parents[2]
 SOURCE_ROOT = _ROOT if (_ROOT / "pyproject.toml").exists() else None
@@ -52,7 +52,8 @@ class Launcher(Protocol):
 
 
 def make_launcher(name: str, **options) -> Launcher:
-    """The launcher called `name` (`local` or `slurm`), built with its keyword `options`."""
+    """The launcher called `name` (`local`, `slurm`, or `replay:FILE` to answer each run from a
+    table of measurements), built with its keyword `options`."""
     if name == "local":
         from collectors.launchers.local import LocalLauncher
 
@@ -61,6 +62,12 @@ def make_launcher(name: str, **options) -> Launcher:
         from collectors.launchers.slurm import SlurmLauncher
 
         return SlurmLauncher(**options)
+    if name.startswith("replay:"):
+        from collectors.launchers.replay import ReplayLauncher
+
+        if options:
+            raise LauncherError(f"--launcher replay takes no {', '.join(sorted(options))}.")
+        return ReplayLauncher(name.removeprefix("replay:"))
     raise LauncherError(f"unknown launcher {name!r}; choose one of {', '.join(LAUNCHERS)}."
                         + suggest(name, LAUNCHERS))
 
