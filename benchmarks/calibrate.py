@@ -50,6 +50,7 @@ from advisor.learn.fit import (
     predict_held_out,
     predict_reference,
 )
+from advisor.learn.stack import stack_spread
 from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
@@ -175,7 +176,8 @@ def main() -> int:
         status, series_pred = _gate(ref, base, args, with_status=True)
         series = error_table(rows, series_pred, None)
         metrics.update(loso_series_mape_pct=float(series["mape"].iloc[0]),
-                       loso_series_median_ape_pct=float(series["median_ape"].iloc[0]))
+                       loso_series_median_ape_pct=float(series["median_ape"].iloc[0]),
+                       **series_band_metrics(rows, series_pred))
         if mlperf.any():
             held = rows[mlperf]
             _print("MLPerf submissions held out together (tokens/s/GPU, %)",
@@ -207,6 +209,19 @@ def main() -> int:
                None if args.no_mlperf else args.mlperf)
         print(f"\nwrote {TARGET.relative_to(ROOT)}")
     return status
+
+
+def series_band_metrics(rows: pd.DataFrame, predicted: pd.Series) -> dict[str, float]:
+    """What the bands are sized by, from the leave-one-series-out predictions: the 80th
+    percentile of |log(predicted / measured)| (the analytical p10-p90 band's half-width), and
+    the split of that error into a shift shared by one stack (a series on one platform) and
+    the spread within it (`advisor.learn.stack`: the prior of a team's stack calibration)."""
+    error = np.abs(np.log(predicted / rows["measured"]))
+    spread = stack_spread(rows["measured"].to_numpy(), predicted.to_numpy(),
+                          (rows["series"] + " | " + rows["platform"]).to_numpy())
+    return {"loso_series_p80_abs_log_error": round(float(np.quantile(error, 0.8)), 4),
+            "stack_between_log_sd": round(spread.between, 4),
+            "stack_within_log_sd": round(spread.within, 4)}
 
 
 def _gate(ref, base, args, *, with_status: bool = False):
