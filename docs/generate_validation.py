@@ -112,6 +112,15 @@ BENCHMARKS = (
               "(`recommend`'s default `--memory-margin` is sized from it), and how many runs "
               "that ran are predicted not to fit. The eager PyTorch accounting is checked on "
               "this project's own campaign instead ([campaigns](campaign.md))."),
+    Benchmark("few-shot", "Learning a new stack from a few of its runs",
+              ("benchmarks/few_shot.py",),
+              "Each publication series held out in turn (the calibration refitted without it); "
+              "each platform of it is one stack. For k = 0, 2, 4, 8 of a stack's runs, chosen "
+              "by the targeted strategy (the likeliest fastest layout of a job) and at random "
+              "(5 seeds), the stack's compute and communication factors are fitted to them "
+              "(`advisor train --stack`'s fit, its prior sized by the other series) and its "
+              "other runs predicted: median MAPE over stacks, p10-p90 coverage, and top-1 "
+              "regret per job measured in two or more layouts. About 5 minutes."),
     Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
               ("benchmarks/layout_ranking.py",),
               "Every job in `shared/reference` measured in two or more layouts (published and "

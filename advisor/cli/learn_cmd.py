@@ -29,8 +29,21 @@ def train(data: DataOpt = None,
                                                "artifacts (XGBoost JSON trees + JSON metadata).")]
           = Path("models"),
           seed: Annotated[int, typer.Option(help="Random seed (training is reproducible).")] = 0,
+          stack: Annotated[list[Path] | None, typer.Option(
+              "--stack", help="Your own runs (a dataset from `advisor collect` or `dataset "
+              "import-published`; one platform or cluster file, one framework): advisor fits "
+              "your stack's compute and communication factors to them, with a prior that "
+              "keeps a few runs from moving them far, and predictions for that platform and "
+              "framework then use them (the band narrows as runs accumulate). They are "
+              "trained on too.")] = None,
+          stack_name: Annotated[str | None, typer.Option(
+              "--stack-name", help="Name shown with predictions that use the stack "
+              "calibration (default: the first --stack file's name).")] = None,
           json_out: JsonOpt = False) -> None:
     """Train the surrogates on measured runs and write them to models/ (what ships).
+
+        advisor train -o models-new
+        advisor train --stack datasets/campaigns/my-sweep.parquet -o models-mine
 
     The throughput surrogate learns log(measured / analytical) tokens/s per GPU from the
     configuration, model, platform, software release and the analytical breakdown. Power and
@@ -42,18 +55,20 @@ def train(data: DataOpt = None,
     from advisor.learn.train import train as run_train
 
     check_output_dir(output, what="artifacts")
-    report = run_train(_data(data), output, seed=seed)
+    report = run_train(_data(data), output, seed=seed, stack=stack, stack_name=stack_name)
     if json_out:
         emit_json({"rows_used": report.rows_used, "rows_skipped": report.rows_skipped,
                    "skipped_reasons": report.skipped_reasons, "targets": report.targets,
                    "data_sha256": report.data_sha256, "output": str(report.output),
-                   "artifacts": report.artifacts})
+                   "artifacts": report.artifacts, "stack": report.stack})
         return
     console = make_console()
     console.print(f"{report.rows_used} runs used, {report.rows_skipped} skipped "
                   f"({report.skipped_reasons}); data sha256 {report.data_sha256[:16]}")
     for target, what in report.targets.items():
         console.print(f"  {target}: {what}")
+    if report.stack:
+        console.print(f"  {report.stack}")
     console.print(f"wrote {', '.join(report.artifacts)} (.model.json + .json) to {report.output}")
 
 

@@ -101,6 +101,9 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     if row["pred_error"]:
         raise AdvisorError(row["pred_error"])
     learned = {k: v for k, v in row.items() if k.startswith("pred_") and k != "pred_error"}
+    stack = predictor.stack_for(p) if predictor is not None else None
+    if stack is not None:
+        notes = [*notes, f"predicted with the {stack.describe()}"]
     return m, p, Prediction.from_row(row, config), notes, (config, job), learned
 
 

@@ -234,6 +234,18 @@ def predict_reference(ref: Reference, calibration: Calibration) -> pd.Series:
     return pd.Series(out, index=ref.rows.index)
 
 
+def reference_terms(ref: Reference, calibration: Calibration,
+                    columns: tuple[str, ...]) -> pd.DataFrame:
+    """`columns` of the step model (tokens/s/GPU, step time, its terms) for every reference
+    row, indexed like `ref.rows`."""
+    out = pd.DataFrame(np.nan, index=ref.rows.index, columns=list(columns))
+    for model, platform, positions, cols in ref.prepared:
+        table = step_arrays(model, platform, cols, calibration=calibration)
+        for column in columns:
+            out.iloc[positions, out.columns.get_loc(column)] = np.asarray(table[column], float)
+    return out
+
+
 def _constrained(rows: pd.DataFrame, parameter: str) -> bool:
     """Whether any row informs `parameter` (no FP4 rows: fp4_ratio stays at the prior)."""
     classes = rows["precision"].str.lower()

@@ -13,7 +13,15 @@ from advisor.data.dataset import DatasetError, load
 from advisor.learn import power_surrogate
 from advisor.learn.bands import MIN_GROUPS, band_scale
 from advisor.learn.features import reference_features
-from advisor.learn.fit import reference_from_frame
+from advisor.learn.fit import reference_from_frame, reference_terms
+from advisor.learn.stack import (
+    STACK_FILE,
+    TERM_COLUMNS,
+    StackCalibration,
+    fit_stack,
+    shares,
+    spread_of,
+)
 from advisor.learn.surrogate import train_throughput
 from advisor.perf.calibration import load_calibration
 
@@ -36,6 +44,8 @@ class TrainReport:
     output: Path
     artifacts: list[str] = field(default_factory=list)
     """Stems of the artifacts written to `output` (<stem>.model.json and <stem>.json)."""
+    stack: str = ""
+    """The stack calibration fitted to `--stack` runs (`StackCalibration.describe`), or ""."""
 
 
 LATER_COLUMNS = ("finetune", "lora_rank", "lora_targets", "model_spec", "platform_spec")
@@ -54,13 +64,20 @@ def data_hash(frame: pd.DataFrame) -> str:
                           ).hexdigest()
 
 
-def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
-    """Train every target the data supports and write the artifacts to `output`."""
+def train(datasets: list[Path], output: Path, *, seed: int = 0,
+          stack: list[Path] | None = None, stack_name: str | None = None) -> TrainReport:
+    """Train every target the data supports and write the artifacts to `output`. With `stack`
+    (datasets of one team's own runs: one platform, one framework), fit that stack's
+    calibration to them first (`advisor.learn.stack`), train the surrogate on what it leaves,
+    and write it beside the surrogates (`stack.json`)."""
     frames = [load(p) for p in datasets]
-    data = pd.concat(frames, ignore_index=True).drop_duplicates("run_id", keep="last")
+    own = [load(p) for p in stack or []]
+    data = pd.concat(frames + own, ignore_index=True).drop_duplicates("run_id", keep="last")
     every = reference_from_frame(data)
     lora = ~learnable(every.rows)
     ref = every.subset(~lora)
+    own_ids = set(pd.concat(own)["run_id"]) if own else set()
+    in_stack = data.loc[ref.rows.index, "run_id"].isin(own_ids).to_numpy()
     if len(ref.rows) < MIN_ROWS:
         raise DatasetError(f"only {len(ref.rows)} usable runs (need {MIN_ROWS}: catalog model "
                            f"and platform, a valid layout, measured tokens/s); skipped: "
@@ -71,6 +88,13 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
                 "analytical)"] = int(lora.sum())
     calibration = load_calibration()
     features = reference_features(ref, calibration)
+    fitted = None
+    if stack:
+        fitted = fit_stack_runs(ref.subset(in_stack), calibration,
+                                stack_name or Path(stack[0]).stem, where=stack)
+        # The trees learn what the stack's factors leave, on its runs.
+        terms = reference_terms(ref.subset(in_stack), calibration, TERM_COLUMNS)
+        features.loc[terms.index, "analytical"] /= fitted.time_ratio(shares(terms))
     digest = data_hash(data)
     targets = {}
     surrogate = train_throughput(
@@ -92,11 +116,34 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0) -> TrainReport:
     metadata = {"data_sha256": digest, "datasets": [str(p) for p in datasets]}
     power, written = _train_power(data, ref, calibration, output, seed=seed, metadata=metadata)
     targets.update(power)
+    if fitted is not None:
+        fitted.save(output)
+    else:
+        (output / STACK_FILE).unlink(missing_ok=True)   # another stack's, now stale
     return TrainReport(rows_used=int(len(ref.rows)),
                        rows_skipped=int(len(every.skipped) + lora.sum()),
                        skipped_reasons={str(k): int(v) for k, v in reasons.items()},
                        targets=targets, data_sha256=digest, output=output,
-                       artifacts=["throughput", *written])
+                       artifacts=["throughput", *written, *(["stack"] if fitted else [])],
+                       stack=fitted.describe() if fitted else "")
+
+
+def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCalibration:
+    """The stack calibration of `ref`'s runs (one platform, one framework) on `calibration`."""
+    if ref.rows.empty:
+        raise DatasetError(f"{', '.join(map(str, where))}: no usable run for a stack "
+                           f"calibration (a valid layout and measured tokens/s; LoRA runs do "
+                           f"not count).")
+    for column, what in (("platform", "platform"), ("framework", "framework")):
+        values = sorted(ref.rows[column].unique())
+        if len(values) > 1:
+            raise DatasetError(f"{', '.join(map(str, where))}: a stack is one {what}; these "
+                               f"runs have {', '.join(values)}. Train one --stack per {what}.")
+    terms = reference_terms(ref, calibration, TERM_COLUMNS)
+    return fit_stack(shares(terms), terms["tokens_per_sec_per_gpu"].to_numpy(),
+                     ref.rows["measured"].to_numpy(), spread_of(calibration), name=name,
+                     platform=str(ref.rows["platform"].iloc[0]),
+                     framework=str(ref.rows["framework"].iloc[0]))
 
 
 def learnable(rows: pd.DataFrame) -> np.ndarray:

@@ -26,6 +26,7 @@ from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
 from advisor.core.space import invalid_rows, validate
 from advisor.core.table import Table
 from advisor.learn.bands import Z90, analytical_log_sd, at_least
+from advisor.learn.stack import shares
 from advisor.perf.analytical import (
     BREAKDOWN_PREFIX,
     Breakdown,
@@ -103,7 +104,7 @@ class Predictor:
     """Predictions for many configurations at once (see module docstring)."""
 
     def __init__(self, surrogate=None, calibration=None, *, path: Path | None = None,
-                 power: dict | None = None) -> None:
+                 power: dict | None = None, stack=None) -> None:
         from advisor.perf.calibration import load_calibration
 
         self.surrogate = surrogate
@@ -112,6 +113,9 @@ class Predictor:
         those absent stay analytical."""
         self.calibration = calibration or load_calibration()
         self.path = path
+        self.stack = stack
+        """A team's stack calibration (`advisor train --stack`; `advisor.learn.stack`): used
+        for its platform and framework, None where the directory has none."""
         # The analytical model's error on a stack it was not fitted to (series held out), and
         # on a platform family no measured run calibrated (families held out).
         self.analytical_log_sd = analytical_log_sd(self.calibration)
@@ -123,6 +127,7 @@ class Predictor:
         `advisor train`; an `ArtifactError` for a missing, altered or damaged artifact
         (`Predictor(None)` predicts analytically)."""
         from advisor.learn.power_surrogate import load_power_surrogates
+        from advisor.learn.stack import StackCalibration
         from advisor.learn.surrogate import ArtifactError, load_throughput
 
         directory = Path(path) if path is not None else bundled_models_dir()
@@ -137,7 +142,14 @@ class Predictor:
             raise ArtifactError(f"the surrogates bundled with advisor are damaged or missing "
                                 f"({e}); reinstall advisor, or predict analytically "
                                 f"(`--analytical`, `Predictor(None)`).") from None
-        return cls(surrogate, path=directory, power=power)
+        return cls(surrogate, path=directory, power=power,
+                   stack=StackCalibration.load(directory))
+
+    def stack_for(self, platform):
+        """The stack calibration predictions for `platform` use, or None."""
+        if self.stack is not None and self.stack.applies(platform.name):
+            return self.stack
+        return None
 
     def predict(self, configs: pd.DataFrame | list, *, breakdown: bool = False) -> pd.DataFrame:
         """`pred_*` columns for every configuration, in input order: a DataFrame with `model`,
@@ -269,10 +281,15 @@ class Predictor:
         source = np.full(n, "analytical", dtype=object)
         calibrated = bool(table["calibrated"][0])
         log_sd = self.analytical_log_sd if calibrated else self.uncalibrated_log_sd
-        low = tps * math.exp(-Z90 * log_sd)
-        high = tps * math.exp(Z90 * log_sd)
+        stack = self.stack_for(platform)
+        prior = tps
+        if stack is not None:   # the team's own factors, and the band its runs leave
+            low, prior, high = stack.predict(tps, shares(table))
+        else:
+            low = tps * math.exp(-Z90 * log_sd)
+            high = tps * math.exp(Z90 * log_sd)
         extrapolation = np.zeros(n, dtype=bool)
-        learned = tps.copy()
+        learned = prior.copy()
         feats = (feature_matrix(model, platform, cols, table, framework=framework,
                                 software=cols["software"])
                  if self.surrogate is not None or self.power else None)
@@ -282,14 +299,17 @@ class Predictor:
                                                 np.full(n, model.family or model.name))
             # No measured LoRA run trained the trees: those rows keep the analytical prior.
             ok = ratio["supported"] & ~is_lora(cols, n)
-            learned = np.where(ok, tps * ratio["p50"], tps)
-            low = np.where(ok, tps * ratio["p10"], low)
-            high = np.where(ok, tps * ratio["p90"], high)
+            learned = np.where(ok, prior * ratio["p50"], prior)
+            if stack is not None:   # the stack's posterior band, around the learned value
+                low, high = learned * low / prior, learned * high / prior
+            else:
+                low = np.where(ok, tps * ratio["p10"], low)
+                high = np.where(ok, tps * ratio["p90"], high)
             source = np.where(ok, "surrogate", source)
             extrapolation = ratio["extrapolation"] | ~ok
         else:
             extrapolation[:] = True
-        if not self.calibration.knows_stack(framework, platform.family):
+        if stack is None and not self.calibration.knows_stack(framework, platform.family):
             # A framework no run calibrated on this family: no narrower than an unseen series.
             low, high = at_least(low, learned, high, np.ones(n, dtype=bool), log_sd)
             extrapolation[:] = True

@@ -80,6 +80,9 @@ def predict_frame(frame: pd.DataFrame, predictor=None, *,
                 digits = 4 if learned and column in LEARNED_OVERRIDES else decimals
                 values[column][i] = round(float(columns[column][k]), digits)
             values["pred_source"][i] = columns["pred_source"][k] if learned else SOURCE
+            stack = model.stack_for(r.job.platform) if learned else None
+            if stack is not None:
+                r.notes.append(f"predicted with the {stack.describe()}")
             values["pred_power_source"][i] = columns["pred_power_source"][k]
             if learned:
                 for column in LEARNED_EXTRA:

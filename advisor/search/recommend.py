@@ -249,7 +249,8 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
         power_front=pareto_front(ranked, "pred_peak_power_w"),
         energy_front=pareto_front(ranked, "pred_energy_j_per_token"),
         ranked_table=ranked, num_trials=result.num_trials, study_name=result.study_name,
-        risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk),
+        risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk)
+        + stack_notes(predictor, job),
         searched=result.tried)
 
 
@@ -311,6 +312,12 @@ def shard_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
     return [tradeoff(best, {**candidate.to_dict(), **row},
                      change=f"--dp-shard-size {per_node} (shard within each node, all-reduce "
                             f"the shards across nodes)")]
+
+
+def stack_notes(predictor, job: Job) -> list[str]:
+    """Which stack calibration the predictions used (`advisor train --stack`), if any."""
+    stack = predictor.stack_for(job.platform) if hasattr(predictor, "stack_for") else None
+    return [f"Predicted with the {stack.describe()}."] if stack is not None else []
 
 
 def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list[str]:

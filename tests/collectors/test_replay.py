@@ -108,3 +108,20 @@ def test_a_config_json_model_on_a_cluster_file_goes_through_collect_train_and_re
     assert (answer["model"], answer["platform"]) == ("llama-405b", "our-h100")
     best = answer["choices"][0]["predicted"]
     assert best["source"] == "surrogate" and best["tokens_per_sec_per_gpu"] > 0
+    assert not any("stack calibration" in note for note in answer["ranking"])
+
+    # The same run as the team's own stack: its factors are fitted and named with the answer.
+    calibrated = tmp_path / "calibrated"
+    trained = _advisor("train", "--data", str(ROOT / "datasets" / "published.parquet"),
+                       "--data", str(ROOT / "datasets" / "mlperf.parquet"), "--stack",
+                       str(dataset), "--stack-name", "our cluster", "--output",
+                       str(calibrated), "--json", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert "stack calibration 'our cluster' from 1 megatron run(s) on our-h100" in \
+        json.loads(trained.stdout)["stack"]
+    shown = _advisor("predict", "--model", str(config), "--gpus", "1024", "--platform",
+                     str(cluster), "--precision", "fp8", "--seq-len", "8192", "--gbs", "1536",
+                     "--tp", "8", "--pp", "8", "--cp", "2", "--vp", "8", "--models",
+                     str(calibrated), "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert any("stack calibration 'our cluster'" in n for n in json.loads(shown.stdout)["notes"])

@@ -1,0 +1,185 @@
+"""How fast does advisor learn a new stack from a few of its runs?
+
+    python benchmarks/few_shot.py [--k 0 2 4 8] [--seeds 5] [--json FILE] [--tables FILE]
+
+Each publication series of the bundled published and MLPerf runs (`datasets/published.parquet`,
+`datasets/mlperf.parquet`) is held out in turn: the calibration is refitted without it, as for
+a stack advisor never saw. Within the held-out series, each platform is one *stack* (one
+software line on one kind of cluster: what a team's own runs are). For k = 0, 2, 4, 8 runs of
+that stack, chosen by the targeted strategy (`advisor.learn.stack.pick_next`: the run most
+likely to be the fastest layout of its job) and at random (`--seeds` seeds), the stack's
+factors are fitted to those runs (`advisor.learn.stack.fit_stack`, the prior sized by the
+*other* series' held-out errors) and its other runs are predicted. Reported per k and
+strategy: median over stacks of the MAPE on the runs not measured, the share of those runs
+inside the p10-p90 band, and top-1 regret per job measured in two or more layouts (a job: one
+model, GPU count, precision, sequence length and global batch on the stack; the pick is the
+fastest by measurement where measured, by prediction elsewhere): the share of jobs within 2 %
+of their best layout, and the mean regret.
+
+Only the analytical model with the stack's factors is scored: the learned surrogate is not
+retrained per draw here (`advisor train --stack` fits the same factors, then trains it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _checkout import head  # noqa: E402
+
+from advisor.data.dataset import load  # noqa: E402
+from advisor.learn.fit import fit_all, reference_from_frame, reference_terms  # noqa: E402
+from advisor.learn.stack import (  # noqa: E402
+    TERM_COLUMNS,
+    fit_stack,
+    pick_next,
+    shares,
+    stack_spread,
+)
+from advisor.perf.calibration import load_calibration  # noqa: E402
+
+JOB = ("model", "num_gpus", "precision", "seq_len", "gbs")
+REGRET_GOAL = 0.02
+
+
+def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
+    """The step model's terms for every row, from a calibration fitted without its series."""
+    parts = []
+    series = list(ref.rows["series"].unique())
+    for i, name in enumerate(series, 1):
+        started = time.time()
+        held = (ref.rows["series"] == name).to_numpy()
+        fitted = fit_all(ref.subset(~held), calibration.with_families({}).with_frameworks({}))
+        parts.append(reference_terms(ref.subset(held), fitted, TERM_COLUMNS))
+        progress(f"series {i}/{len(series)} refitted without it ({time.time() - started:.0f} s):"
+                 f" {name}")
+    return pd.concat(parts).loc[ref.rows.index]
+
+
+def choose(strategy: str, k: int, seed: int, tokens, share, jobs, spread,
+           truth: np.ndarray) -> np.ndarray:
+    """Positions of the k runs measured first; `truth` is revealed one run at a time, as a
+    replayed campaign reveals it."""
+    n = len(tokens)
+    if strategy == "random":
+        return np.random.default_rng(seed).permutation(n)[:k]
+    measured = np.zeros(n, bool)
+    values = np.zeros(n)
+    for _ in range(k):
+        stack = fit_stack(share[measured], tokens[measured], values[measured], spread)
+        nxt = pick_next(stack, tokens, share, jobs, measured, seed=seed)
+        measured[nxt] = True
+        values[nxt] = truth[nxt]
+    return np.flatnonzero(measured)
+
+
+def score(picked: np.ndarray, tokens, share, measured, jobs, spread) -> dict:
+    known = np.zeros(len(tokens), bool)
+    known[picked] = True
+    stack = fit_stack(share[known], tokens[known], measured[known], spread)
+    low, mid, high = stack.predict(tokens, share)
+    rest = ~known
+    ape = np.abs(mid[rest] / measured[rest] - 1.0)
+    inside = (measured[rest] >= low[rest]) & (measured[rest] <= high[rest])
+    regrets = []
+    for job in pd.unique(jobs):
+        members = np.flatnonzero(jobs == job)
+        if len(members) < 2:
+            continue
+        believed = np.where(known[members], measured[members], mid[members])
+        pick = members[np.argmax(believed)]
+        regrets.append(measured[members].max() / measured[pick] - 1.0)
+    return {"mape": float(ape.mean() * 100) if rest.any() else np.nan,
+            "inside": int(inside.sum()), "scored": int(rest.sum()), "regrets": regrets}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--k", type=int, nargs="+", default=[0, 2, 4, 8])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    parser.add_argument("--tables", type=Path,
+                        help="reuse the held-out step terms from this file if it exists, else "
+                             "write them there (the refits take minutes; the strategies "
+                             "seconds)")
+    args = parser.parse_args()
+    started = time.time()
+    frame = pd.concat([load(ROOT / "datasets" / f) for f in ("published.parquet",
+                                                               "mlperf.parquet")],
+                      ignore_index=True)
+    ref = reference_from_frame(frame)
+    keep = (ref.rows["finetune"] != "lora").to_numpy()     # LoRA rows: another workload
+    ref = ref.subset(keep)
+    configs = pd.concat([c for _, c in ref.groups.values()]).loc[ref.rows.index]
+    rows = ref.rows.assign(seq_len=configs["seq_len"], gbs=configs["gbs"])
+    print(f"{len(rows)} runs in {rows['series'].nunique()} series "
+          f"(LoRA fine-tuning runs left out); commit {head()}", flush=True)
+    if args.tables and args.tables.exists():
+        tables = pd.read_parquet(args.tables).loc[ref.rows.index]
+        print(f"held-out step terms read from {args.tables}")
+    else:
+        tables = held_out_tables(ref, load_calibration(), lambda m: print(m, flush=True))
+        if args.tables:
+            tables.to_parquet(args.tables)
+    rows["stack"] = rows["series"] + " | " + rows["platform"]
+    results = []
+    for name, part in rows.groupby("stack", sort=True):
+        if len(part) <= max(args.k):
+            continue            # every k is scored on the same stacks
+        others = rows["series"] != part["series"].iloc[0]
+        spread = stack_spread(rows.loc[others, "measured"].to_numpy(),
+                              tables.loc[others, "tokens_per_sec_per_gpu"].to_numpy(),
+                              rows.loc[others, "stack"].to_numpy())
+        table = tables.loc[part.index]
+        tokens = table["tokens_per_sec_per_gpu"].to_numpy()
+        share = shares(table)
+        truth = part["measured"].to_numpy(float)
+        jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
+        for k in args.k:
+            for strategy, seeds in (("targeted", [0]), ("random", range(args.seeds))):
+                if k == 0 and strategy == "random":
+                    continue
+                for seed in seeds:
+                    picked = choose(strategy, k, seed, tokens, share, jobs, spread, truth)
+                    out = score(picked, tokens, share, truth, jobs, spread)
+                    results.append({"stack": name, "rows": len(part), "k": k,
+                                    "strategy": strategy if k else "none", "seed": seed, **out})
+    summary = summarise(pd.DataFrame(results))
+    print(f"\n{summary['stacks'].max()} of {rows['stack'].nunique()} stacks (a held-out series "
+          f"on one platform) have more than {max(args.k)} runs; per k and strategy, over them:")
+    print(summary.to_string(index=False))
+    print(f"\n{time.time() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"commit": head(), "summary": summary.to_dict("records")},
+                                        indent=1) + "\n")
+    return 0
+
+
+def summarise(results: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    for (k, strategy), part in results.groupby(["k", "strategy"], sort=True):
+        per_stack = part.groupby("stack")["mape"].mean()
+        regrets = np.array([r for rs in part["regrets"] for r in rs])
+        out.append({"k": k, "strategy": strategy, "stacks": int(per_stack.notna().sum()),
+                    "median MAPE %": round(float(per_stack.median()), 1),
+                    "p10-p90 coverage %": round(100 * part["inside"].sum()
+                                                / max(part["scored"].sum(), 1), 1),
+                    "jobs": int(len(regrets) / part["seed"].nunique()),
+                    f"regret <= {REGRET_GOAL:.0%} %": round(
+                        100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
+                    if len(regrets) else np.nan,
+                    "mean regret %": round(100 * float(regrets.mean()), 2)
+                    if len(regrets) else np.nan})
+    return pd.DataFrame(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
