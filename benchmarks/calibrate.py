@@ -214,14 +214,17 @@ def main() -> int:
 def series_band_metrics(rows: pd.DataFrame, predicted: pd.Series) -> dict[str, float]:
     """What the bands are sized by, from the leave-one-series-out predictions: the 80th
     percentile of |log(predicted / measured)| (the analytical p10-p90 band's half-width), and
-    the split of that error into a shift shared by one stack (a series on one platform) and
-    the spread within it (`advisor.learn.stack`: the prior of a team's stack calibration)."""
+    the split of that error into a shift shared by one stack (a series on one platform), one
+    shared by a model's runs on it, and the scatter of single runs (`advisor.learn.stack`: the
+    prior of a team's stack calibration)."""
     error = np.abs(np.log(predicted / rows["measured"]))
     spread = stack_spread(rows["measured"].to_numpy(), predicted.to_numpy(),
-                          (rows["series"] + " | " + rows["platform"]).to_numpy())
+                          (rows["series"] + " | " + rows["platform"]).to_numpy(),
+                          rows["model"].to_numpy())
     return {"loso_series_p80_abs_log_error": round(float(np.quantile(error, 0.8)), 4),
             "stack_between_log_sd": round(spread.between, 4),
-            "stack_within_log_sd": round(spread.within, 4)}
+            "stack_model_log_sd": round(spread.model, 4),
+            "stack_run_log_sd": round(spread.run, 4)}
 
 
 def _gate(ref, base, args, *, with_status: bool = False):

@@ -8,8 +8,9 @@ a stack advisor never saw. Within the held-out series, each platform is one *sta
 software line on one kind of cluster: what a team's own runs are). For k = 0, 2, 4, 8 runs of
 that stack, chosen by the targeted strategy (`advisor.learn.stack.pick_next`: the run most
 likely to be the fastest layout of its job) and at random (`--seeds` seeds), the stack's
-factors are fitted to those runs (`advisor.learn.stack.fit_stack`, the prior sized by the
-*other* series' held-out errors) and its other runs are predicted. Reported per k and
+factors and the offsets of the models they measured are fitted to those runs
+(`advisor.learn.stack.fit_stack`, the prior sized by the *other* series' held-out errors) and
+its other runs are predicted. Reported per k and
 strategy: median over stacks of the MAPE on the runs not measured, the share of those runs
 inside the p10-p90 band, and top-1 regret per job measured in two or more layouts (a job: one
 model, GPU count, precision, sequence length and global batch on the stack; the pick is the
@@ -64,7 +65,7 @@ def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
     return pd.concat(parts).loc[ref.rows.index]
 
 
-def choose(strategy: str, k: int, seed: int, tokens, share, jobs, spread,
+def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, spread,
            truth: np.ndarray) -> np.ndarray:
     """Positions of the k runs measured first; `truth` is revealed one run at a time, as a
     replayed campaign reveals it."""
@@ -74,18 +75,20 @@ def choose(strategy: str, k: int, seed: int, tokens, share, jobs, spread,
     measured = np.zeros(n, bool)
     values = np.zeros(n)
     for _ in range(k):
-        stack = fit_stack(share[measured], tokens[measured], values[measured], spread)
-        nxt = pick_next(stack, tokens, share, jobs, measured, seed=seed)
+        stack = fit_stack(share[measured], tokens[measured], values[measured], spread,
+                          models=models[measured])
+        nxt = pick_next(stack, tokens, share, jobs, measured, models, seed=seed)
         measured[nxt] = True
         values[nxt] = truth[nxt]
     return np.flatnonzero(measured)
 
 
-def score(picked: np.ndarray, tokens, share, measured, jobs, spread) -> dict:
+def score(picked: np.ndarray, tokens, share, measured, jobs, models, spread) -> dict:
     known = np.zeros(len(tokens), bool)
     known[picked] = True
-    stack = fit_stack(share[known], tokens[known], measured[known], spread)
-    low, mid, high = stack.predict(tokens, share)
+    stack = fit_stack(share[known], tokens[known], measured[known], spread,
+                      models=models[known])
+    low, mid, high = stack.predict(tokens, share, models)
     rest = ~known
     ape = np.abs(mid[rest] / measured[rest] - 1.0)
     inside = (measured[rest] >= low[rest]) & (measured[rest] <= high[rest])
@@ -137,19 +140,22 @@ def main() -> int:
         others = rows["series"] != part["series"].iloc[0]
         spread = stack_spread(rows.loc[others, "measured"].to_numpy(),
                               tables.loc[others, "tokens_per_sec_per_gpu"].to_numpy(),
-                              rows.loc[others, "stack"].to_numpy())
+                              rows.loc[others, "stack"].to_numpy(),
+                              rows.loc[others, "model"].to_numpy())
         table = tables.loc[part.index]
         tokens = table["tokens_per_sec_per_gpu"].to_numpy()
         share = shares(table)
         truth = part["measured"].to_numpy(float)
         jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
+        models = part["model"].to_numpy()
         for k in args.k:
             for strategy, seeds in (("targeted", [0]), ("random", range(args.seeds))):
                 if k == 0 and strategy == "random":
                     continue
                 for seed in seeds:
-                    picked = choose(strategy, k, seed, tokens, share, jobs, spread, truth)
-                    out = score(picked, tokens, share, truth, jobs, spread)
+                    picked = choose(strategy, k, seed, tokens, share, jobs, models, spread,
+                                    truth)
+                    out = score(picked, tokens, share, truth, jobs, models, spread)
                     results.append({"stack": name, "rows": len(part), "k": k,
                                     "strategy": strategy if k else "none", "seed": seed, **out})
     summary = summarise(pd.DataFrame(results))

@@ -1,16 +1,20 @@
 """Calibrate advisor to one team's stack from a handful of its own runs.
 
 A stack (a cluster, a framework, a software release) runs the same kernels and collectives a
-little faster or slower than the bundled calibration says, and it does so for every layout
-alike: held out one publication series at a time, most of the analytical model's error is a
-shift shared by the series' runs (`stack_spread`). So k measured runs of the stack fit two
-interpretable factors on the analytical step — how much longer its compute takes (kernels,
-bubbles and throttling scale with it) and how much longer its exposed communication takes —
-each a log-normal prior around the bundled fit (factor 1), by MAP (Gauss-Newton on the log
-factors: a step's log time is smooth in them). The prediction's band comes from the same
-posterior: the factors' remaining uncertainty, projected on the row's share of compute and
-communication, plus the within-stack spread no factor explains. With no runs it is the
-bundled band; it narrows as runs accumulate, and only as far as the data allows.
+little faster or slower than the bundled calibration says. Held out one publication series at
+a time, the analytical model's log error splits into a shift shared by every run of a stack
+(a series on one platform), a further shift shared by one model's runs on it, and the scatter
+of single runs (`stack_spread`). So k measured runs of the stack fit, in log space:
+
+    log(t_measured / t_model) = c · a + m · b + u[model] + ε
+
+where c and m are the row's shares of compute (kernels, bubble, throttle) and of exposed
+communication in the modelled step, a and b the stack's log factors on them (priors around the
+bundled fit, 0, as wide as series differed), u the offset of one model on this stack (prior as
+wide as models differed within a stack) and ε the scatter. The model is linear and Gaussian, so
+the posterior is exact: the factors and offsets a few runs support, and the band — the
+posterior's uncertainty projected on the row plus the scatter — which narrows as runs
+accumulate, most for the models that were measured. With no runs it is the bundled band.
 """
 
 from __future__ import annotations
@@ -43,32 +47,46 @@ STACK_FILE = "stack.json"
 
 @dataclass(frozen=True)
 class StackSpread:
-    """How the analytical model's held-out log error splits: `between` (a shift shared by
-    one stack's runs; σ) and `within` (what varies run to run inside a stack; σ), both sized so
-    a log-normal p10-p90 band holds 80 % (the 80th percentile of |error| over Z90)."""
+    """How the analytical model's held-out log error splits (each a σ, sized so a log-normal
+    p10-p90 band holds 80 %: the 80th percentile of |error| over Z90): `between` stacks (a
+    shift shared by a stack's runs), `model` (a further shift shared by one model's runs on a
+    stack) and `run` (what is left run to run). `within` is the spread inside a stack."""
 
     between: float
-    within: float
-    series: int
-    rows: int
+    model: float
+    run: float
+
+    @property
+    def within(self) -> float:
+        return float(np.hypot(self.model, self.run))
 
     @property
     def total(self) -> float:
         return float(np.hypot(self.between, self.within))
 
 
-def stack_spread(measured: np.ndarray, predicted: np.ndarray, groups: np.ndarray) -> StackSpread:
-    """`StackSpread` of held-out predictions (each group predicted by a fit without it)."""
+def stack_spread(measured: np.ndarray, predicted: np.ndarray, stacks: np.ndarray,
+                 models: np.ndarray | None = None) -> StackSpread:
+    """`StackSpread` of held-out predictions (each stack predicted by a fit without it); the
+    run scatter is read from models with three or more runs on a stack (a lone run has no
+    scatter to show; without `models`, every stack is one model)."""
     import pandas as pd
 
     error = np.log(np.asarray(predicted, float) / np.asarray(measured, float))
-    frame = pd.DataFrame({"e": error, "g": groups}).dropna()
-    shift = frame.groupby("g")["e"].transform("median")
-    total = float(np.quantile(np.abs(frame["e"]), 0.8) / Z90)
-    within = float(np.quantile(np.abs(frame["e"] - shift), 0.8) / Z90)
-    between = float(np.sqrt(max(total ** 2 - within ** 2, 0.0)))
-    return StackSpread(between=between, within=within, series=int(frame["g"].nunique()),
-                       rows=int(len(frame)))
+    frame = pd.DataFrame({"e": error, "s": stacks,
+                          "m": stacks if models is None else models}).dropna()
+    frame["m"] = frame["s"].astype(str) + "|" + frame["m"].astype(str)
+
+    def spread(values) -> float:
+        return float(np.quantile(np.abs(values), 0.8) / Z90) if len(values) else 0.0
+
+    total = spread(frame["e"])
+    within = spread(frame["e"] - frame.groupby("s")["e"].transform("median"))
+    sizes = frame["m"].map(frame["m"].value_counts())
+    run = spread((frame["e"] - frame.groupby("m")["e"].transform("median"))[sizes >= 3])
+    run = min(run, within)
+    return StackSpread(between=float(np.sqrt(max(total ** 2 - within ** 2, 0.0))),
+                       model=float(np.sqrt(max(within ** 2 - run ** 2, 0.0))), run=run)
 
 
 def shares(table) -> np.ndarray:
@@ -82,14 +100,19 @@ def shares(table) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StackCalibration:
-    """The fitted factors of one stack and their posterior (log space)."""
+    """One stack's fitted factors and model offsets, with their posterior (log space)."""
 
     name: str
     runs: int
-    log_factors: tuple[float, float]
-    covariance: tuple[tuple[float, float], tuple[float, float]]
-    within: float
-    """σ of one run's log error around the calibrated model."""
+    names: tuple[str, ...]
+    """What each coefficient is: `compute`, `communication`, then `model:<name>` per model the
+    runs measured."""
+    mean: tuple[float, ...]
+    covariance: tuple[tuple[float, ...], ...]
+    model_sd: float
+    """Prior σ of the offset of a model this stack's runs never measured."""
+    run_sd: float
+    """σ of one run's scatter."""
     platform: str = ""
     """The platform (catalog name or cluster file name) whose runs fitted it: every prediction
     for it uses it (a cluster's network and clocks are the same for every framework)."""
@@ -102,23 +125,48 @@ class StackCalibration:
     @property
     def factors(self) -> dict[str, float]:
         """Time factors (>1: the stack runs that part slower than the bundled model)."""
-        return {f: float(np.exp(v)) for f, v in zip(FACTORS, self.log_factors, strict=True)}
+        return {f: float(np.exp(self.mean[i])) for i, f in enumerate(FACTORS)}
 
-    def time_ratio(self, share: np.ndarray) -> np.ndarray:
-        """Per row: calibrated step time / the bundled model's."""
-        share = np.atleast_2d(share)
-        rest = np.clip(1.0 - share.sum(axis=1), 0.0, None)
-        return share @ np.exp(np.asarray(self.log_factors)) + rest
+    def _design(self, share: np.ndarray, models) -> np.ndarray:
+        share = np.atleast_2d(np.asarray(share, float))
+        x = np.zeros((len(share), len(self.names)))
+        x[:, :len(FACTORS)] = share
+        if models is not None:
+            column = {n: i for i, n in enumerate(self.names)}
+            for row, model in enumerate(np.asarray(models, dtype=object)):
+                j = column.get(f"model:{model}")
+                if j is not None:
+                    x[row, j] = 1.0
+        return x
 
-    def predict(self, tokens: np.ndarray, share: np.ndarray
+    def predict(self, tokens: np.ndarray, share: np.ndarray, models=None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(p10, p50, p90) tokens/s/GPU from the bundled model's `tokens` and its step shares."""
-        ratio = self.time_ratio(share)
-        mid = np.asarray(tokens, float) / ratio
-        grad = np.atleast_2d(share) * np.exp(np.asarray(self.log_factors)) / ratio[:, None]
-        var = np.einsum("ij,jk,ik->i", grad, np.asarray(self.covariance), grad) + self.within ** 2
+        """(p10, p50, p90) tokens/s/GPU from the bundled model's `tokens`, the rows' step
+        shares and (optional) model names: a model the runs measured gets its offset."""
+        x = self._design(share, models)
+        log_ratio = x @ np.asarray(self.mean)
+        var = np.einsum("ij,jk,ik->i", x, np.asarray(self.covariance), x) + self.run_sd ** 2
+        measured_model = x[:, len(FACTORS):].any(axis=1)
+        var = var + np.where(measured_model, 0.0, self.model_sd ** 2)
+        mid = np.asarray(tokens, float) * np.exp(-log_ratio)
         spread = np.exp(Z90 * np.sqrt(var))
         return mid / spread, mid, mid * spread
+
+    def sample(self, tokens: np.ndarray, share: np.ndarray, models, *, draws: int,
+               rng: np.random.Generator) -> np.ndarray:
+        """Draws × rows of plausible tokens/s/GPU under the posterior (shared coefficients,
+        an unmeasured model's offset per model, independent run scatter)."""
+        x = self._design(share, models)
+        coef = rng.multivariate_normal(np.asarray(self.mean), np.asarray(self.covariance),
+                                       size=draws)
+        log_ratio = coef @ x.T
+        unmeasured = ~x[:, len(FACTORS):].any(axis=1)
+        names = np.asarray(models if models is not None else [""] * len(x), dtype=object)
+        for model in set(names[unmeasured]):
+            rows = unmeasured & (names == model)
+            log_ratio[:, rows] += rng.normal(0.0, self.model_sd, size=(draws, 1))
+        log_ratio += rng.normal(0.0, self.run_sd, size=log_ratio.shape)
+        return np.asarray(tokens, float) * np.exp(-log_ratio)
 
     def describe(self) -> str:
         f = self.factors
@@ -139,82 +187,65 @@ class StackCalibration:
             return None
         try:
             data = json.loads(path.read_text())
-            return cls(**{**data, "log_factors": tuple(data["log_factors"]),
-                          "covariance": tuple(tuple(r) for r in data["covariance"])})
+            stack = cls(**{**data, "names": tuple(data["names"]),
+                           "mean": tuple(data["mean"]),
+                           "covariance": tuple(tuple(r) for r in data["covariance"])})
         except (ValueError, TypeError, KeyError) as e:
             raise AdvisorError(f"{path}: not a stack calibration ({e}); rerun advisor train "
                                f"--stack.") from None
-
-
-def prior(spread: StackSpread) -> np.ndarray:
-    """Prior σ of the log factors: compute by the between-stack shift the held-out series show
-    (the total where the split is degenerate), communication by `COMM_PRIOR_LOG_SD`."""
-    return np.array([spread.between or spread.total, COMM_PRIOR_LOG_SD])
+        if len(stack.mean) != len(stack.names) or len(stack.covariance) != len(stack.names):
+            raise AdvisorError(f"{path}: not a stack calibration (its coefficients and their "
+                               f"covariance disagree); rerun advisor train --stack.")
+        return stack
 
 
 def spread_of(calibration) -> StackSpread:
-    """The between- and within-stack spread the bundled calibration recorded
-    (`[metrics]` of calibration.toml, from `benchmarks/calibrate.py`)."""
+    """The spread the bundled calibration recorded (`[metrics]` of calibration.toml, from
+    `benchmarks/calibrate.py`)."""
     metrics = calibration.metrics
-    if "stack_within_log_sd" not in metrics:
-        raise AdvisorError("this calibration records no stack spread (stack_within_log_sd); "
+    if "stack_run_log_sd" not in metrics:
+        raise AdvisorError("this calibration records no stack spread (stack_run_log_sd); "
                            "refit it with benchmarks/calibrate.py --write.")
-    return StackSpread(between=float(metrics.get("stack_between_log_sd", 0.0)),
-                       within=float(metrics["stack_within_log_sd"]), series=0, rows=0)
+    return StackSpread(between=float(metrics["stack_between_log_sd"]),
+                       model=float(metrics["stack_model_log_sd"]),
+                       run=float(metrics["stack_run_log_sd"]))
 
 
 def fit_stack(share: np.ndarray, model_tokens: np.ndarray, measured: np.ndarray,
-              spread: StackSpread, *, name: str = "stack", platform: str = "",
-              framework: str = "", iterations: int = 20) -> StackCalibration:
-    """MAP factors from k runs: `share` (k × FACTORS), the bundled model's tokens/s/GPU and
-    the measured ones. No runs: factor 1, the prior's covariance."""
-    sd = prior(spread)
-    precision = np.diag(1.0 / sd ** 2)
-    theta = np.zeros(len(FACTORS))
+              spread: StackSpread, *, models=None, name: str = "stack", platform: str = "",
+              framework: str = "") -> StackCalibration:
+    """The posterior from k runs: `share` (k × FACTORS), the bundled model's tokens/s/GPU, the
+    measured ones and (optional) each run's model. No runs: the prior."""
     share = np.atleast_2d(np.asarray(share, float)).reshape(-1, len(FACTORS))
-    y = np.log(np.asarray(model_tokens, float) / np.asarray(measured, float))  # log t_meas/t
-    w = 1.0 / spread.within ** 2
-    hessian = precision
-    for _ in range(iterations if len(y) else 0):
-        ratio = share @ np.exp(theta) + np.clip(1.0 - share.sum(axis=1), 0.0, None)
-        resid = np.log(ratio) - y
-        jac = share * np.exp(theta) / ratio[:, None]
-        hessian = w * jac.T @ jac + precision
-        step = np.linalg.solve(hessian, w * jac.T @ resid + precision @ theta)
-        theta = theta - step
-        if np.max(np.abs(step)) < 1e-8:
-            break
-    if len(y):
-        ratio = share @ np.exp(theta) + np.clip(1.0 - share.sum(axis=1), 0.0, None)
-        jac = share * np.exp(theta) / ratio[:, None]
-        hessian = w * jac.T @ jac + precision
-    cov = np.linalg.inv(hessian)
-    return StackCalibration(name=name, runs=int(len(y)),
-                            log_factors=tuple(float(v) for v in theta),  # type: ignore[arg-type]
-                            covariance=tuple(tuple(float(c) for c in r) for r in cov),  # type: ignore[arg-type]
-                            within=float(spread.within), platform=platform,
-                            framework=framework)
+    y = np.log(np.asarray(model_tokens, float) / np.asarray(measured, float))
+    seen = sorted({str(m) for m in models}) if models is not None and len(y) else []
+    names = (*FACTORS, *(f"model:{m}" for m in seen))
+    prior_sd = np.array([spread.between or spread.total, COMM_PRIOR_LOG_SD,
+                         *([spread.model] * len(seen))])
+    stack = StackCalibration(name=name, runs=int(len(y)), names=names,
+                             mean=(0.0,) * len(names), covariance=(), model_sd=spread.model,
+                             run_sd=spread.run, platform=platform, framework=framework)
+    x = stack._design(share, models if seen else None)
+    precision = np.diag(1.0 / np.maximum(prior_sd, 1e-6) ** 2) + x.T @ x / spread.run ** 2
+    cov = np.linalg.inv(precision)
+    mean = cov @ x.T @ y / spread.run ** 2
+    return dataclasses.replace(stack, mean=tuple(float(v) for v in mean),
+                               covariance=tuple(tuple(float(c) for c in r) for r in cov))
 
 
 def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
-              groups: np.ndarray, measured: np.ndarray, *, draws: int = 256,
+              groups: np.ndarray, measured: np.ndarray, models=None, *, draws: int = 256,
               seed: int = 0) -> int:
     """The run to measure next: the unmeasured one most likely to be the fastest layout of its
-    job (the leader, or one whose band overlaps it), by Monte Carlo over the stack's posterior
-    (shared factors) and each run's own spread; `measured` marks runs already measured (their
-    value known). Jobs with one candidate, or none unmeasured, teach the factors only: where no
-    job has a choice left, the widest band. Returns a row position."""
+    job (the leader, or one whose band overlaps it), by Monte Carlo over the stack's posterior;
+    `measured` marks runs already measured. Jobs with one candidate, or none unmeasured, teach
+    the coefficients only: where no job has a choice left, the widest band. Returns a row
+    position."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
     n = len(tokens)
-    theta = rng.multivariate_normal(np.asarray(stack.log_factors), np.asarray(stack.covariance),
-                                    size=draws)
-    share = np.atleast_2d(share)
-    rest = np.clip(1.0 - share.sum(axis=1), 0.0, None)
-    ratio = np.exp(theta) @ share.T + rest               # draws × rows
-    noise = rng.normal(0.0, stack.within, size=(draws, n))
-    sample = np.asarray(tokens, float) / ratio * np.exp(noise)
+    sample = stack.sample(tokens, share, models, draws=draws, rng=rng)
     score = np.full(n, -1.0)
     for g in pd.unique(groups):
         members = np.flatnonzero(groups == g)
@@ -225,6 +256,6 @@ def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
         score[members] = np.where(measured[members], -1.0, p_best)
     if (score >= 0).any():
         return int(np.argmax(score))
-    _, mid, high = stack.predict(tokens, share)
-    width = np.where(measured, -np.inf, np.log(high / mid))
+    low, mid, high = stack.predict(tokens, share, models)
+    width = np.where(measured, -np.inf, np.log(high / low))
     return int(np.argmax(width))

@@ -93,8 +93,11 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
         fitted = fit_stack_runs(ref.subset(in_stack), calibration,
                                 stack_name or Path(stack[0]).stem, where=stack)
         # The trees learn what the stack's factors leave, on its runs.
-        terms = reference_terms(ref.subset(in_stack), calibration, TERM_COLUMNS)
-        features.loc[terms.index, "analytical"] /= fitted.time_ratio(shares(terms))
+        stack_ref = ref.subset(in_stack)
+        terms = reference_terms(stack_ref, calibration, TERM_COLUMNS)
+        tokens = terms["tokens_per_sec_per_gpu"].to_numpy()
+        calibrated = fitted.predict(tokens, shares(terms), stack_ref.rows["model"].to_numpy())[1]
+        features.loc[terms.index, "analytical"] *= calibrated / tokens
     digest = data_hash(data)
     targets = {}
     surrogate = train_throughput(
@@ -141,7 +144,8 @@ def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCa
                                f"runs have {', '.join(values)}. Train one --stack per {what}.")
     terms = reference_terms(ref, calibration, TERM_COLUMNS)
     return fit_stack(shares(terms), terms["tokens_per_sec_per_gpu"].to_numpy(),
-                     ref.rows["measured"].to_numpy(), spread_of(calibration), name=name,
+                     ref.rows["measured"].to_numpy(), spread_of(calibration),
+                     models=ref.rows["model"].to_numpy(), name=name,
                      platform=str(ref.rows["platform"].iloc[0]),
                      framework=str(ref.rows["framework"].iloc[0]))
 

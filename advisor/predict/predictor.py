@@ -284,7 +284,7 @@ class Predictor:
         stack = self.stack_for(platform)
         prior = tps
         if stack is not None:   # the team's own factors, and the band its runs leave
-            low, prior, high = stack.predict(tps, shares(table))
+            low, prior, high = stack.predict(tps, shares(table), np.full(n, model.name))
         else:
             low = tps * math.exp(-Z90 * log_sd)
             high = tps * math.exp(Z90 * log_sd)

@@ -41,23 +41,29 @@ def _mape(pred, measured):
 def test_a_few_runs_move_the_stack_and_narrow_its_band(foundry):
     ref, terms = foundry
     measured = ref.rows["measured"].to_numpy()
+    models = ref.rows["model"].to_numpy()
     tokens, share = terms["tokens_per_sec_per_gpu"].to_numpy(), shares(terms)
-    assert len(measured) >= 30
+    assert len(measured) >= 30 and len(set(models)) >= 5
     spread = spread_of(load_calibration())
     none = fit_stack(share[:0], tokens[:0], measured[:0], spread)
     assert none.factors == {"compute": 1.0, "communication": 1.0} and none.runs == 0
     picked = np.random.default_rng(0).permutation(len(measured))[:4]
     rest = np.setdiff1d(np.arange(len(measured)), picked)
-    four = fit_stack(share[picked], tokens[picked], measured[picked], spread)
+    four = fit_stack(share[picked], tokens[picked], measured[picked], spread,
+                     models=models[picked])
     # llm-foundry runs slower than Megatron-Core's recipes: its compute takes longer.
     assert four.factors["compute"] > 1.05 and four.runs == 4
-    before = _mape(none.predict(tokens, share)[1][rest], measured[rest])
-    after = _mape(four.predict(tokens, share)[1][rest], measured[rest])
+    assert {n for n in four.names if n.startswith("model:")} == {
+        f"model:{m}" for m in models[picked]}
+    before = _mape(none.predict(tokens, share, models)[1][rest], measured[rest])
+    after = _mape(four.predict(tokens, share, models)[1][rest], measured[rest])
     assert after < 0.8 * before
-    width = [np.log(s.predict(tokens, share)[2] / s.predict(tokens, share)[0]).mean()
-             for s in (none, four)]
-    assert width[1] < width[0]
-    low, _, high = four.predict(tokens, share)
+    widths = [np.log(high / low) for low, _, high in (s.predict(tokens, share, models)
+                                                      for s in (none, four))]
+    assert widths[1].mean() < widths[0].mean()
+    seen = np.isin(models, models[picked])
+    assert widths[1][seen].mean() < widths[1][~seen].mean()   # measured models: surer
+    low, _, high = four.predict(tokens, share, models)
     inside = ((measured[rest] >= low[rest]) & (measured[rest] <= high[rest])).mean()
     assert inside >= 0.6
 
@@ -71,29 +77,35 @@ def test_the_targeted_pick_is_a_likely_leader_of_a_job_with_a_choice(foundry):
     stack = fit_stack(share[:0], tokens[:0], ref.rows["measured"].to_numpy()[:0],
                       spread_of(load_calibration()))
     measured = np.zeros(len(tokens), bool)
-    first = pick_next(stack, tokens, share, jobs, measured)
+    first = pick_next(stack, tokens, share, jobs, measured, ref.rows["model"].to_numpy())
     members = np.flatnonzero(jobs == jobs[first])
     assert len(members) >= 2
     assert tokens[first] >= np.sort(tokens[members])[-2]   # the leader or its runner-up
     measured[members] = True                                 # that job fully measured
-    assert jobs[pick_next(stack, tokens, share, jobs, measured)] != jobs[first]
+    assert jobs[pick_next(stack, tokens, share, jobs, measured,
+                          ref.rows["model"].to_numpy())] != jobs[first]
 
 
-def test_spread_splits_a_shared_shift_from_the_scatter():
+def test_spread_splits_stack_model_and_run():
     rng = np.random.default_rng(1)
-    groups = np.repeat(np.arange(40), 25)
-    shift = rng.normal(0, 0.2, 40)[groups]
-    measured = np.full(len(groups), 1000.0)
-    predicted = measured * np.exp(shift + rng.normal(0, 0.1, len(groups)))
-    spread = stack_spread(measured, predicted, groups)
+    stacks = np.repeat(np.arange(40), 30)
+    models = np.tile(np.repeat(np.arange(5), 6), 40)
+    shift = (rng.normal(0, 0.2, 40)[stacks]
+             + rng.normal(0, 0.15, (40, 5))[stacks, models])
+    measured = np.full(len(stacks), 1000.0)
+    predicted = measured * np.exp(shift + rng.normal(0, 0.1, len(stacks)))
+    spread = stack_spread(measured, predicted, stacks, models)
     assert spread.between == pytest.approx(0.2, rel=0.3)
-    assert spread.within == pytest.approx(0.1, rel=0.2)
+    assert spread.model == pytest.approx(0.15, rel=0.3)
+    assert spread.run == pytest.approx(0.1, rel=0.25)
 
 
 def test_a_stack_calibration_round_trips_and_a_damaged_one_is_refused(tmp_path):
-    stack = StackCalibration(name="ours", runs=3, log_factors=(0.1, -0.2),
-                             covariance=((0.01, 0.0), (0.0, 0.2)), within=0.2,
-                             platform="h100", framework="megatron")
+    stack = StackCalibration(name="ours", runs=3, names=("compute", "communication",
+                                                         "model:llama3-8b"),
+                             mean=(0.1, -0.2, 0.05),
+                             covariance=((0.01, 0.0, 0.0), (0.0, 0.2, 0.0), (0.0, 0.0, 0.02)),
+                             model_sd=0.15, run_sd=0.13, platform="h100", framework="megatron")
     stack.save(tmp_path)
     assert StackCalibration.load(tmp_path) == stack
     assert StackCalibration.load(tmp_path / "none") is None
@@ -109,9 +121,10 @@ def test_the_predictor_uses_a_stack_on_its_platform_only():
                           "num_gpus": [64, 64], "seq_len": [8192] * 2, "gbs": [128] * 2,
                           "tp": [4, 4], "pp": [4, 4]})
     bundled = Predictor(None).predict(frame)
-    slower = StackCalibration(name="ours", runs=4, log_factors=(float(np.log(1.25)), 0.0),
-                              covariance=((1e-4, 0.0), (0.0, 1e-4)), within=0.05,
-                              platform="h100", framework="megatron")
+    slower = StackCalibration(name="ours", runs=4, names=("compute", "communication"),
+                              mean=(float(np.log(1.25)), 0.0),
+                              covariance=((1e-4, 0.0), (0.0, 1e-4)), model_sd=0.03,
+                              run_sd=0.03, platform="h100", framework="megatron")
     ours = Predictor(None, stack=slower).predict(frame)
     ratio = ours["pred_tokens_per_sec_per_gpu"] / bundled["pred_tokens_per_sec_per_gpu"]
     assert 1 / 1.25 < ratio.iloc[0] < 0.9 and ratio.iloc[1] == 1.0
