@@ -117,9 +117,9 @@ BENCHMARKS = (
               "Each publication series held out in turn (the calibration refitted without it); "
               "each platform of it is one stack. For k = 0, 2, 4, 8 of a stack's runs, chosen "
               "by the targeted strategy (the likeliest fastest layout of a job) and at random "
-              "(5 seeds), the stack's compute and communication factors are fitted to them "
-              "(`advisor train --stack`'s fit, its prior sized by the other series) and its "
-              "other runs predicted: median MAPE over stacks, p10-p90 coverage, and top-1 "
+              "(5 seeds), the stack's compute and communication factors and the offsets of "
+              "the models they measured are fitted to them (`advisor train --stack`'s fit, "
+              "its prior sized by the other series) and its other runs predicted: median MAPE over stacks, p10-p90 coverage, and top-1 "
               "regret per job measured in two or more layouts. About 5 minutes."),
     Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
               ("benchmarks/layout_ranking.py",),

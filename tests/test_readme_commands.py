@@ -58,6 +58,8 @@ PLACEHOLDERS = {
     (None, "my-sweep.toml"): "collectors/templates/cpu-smoke.toml",
     (None, "datasets/campaigns/my-sweep.parquet"): "datasets/mlperf.parquet",
     (None, "my-campaign.parquet"): "datasets/mlperf.parquet",
+    # `advisor train -o models-mine` wrote it into another command's temporary directory.
+    ("--models", "models-mine"): "models",
 }
 #: Options whose value is a file the command writes: it goes to the temporary directory.
 OUTPUT_OPTIONS = {"--plot", "--output", "-o"}
