@@ -77,7 +77,8 @@ def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, spread
     for _ in range(k):
         stack = fit_stack(share[measured], tokens[measured], values[measured], spread,
                           models=models[measured])
-        nxt = pick_next(stack, tokens, share, jobs, measured, models, seed=seed)
+        nxt, _ = pick_next(stack, tokens, share, jobs, measured, models, values=values,
+                           seed=seed)
         measured[nxt] = True
         values[nxt] = truth[nxt]
     return np.flatnonzero(measured)

@@ -42,7 +42,7 @@ SWEEP_KNOBS = ("num_gpus", "seq_len", "gbs", "precision", "tp", "pp", "dp", "cp"
                "moe_dispatcher")
 """Keys of [sweep]: job fields (num_gpus, seq_len, gbs, precision) and configuration knobs
 (ep_comm_overlap and moe_dispatcher apply to the layouts with ep > 1 that can run them)."""
-STRATEGIES = ("grid", "active")
+STRATEGIES = ("grid", "active", "targeted")
 DEVICES = ("cpu", "cuda")
 
 

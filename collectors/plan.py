@@ -5,8 +5,11 @@ rules). `grid` orders them as enumerated. `active` picks, one at a time, the can
 measurement teaches the most: the widest predicted band (the surrogate's p10–p90, which widens
 outside its data) times the distance to everything already measured or picked, plus a bonus for
 predicted throughput near the best (the configurations users will be told to run are worth
-getting right). Out-of-memory candidates are measured by `grid` (the paper reports OOMs) but
-skipped by `active`.
+getting right). `targeted` serves the decision: the candidate most likely to be the fastest
+layout of its job under the stack calibration fitted to the runs measured so far
+(`advisor.learn.stack.pick_next`: the leaders, and layouts whose bands overlap them); a run
+not yet measured (a dry run) counts as measured at its prediction. Out-of-memory candidates are
+measured by `grid` (the paper reports OOMs) but skipped by `active` and `targeted`.
 """
 
 from __future__ import annotations
@@ -221,10 +224,44 @@ def spec_for(campaign: Campaign, row: pd.Series | dict) -> RunSpec:
         framework=campaign.framework)
 
 
-def predicted(cands: pd.DataFrame, predictor) -> pd.DataFrame:
-    """The Predictor's view of every candidate (band, throughput, memory fit)."""
+def predicted(cands: pd.DataFrame, predictor, *, breakdown: bool = False) -> pd.DataFrame:
+    """The Predictor's view of every candidate (band, throughput, memory fit; with
+    `breakdown`, the analytical step's terms)."""
     frame = cands[[*PARALLEL_FIELDS, "model", "gpu"]]
-    return predictor.predict(frame).set_index(cands.index)
+    return predictor.predict(frame, breakdown=breakdown).set_index(cands.index)
+
+
+JOB_KEYS = ("model", "gpu", "num_gpus", "seq_len", "gbs", "precision")
+"""What one job is: the layouts of one job compete for the recommendation."""
+
+
+def targeted_next(cands: pd.DataFrame, preds: pd.DataFrame, picked: set[str],
+                  measured: dict[str, float], spread, *, seed: int = 0
+                  ) -> tuple[int | None, str]:
+    """Index of the next candidate for the `targeted` strategy, and why. `preds` must carry
+    the analytical breakdown (`predicted(..., breakdown=True)`); `measured` holds the tokens/s
+    per GPU of the campaign's measured runs, by run id (a picked run not in it counts as
+    measured at its prediction)."""
+    from advisor.learn.stack import fit_stack, pick_next, shares
+    from advisor.perf.analytical import BREAKDOWN_PREFIX
+
+    ids = cands["run_id"].astype(str).to_numpy()
+    tokens = preds["pred_tokens_per_sec_per_gpu"].to_numpy(float)
+    terms = {k.removeprefix(BREAKDOWN_PREFIX): preds[k].to_numpy(float)
+             for k in preds.columns if k.startswith(BREAKDOWN_PREFIX)}
+    share = np.nan_to_num(shares(terms))
+    done = np.isin(ids, list(picked))
+    known = np.array([i in measured for i in ids]) & done
+    values = np.array([measured.get(i, np.nan) for i in ids])
+    models = cands["model"].astype(str).to_numpy()
+    stack = fit_stack(share[known], tokens[known], values[known], spread, models=models[known])
+    fits = preds.get("pred_fits")
+    eligible = (np.isfinite(tokens) & (fits.fillna(False).to_numpy(bool) if fits is not None
+                                       else True))
+    jobs = cands[list(JOB_KEYS)].astype(str).agg("|".join, axis=1).to_numpy()
+    at, why = pick_next(stack, np.nan_to_num(tokens, nan=1.0), share, jobs, done, models,
+                        values=np.where(known, values, tokens), seed=seed, eligible=eligible)
+    return (None, why) if at < 0 else (at, why)
 
 
 def next_run(cands: pd.DataFrame, preds: pd.DataFrame, done: set[str], *, strategy: str,

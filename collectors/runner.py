@@ -27,8 +27,9 @@ import pandas as pd
 from advisor.catalog import load_platform
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import PRECISIONS, ParallelConfig, token_dispatcher
+from advisor.learn.stack import spread_of
 from collectors.campaign import Campaign, campaign_hash, differences, identity
-from collectors.plan import candidates, next_run, predicted, spec_for
+from collectors.plan import candidates, next_run, predicted, spec_for, targeted_next
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
 
 Progress = Callable[[int, int, RunSpec, RunResult | None], None]
@@ -57,6 +58,8 @@ class CampaignReport:
     changed: list[str] = field(default_factory=list)
     """How the campaign differs from the version that wrote the dataset (empty: the same, or
     no version recorded)."""
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each planned run was picked (`targeted`), by run id."""
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -73,6 +76,8 @@ class PreviousRuns:
     """Every run of the campaign, whatever its status."""
     done: frozenset[str] = frozenset()
     """The measured ones (DONE_STATUSES)."""
+    measured: dict = field(default_factory=dict)
+    """Tokens/s per GPU of the `ok` runs, by run id."""
     recorded: dict | None = None
     """The campaign's record in the dataset's metadata ({"sha256", "identity"}), if any."""
 
@@ -91,9 +96,12 @@ def previous_runs(dataset: Path, campaign: str) -> PreviousRuns:
     done = mine["status"].isin(DONE_STATUSES).fillna(False).to_numpy(bool)
     campaigns = read_metadata(dataset).get("campaigns")
     record = campaigns.get(campaign) if isinstance(campaigns, dict) else None
+    ok = mine[(mine["status"] == "ok").fillna(False) & mine["tokens_per_sec_per_gpu"].notna()]
     return PreviousRuns(frozenset(mine["run_id"].astype(str)),
                         frozenset(mine.loc[done, "run_id"].astype(str)),
-                        record if isinstance(record, dict) else None)
+                        record if isinstance(record, dict) else None,
+                        dict(zip(ok["run_id"].astype(str),
+                                 ok["tokens_per_sec_per_gpu"].astype(float), strict=True)))
 
 
 def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
@@ -109,7 +117,11 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
     report.skipped = len(previous.done)
     cands = candidates(campaign)
     report.unsupported = dict(cands.attrs.get("skipped", {}))
-    preds = predicted(cands, predictor or Predictor.load())
+    predictor = predictor or Predictor.load()
+    targeted = campaign.strategy == "targeted"
+    preds = predicted(cands, predictor, breakdown=targeted)
+    measured = dict(previous.measured)
+    spread = spread_of(predictor.calibration) if targeted else None
     # Reruns first, in plan order; they replace their rows, so they spend no run budget.
     retries = [i for i, rid in enumerate(cands["run_id"]) if rid in previous.retry]
     new_allowed = (math.inf if campaign.max_runs is None
@@ -129,12 +141,18 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
         if retries:
             index = retries.pop(0)
             report.retried += 1
+            why = "rerun of a failed or timed-out run"
         elif new_runs >= new_allowed:
             report.stopped_by = f"run budget ({campaign.max_runs})"
             break
         else:
-            index = next_run(cands, preds, picked, strategy=campaign.strategy,
-                             seed=campaign.seed)
+            if targeted:
+                index, why = targeted_next(cands, preds, picked, measured, spread,
+                                           seed=campaign.seed)
+            else:
+                index = next_run(cands, preds, picked, strategy=campaign.strategy,
+                                 seed=campaign.seed)
+                why = ""
             if index is None:
                 report.stopped_by = "no candidates left"
                 break
@@ -147,6 +165,7 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
         spec = spec_for(campaign, row)
         picked.add(spec.run_id)
         report.planned.append(spec)
+        report.reasons[spec.run_id] = why
         if dry_run:
             spent_gpu_h += estimate
             continue
@@ -158,6 +177,8 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
         _record_spent(ledger, spent_gpu_h)  # the GPU-hour budget survives --resume
         append_result(dataset, campaign, spec, result, metadata=metadata)
         report.results.append(result)
+        if result.status == "ok" and result.tokens_per_sec_per_gpu:
+            measured[spec.run_id] = float(result.tokens_per_sec_per_gpu)
         if progress:
             progress(len(report.results), total, spec, result)
         if campaign.cooldown_s:

@@ -36,6 +36,12 @@ def collect(
         dry_run: Annotated[bool, typer.Option(
             "--dry-run", help="Plan only: list the runs that would be measured, in order.")]
         = False,
+        strategy: Annotated[str | None, typer.Option(
+            "--strategy", help="Which runs first, overriding the campaign file's [strategy]: "
+            "grid (in order), active (where the model is least sure or most promising), or "
+            "targeted (the layout most likely to be its job's fastest under what the runs so "
+            "far taught: what serves the recommendation; --dry-run says why each was "
+            "picked).")] = None,
         resume: Annotated[bool, typer.Option(
             "--resume", help="Continue a campaign: runs measured in the dataset (ok, or out "
             "of memory) are skipped; failed and timed-out runs, and a run that was cut off, "
@@ -63,6 +69,7 @@ def collect(
         advisor collect --campaign my-sweep.toml --launcher slurm --resume
         advisor collect --campaign paper-h200-parallelism --dry-run
         advisor collect --campaign my-sweep.toml --launcher replay:datasets/published.parquet
+        advisor collect --campaign paper-h200-parallelism --strategy targeted --dry-run
 
     Each run trains a Llama-style model under one parallel configuration (torchrun; gloo on
     CPU, NCCL on GPU), times steps after warm-up and records throughput, peak memory, power,
@@ -87,6 +94,14 @@ def collect(
     from collectors.runner import check_previous, run_campaign
 
     spec = load_campaign(campaign)
+    if strategy is not None:
+        from dataclasses import replace
+
+        from collectors.campaign import STRATEGIES
+
+        if strategy not in STRATEGIES:
+            raise AdvisorError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}.")
+        spec = replace(spec, strategy=strategy)
     dataset = dataset or Path("datasets") / "campaigns" / f"{spec.name}.parquet"
     runs_dir = runs_dir or Path("runs") / spec.name
     options = {k: v for k, v in dict(gpus_per_node=gpus_per_node, partition=partition,
@@ -126,6 +141,7 @@ def collect(
                    "unsupported": report.unsupported, "stopped_by": report.stopped_by,
                    "preflight": checked.__dict__ if checked else None,
                    "planned": [s.run_id for s in report.planned],
+                   "reasons": report.reasons,
                    "results": [r.__dict__ for r in report.results]})
         return
     out = make_console()
@@ -134,8 +150,10 @@ def collect(
         table = Table(title=f"{spec.name}: {len(report.planned)} runs planned{retried} "
                             f"({spec.strategy}; {report.skipped} already measured)")
         moe = any(s.config.get("ep", 1) > 1 for s in report.planned)
+        why = any(report.reasons.values())
         for col in ("#", "run_id", "model", "gpus", "tp", "pp", "dp", "mbs", "recompute",
-                    "sharding", *(("ep", "dispatcher", "a2a overlap") if moe else ())):
+                    "sharding", *(("ep", "dispatcher", "a2a overlap") if moe else ()),
+                    *(("why",) if why else ())):
             table.add_column(col)
         for i, s in enumerate(report.planned, 1):
             c = s.config
@@ -144,7 +162,8 @@ def collect(
             table.add_row(str(i), s.run_id, scaled_model_name(s.model, s.scale),
                           str(s.num_gpus), str(c["tp"]),
                           str(c["pp"]), str(c["dp"]), str(c["mbs"]), c["recompute"],
-                          c["dp_sharding"], *experts)
+                          c["dp_sharding"], *experts,
+                          *((report.reasons.get(s.run_id, ""),) if why else ()))
         out.print(table)
         if report.changed:
             out.print(f"note: {dataset} was written by another version of this campaign "

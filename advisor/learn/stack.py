@@ -234,28 +234,43 @@ def fit_stack(share: np.ndarray, model_tokens: np.ndarray, measured: np.ndarray,
 
 
 def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
-              groups: np.ndarray, measured: np.ndarray, models=None, *, draws: int = 256,
-              seed: int = 0) -> int:
-    """The run to measure next: the unmeasured one most likely to be the fastest layout of its
-    job (the leader, or one whose band overlaps it), by Monte Carlo over the stack's posterior;
-    `measured` marks runs already measured. Jobs with one candidate, or none unmeasured, teach
-    the coefficients only: where no job has a choice left, the widest band. Returns a row
-    position."""
+              groups: np.ndarray, measured: np.ndarray, models=None, *, values=None,
+              draws: int = 256, seed: int = 0,
+              eligible: np.ndarray | None = None) -> tuple[int, str]:
+    """The run to measure next, and why: the unmeasured one most likely to be the fastest
+    layout of its job (the leader, or one whose band overlaps it), by Monte Carlo over the
+    stack's posterior; `measured` marks runs already measured (`values`: what they measured,
+    fixed in every draw), `eligible` (default: all) the runs that can run at all (predicted
+    to fit): only they compete. Jobs with one candidate, or none left, teach the coefficients
+    only: where no job has a choice left, the widest band. Returns (row position, reason);
+    position -1 when nothing is left."""
     import pandas as pd
 
-    rng = np.random.default_rng(seed)
     n = len(tokens)
+    measured = np.asarray(measured, bool)
+    eligible = np.ones(n, bool) if eligible is None else np.asarray(eligible, bool)
+    open_ = ~measured & eligible
+    if not open_.any():
+        return -1, "nothing left"
+    rng = np.random.default_rng(seed)
     sample = stack.sample(tokens, share, models, draws=draws, rng=rng)
+    if values is not None:
+        known = measured & np.isfinite(np.asarray(values, float))
+        sample[:, known] = np.asarray(values, float)[known]
     score = np.full(n, -1.0)
     for g in pd.unique(groups):
-        members = np.flatnonzero(groups == g)
-        if len(members) < 2 or measured[members].all():
+        members = np.flatnonzero((groups == g) & eligible)
+        if len(members) < 2 or not open_[members].any():
             continue
         best = members[np.argmax(sample[:, members], axis=1)]
         p_best = np.bincount(best, minlength=n)[members] / draws
-        score[members] = np.where(measured[members], -1.0, p_best)
+        score[members] = np.where(open_[members], p_best, -1.0)
     if (score >= 0).any():
-        return int(np.argmax(score))
-    low, mid, high = stack.predict(tokens, share, models)
-    width = np.where(measured, -np.inf, np.log(high / low))
-    return int(np.argmax(width))
+        at = int(np.argmax(score))
+        others = int(((groups == groups[at]) & eligible).sum()) - 1
+        return at, (f"P(fastest of its job) {score[at]:.0%} against {others} other "
+                    f"layout(s)")
+    low, _, high = stack.predict(tokens, share, models)
+    width = np.where(open_, np.log(high / low), -np.inf)
+    at = int(np.argmax(width))
+    return at, f"widest band (p90/p10 {high[at] / low[at]:.2f}): no job has a layout to choose"

@@ -125,3 +125,28 @@ def test_a_config_json_model_on_a_cluster_file_goes_through_collect_train_and_re
                      str(calibrated), "--json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert any("stack calibration 'our cluster'" in n for n in json.loads(shown.stdout)["notes"])
+
+
+def test_targeted_plan_measures_each_jobs_likely_leader_first_and_says_why(tmp_path):
+    """The project's own H200 campaign replayed under the targeted strategy: the first pick of
+    each job is the layout the model ranks first or second there, and every pick says why."""
+    from advisor.predict.predictor import Predictor
+    from collectors.campaign import load_campaign
+    from collectors.plan import JOB_KEYS, candidates, predicted
+
+    table = ROOT / "datasets" / "campaigns" / "h200-single.parquet"
+    out = _advisor("collect", "--campaign", "h200-single", "--strategy", "targeted",
+                   "--launcher", f"replay:{table}", "--dataset", str(tmp_path / "t.parquet"),
+                   "--runs-dir", str(tmp_path / "runs"), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert [r["status"] for r in report["results"]] == ["ok"] * 16
+    assert all(report["reasons"][i].startswith("P(fastest of its job)")
+               for i in report["planned"])
+    cands = candidates(load_campaign("h200-single"))
+    p50 = predicted(cands, Predictor.load())["pred_tokens_per_sec_per_gpu"]
+    jobs = cands[list(JOB_KEYS)].astype(str).agg("|".join, axis=1)
+    order = {rid: i for i, rid in enumerate(report["planned"])}
+    for _, part in cands.assign(p50=p50, job=jobs).groupby("job"):
+        first = min(part["run_id"], key=order.get)
+        assert part.loc[part["run_id"] == first, "p50"].iloc[0] >= part["p50"].nlargest(2).min()

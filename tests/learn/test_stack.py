@@ -77,13 +77,14 @@ def test_the_targeted_pick_is_a_likely_leader_of_a_job_with_a_choice(foundry):
     stack = fit_stack(share[:0], tokens[:0], ref.rows["measured"].to_numpy()[:0],
                       spread_of(load_calibration()))
     measured = np.zeros(len(tokens), bool)
-    first = pick_next(stack, tokens, share, jobs, measured, ref.rows["model"].to_numpy())
+    first, why = pick_next(stack, tokens, share, jobs, measured, ref.rows["model"].to_numpy())
+    assert why.startswith("P(fastest of its job)")
     members = np.flatnonzero(jobs == jobs[first])
     assert len(members) >= 2
     assert tokens[first] >= np.sort(tokens[members])[-2]   # the leader or its runner-up
     measured[members] = True                                 # that job fully measured
-    assert jobs[pick_next(stack, tokens, share, jobs, measured,
-                          ref.rows["model"].to_numpy())] != jobs[first]
+    second, _ = pick_next(stack, tokens, share, jobs, measured, ref.rows["model"].to_numpy())
+    assert jobs[second] != jobs[first]
 
 
 def test_spread_splits_stack_model_and_run():
