@@ -67,9 +67,13 @@ class StackSpread:
 
 def stack_spread(measured: np.ndarray, predicted: np.ndarray, stacks: np.ndarray,
                  models: np.ndarray | None = None) -> StackSpread:
-    """`StackSpread` of held-out predictions (each stack predicted by a fit without it); the
-    run scatter is read from models with three or more runs on a stack (a lone run has no
-    scatter to show; without `models`, every stack is one model)."""
+    """`StackSpread` of held-out predictions (each stack predicted by a fit without it).
+
+    Each level is read from how far a run falls from the mean of the *other* runs of its
+    group (its stack; its model on the stack), scaled by sqrt(1 + 1/(n - 1)) so that the
+    group's own estimate does not flatter it (the residual around a group's own median is
+    smaller than the error a prediction from the group's other runs makes). Groups of one
+    run show nothing and are left out. Without `models`, every stack is one model."""
     import pandas as pd
 
     error = np.log(np.asarray(predicted, float) / np.asarray(measured, float))
@@ -80,11 +84,15 @@ def stack_spread(measured: np.ndarray, predicted: np.ndarray, stacks: np.ndarray
     def spread(values) -> float:
         return float(np.quantile(np.abs(values), 0.8) / Z90) if len(values) else 0.0
 
+    def left_out(level: str) -> pd.Series:
+        groups = frame.groupby(level)["e"]
+        n = groups.transform("size")
+        others = (groups.transform("sum") - frame["e"]) / (n - 1).where(n > 1)
+        return ((frame["e"] - others) / np.sqrt(1 + 1 / (n - 1).where(n > 1))).dropna()
+
     total = spread(frame["e"])
-    within = spread(frame["e"] - frame.groupby("s")["e"].transform("median"))
-    sizes = frame["m"].map(frame["m"].value_counts())
-    run = spread((frame["e"] - frame.groupby("m")["e"].transform("median"))[sizes >= 3])
-    run = min(run, within)
+    within = min(spread(left_out("s")), total)
+    run = min(spread(left_out("m")), within)
     return StackSpread(between=float(np.sqrt(max(total ** 2 - within ** 2, 0.0))),
                        model=float(np.sqrt(max(within ** 2 - run ** 2, 0.0))), run=run)
 
