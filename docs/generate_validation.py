@@ -118,9 +118,10 @@ BENCHMARKS = (
               "each platform of it is one stack. For k = 0, 2, 4, 8 of a stack's runs, chosen "
               "by the targeted strategy (the likeliest fastest layout of a job) and at random "
               "(5 seeds), the stack's compute and communication factors and the offsets of "
-              "the models they measured are fitted to them (`advisor train --stack`'s fit, "
-              "its prior sized by the other series) and its other runs predicted: median MAPE over stacks, p10-p90 coverage, and top-1 "
-              "regret per job measured in two or more layouts. About 5 minutes."),
+              "the models they measured are fitted to them (the fit of training with "
+              "`--stack`, its prior sized by the other series) and its other runs predicted: "
+              "median MAPE over stacks, p10-p90 coverage, and top-1 regret per job measured "
+              "in two or more layouts. About 5 minutes."),
     Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
               ("benchmarks/layout_ranking.py",),
               "Every job in `shared/reference` measured in two or more layouts (published and "
