@@ -50,7 +50,7 @@ from advisor.learn.fit import (
     predict_held_out,
     predict_reference,
 )
-from advisor.learn.stack import stack_spread
+from advisor.learn.stack import StackSpreads
 from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
@@ -215,16 +215,21 @@ def series_band_metrics(rows: pd.DataFrame, predicted: pd.Series) -> dict[str, f
     """What the bands are sized by, from the leave-one-series-out predictions: the 80th
     percentile of |log(predicted / measured)| (the analytical p10-p90 band's half-width), and
     the split of that error into a shift shared by one stack (a series on one platform), one
-    shared by a model's runs on it, and the scatter of single runs (`advisor.learn.stack`: the
-    prior of a team's stack calibration)."""
+    shared by a model's runs on it, and the scatter of single runs, for dense and for MoE runs,
+    and how much that scatter differs by stack (`advisor.learn.stack`: the prior of a team's
+    stack calibration, fitted to runs other than LoRA fine-tuning, as these are)."""
     error = np.abs(np.log(predicted / rows["measured"]))
-    spread = stack_spread(rows["measured"].to_numpy(), predicted.to_numpy(),
-                          (rows["series"] + " | " + rows["platform"]).to_numpy(),
-                          rows["model"].to_numpy())
-    return {"loso_series_p80_abs_log_error": round(float(np.quantile(error, 0.8)), 4),
-            "stack_between_log_sd": round(spread.between, 4),
-            "stack_model_log_sd": round(spread.model, 4),
-            "stack_run_log_sd": round(spread.run, 4)}
+    trained = rows["finetune"] != "lora"    # as `advisor train --stack` fits (no LoRA runs)
+    rows, predicted = rows[trained], predicted[trained]
+    spreads = StackSpreads.of(rows["measured"], predicted,
+                              rows["series"] + " | " + rows["platform"], rows["model"],
+                              rows["moe"].astype(bool))
+    out = {"loso_series_p80_abs_log_error": round(float(np.quantile(error, 0.8)), 4)}
+    for kind, spread in (("", spreads.dense), ("_moe", spreads.moe)):
+        out.update({f"stack{kind}_{level}_log_sd": round(getattr(spread, level), 4)
+                    for level in ("between", "model", "run")})
+    out["stack_scale_dof"] = round(spreads.dof, 3)
+    return out
 
 
 def _gate(ref, base, args, *, with_status: bool = False):

@@ -7,7 +7,8 @@ Each publication series of the bundled published and MLPerf runs (`datasets/publ
 a stack advisor never saw. Within the held-out series, each platform is one *stack* (one
 software line on one kind of cluster: what a team's own runs are). For k = 0, 2, 4, 8 runs of
 that stack, chosen by the targeted strategy (`advisor.learn.stack.pick_next`: the run most
-likely to be the fastest layout of its job) and at random (`--seeds` seeds), the stack's
+likely to be the fastest layout of its job; `--seeds` seeds of its Monte Carlo) and at random
+(`--seeds` seeds), the stack's
 factors and the offsets of the models they measured are fitted to those runs
 (`advisor.learn.stack.fit_stack`, the prior sized by the *other* series' held-out errors) and
 its other runs are predicted. Reported per k and
@@ -40,10 +41,10 @@ from advisor.data.dataset import load  # noqa: E402
 from advisor.learn.fit import fit_all, reference_from_frame, reference_terms  # noqa: E402
 from advisor.learn.stack import (  # noqa: E402
     TERM_COLUMNS,
+    StackSpreads,
     fit_stack,
     pick_next,
     shares,
-    stack_spread,
 )
 from advisor.perf.calibration import load_calibration  # noqa: E402
 
@@ -65,7 +66,7 @@ def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
     return pd.concat(parts).loc[ref.rows.index]
 
 
-def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, spread,
+def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, moe, spread,
            truth: np.ndarray) -> np.ndarray:
     """Positions of the k runs measured first; `truth` is revealed one run at a time, as a
     replayed campaign reveals it."""
@@ -76,20 +77,20 @@ def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, spread
     values = np.zeros(n)
     for _ in range(k):
         stack = fit_stack(share[measured], tokens[measured], values[measured], spread,
-                          models=models[measured])
-        nxt, _ = pick_next(stack, tokens, share, jobs, measured, models, values=values,
+                          models=models[measured], moe=moe[measured])
+        nxt, _ = pick_next(stack, tokens, share, jobs, measured, models, moe, values=values,
                            seed=seed)
         measured[nxt] = True
         values[nxt] = truth[nxt]
     return np.flatnonzero(measured)
 
 
-def score(picked: np.ndarray, tokens, share, measured, jobs, models, spread) -> dict:
+def score(picked: np.ndarray, tokens, share, measured, jobs, models, moe, spread) -> dict:
     known = np.zeros(len(tokens), bool)
     known[picked] = True
     stack = fit_stack(share[known], tokens[known], measured[known], spread,
-                      models=models[known])
-    low, mid, high = stack.predict(tokens, share, models)
+                      models=models[known], moe=moe[known])
+    low, mid, high = stack.predict(tokens, share, models, moe)
     rest = ~known
     ape = np.abs(mid[rest] / measured[rest] - 1.0)
     inside = (measured[rest] >= low[rest]) & (measured[rest] <= high[rest])
@@ -139,24 +140,26 @@ def main() -> int:
         if len(part) <= max(args.k):
             continue            # every k is scored on the same stacks
         others = rows["series"] != part["series"].iloc[0]
-        spread = stack_spread(rows.loc[others, "measured"].to_numpy(),
-                              tables.loc[others, "tokens_per_sec_per_gpu"].to_numpy(),
-                              rows.loc[others, "stack"].to_numpy(),
-                              rows.loc[others, "model"].to_numpy())
+        spread = StackSpreads.of(rows.loc[others, "measured"],
+                                 tables.loc[others, "tokens_per_sec_per_gpu"],
+                                 rows.loc[others, "stack"], rows.loc[others, "model"],
+                                 rows.loc[others, "moe"].astype(bool))
         table = tables.loc[part.index]
         tokens = table["tokens_per_sec_per_gpu"].to_numpy()
         share = shares(table)
         truth = part["measured"].to_numpy(float)
         jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
         models = part["model"].to_numpy()
+        moe = part["moe"].to_numpy(bool)
         for k in args.k:
-            for strategy, seeds in (("targeted", [0]), ("random", range(args.seeds))):
+            for strategy in ("targeted", "random"):
+                seeds = range(args.seeds)   # targeted: the seed of its Monte Carlo
                 if k == 0 and strategy == "random":
                     continue
-                for seed in seeds:
-                    picked = choose(strategy, k, seed, tokens, share, jobs, models, spread,
-                                    truth)
-                    out = score(picked, tokens, share, truth, jobs, models, spread)
+                for seed in seeds if k else [0]:
+                    picked = choose(strategy, k, seed, tokens, share, jobs, models, moe,
+                                    spread, truth)
+                    out = score(picked, tokens, share, truth, jobs, models, moe, spread)
                     results.append({"stack": name, "rows": len(part), "k": k,
                                     "strategy": strategy if k else "none", "seed": seed, **out})
     summary = summarise(pd.DataFrame(results))

@@ -408,7 +408,6 @@ def import_mlperf(csv_path: Path, *, collected_at: str | None = None
 def _spec_columns(raw: pd.DataFrame, where: str) -> pd.DataFrame:
     """`model_spec` and `platform_spec` of each row: as the file gives them, else read from the
     config.json or cluster file a row names (catalog rows: empty)."""
-    from advisor.core.errors import AdvisorError
     from advisor.data.row_specs import MODEL_SPEC, PLATFORM_SPEC, spec_columns
 
     out = pd.DataFrame(index=raw.index, columns=[MODEL_SPEC, PLATFORM_SPEC], dtype=object)

@@ -19,7 +19,7 @@ from typing import Any
 
 from advisor.core.errors import CatalogError
 from advisor.core.model import ModelSpec
-from advisor.core.platform import Platform
+from advisor.core.platform import Platform, platform_from_dict
 
 MODEL_SPEC, PLATFORM_SPEC = "model_spec", "platform_spec"
 _MODEL_DEFAULTS = {f.name: f.default if f.default is not dataclasses.MISSING
@@ -62,8 +62,6 @@ def model_from_spec(text: str, *, where: str = MODEL_SPEC) -> ModelSpec:
 
 
 def platform_from_spec(text: str, *, where: str = PLATFORM_SPEC) -> Platform:
-    from advisor.core.platform import platform_from_dict
-
     return platform_from_dict(_object(text, where), path=Path(where))
 
 

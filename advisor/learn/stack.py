@@ -11,10 +11,13 @@ of single runs (`stack_spread`). So k measured runs of the stack fit, in log spa
 where c and m are the row's shares of compute (kernels, bubble, throttle) and of exposed
 communication in the modelled step, a and b the stack's log factors on them (priors around the
 bundled fit, 0, as wide as series differed), u the offset of one model on this stack (prior as
-wide as models differed within a stack) and ε the scatter. The model is linear and Gaussian, so
-the posterior is exact: the factors and offsets a few runs support, and the band — the
-posterior's uncertainty projected on the row plus the scatter — which narrows as runs
-accumulate, most for the models that were measured. With no runs it is the bundled band.
+wide as models differed within a stack) and ε the scatter. MoE runs err about twice as much at
+every level (their expert kernels and dispatch are the least known part of the model), so they
+get their own spreads and one more coefficient: a shift shared by the stack's MoE runs. The
+model is linear and Gaussian, so the posterior is exact: the factors and offsets a few runs
+support, and the band — the posterior's uncertainty projected on the row plus the scatter —
+which narrows as runs accumulate, most for the models that were measured. With no runs it is
+the bundled band.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ COMM_PRIOR_LOG_SD = float(np.log(2.0))
 NVSwitch collective constants were 2-2.6x too fast on AMD's xGMI mesh before each platform got
 its own measured table (benchmarks/collective_check.py, docs/validation/collectives.md)."""
 STACK_FILE = "stack.json"
+STACK_PRIOR_DOF = 4.0
+"""Pseudo-runs of the prior on a stack's scatter scale where the data cannot say (fewer than
+three stacks of five runs to compare: `scale_dof`); a judgement."""
+MIN_KIND_ROWS = 30
+"""Fewest held-out runs of one kind (dense, MoE) to size its own spreads from (as
+`advisor.learn.train.MIN_ROWS`: a judgement); fewer borrow the pooled spreads."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,10 @@ def shares(table) -> np.ndarray:
     return np.clip(out, 0.0, None)
 
 
+FIXED = (*FACTORS, "moe")
+"""The coefficients every stack calibration has: the two factors and the MoE runs' shift."""
+
+
 @dataclass(frozen=True)
 class StackCalibration:
     """One stack's fitted factors and model offsets, with their posterior (log space)."""
@@ -113,19 +126,26 @@ class StackCalibration:
     name: str
     runs: int
     names: tuple[str, ...]
-    """What each coefficient is: `compute`, `communication`, then `model:<name>` per model the
-    runs measured."""
+    """What each coefficient is: `FIXED`, then `model:<name>` per model the runs measured."""
     mean: tuple[float, ...]
     covariance: tuple[tuple[float, ...], ...]
     model_sd: float
-    """Prior σ of the offset of a model this stack's runs never measured."""
+    """Prior σ of the offset of a dense model this stack's runs never measured."""
     run_sd: float
-    """σ of one run's scatter."""
+    """σ of one dense run's scatter."""
+    moe_model_sd: float
+    moe_run_sd: float
+    """The same for MoE models and runs."""
     platform: str = ""
     """The platform (catalog name or cluster file name) whose runs fitted it: every prediction
     for it uses it (a cluster's network and clocks are the same for every framework)."""
     framework: str = ""
     """The framework those runs used (shown with the predictions)."""
+    scale: float = 1.0
+    """How much wider than the pooled spreads this stack scatters, as its runs say (the
+    posterior of a common scale on every σ; 1 with no runs)."""
+    dof: float = STACK_PRIOR_DOF
+    """Degrees of freedom of the predictive Student t (prior pseudo-runs + runs)."""
 
     def applies(self, platform: str) -> bool:
         return platform == self.platform
@@ -133,12 +153,13 @@ class StackCalibration:
     @property
     def factors(self) -> dict[str, float]:
         """Time factors (>1: the stack runs that part slower than the bundled model)."""
-        return {f: float(np.exp(self.mean[i])) for i, f in enumerate(FACTORS)}
+        return {f: float(np.exp(self.mean[i])) for i, f in enumerate(FIXED)}
 
-    def _design(self, share: np.ndarray, models) -> np.ndarray:
+    def _design(self, share: np.ndarray, models, moe) -> np.ndarray:
         share = np.atleast_2d(np.asarray(share, float))
         x = np.zeros((len(share), len(self.names)))
         x[:, :len(FACTORS)] = share
+        x[:, len(FACTORS)] = _flags(moe, len(share))
         if models is not None:
             column = {n: i for i, n in enumerate(self.names)}
             for row, model in enumerate(np.asarray(models, dtype=object)):
@@ -147,40 +168,53 @@ class StackCalibration:
                     x[row, j] = 1.0
         return x
 
-    def predict(self, tokens: np.ndarray, share: np.ndarray, models=None
+    def _scatter(self, x: np.ndarray, moe) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the run scatter's σ, and the σ of its model's offset where the runs never
+        measured that model (0 where they did)."""
+        moe = _flags(moe, len(x))
+        run = np.where(moe, self.moe_run_sd, self.run_sd)
+        unseen = ~x[:, len(FIXED):].any(axis=1)
+        return run, np.where(unseen, np.where(moe, self.moe_model_sd, self.model_sd), 0.0)
+
+    def predict(self, tokens: np.ndarray, share: np.ndarray, models=None, moe=None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(p10, p50, p90) tokens/s/GPU from the bundled model's `tokens`, the rows' step
-        shares and (optional) model names: a model the runs measured gets its offset."""
-        x = self._design(share, models)
-        log_ratio = x @ np.asarray(self.mean)
-        var = np.einsum("ij,jk,ik->i", x, np.asarray(self.covariance), x) + self.run_sd ** 2
-        measured_model = x[:, len(FACTORS):].any(axis=1)
-        var = var + np.where(measured_model, 0.0, self.model_sd ** 2)
-        mid = np.asarray(tokens, float) * np.exp(-log_ratio)
-        spread = np.exp(Z90 * np.sqrt(var))
+        shares and (optional) model names and MoE flags: a model the runs measured gets its
+        offset."""
+        from scipy.stats import t
+
+        x = self._design(share, models, moe)
+        run, model = self._scatter(x, moe)
+        var = np.einsum("ij,jk,ik->i", x, np.asarray(self.covariance), x) + run ** 2 + model ** 2
+        mid = np.asarray(tokens, float) * np.exp(-(x @ np.asarray(self.mean)))
+        spread = np.exp(float(t.ppf(0.9, self.dof)) * self.scale * np.sqrt(var))
         return mid / spread, mid, mid * spread
 
-    def sample(self, tokens: np.ndarray, share: np.ndarray, models, *, draws: int,
+    def sample(self, tokens: np.ndarray, share: np.ndarray, models, moe=None, *, draws: int,
                rng: np.random.Generator) -> np.ndarray:
         """Draws × rows of plausible tokens/s/GPU under the posterior (shared coefficients,
-        an unmeasured model's offset per model, independent run scatter)."""
-        x = self._design(share, models)
-        coef = rng.multivariate_normal(np.asarray(self.mean), np.asarray(self.covariance),
-                                       size=draws)
-        log_ratio = coef @ x.T
-        unmeasured = ~x[:, len(FACTORS):].any(axis=1)
+        one offset per unmeasured model, independent run scatter)."""
+        x = self._design(share, models, moe)
+        run, model = self._scatter(x, moe)
+        # One common scale per draw (the stack's, from its posterior), then every σ under it.
+        lam = self.scale * np.sqrt(self.dof / rng.chisquare(self.dof, size=(draws, 1)))
+        dev = rng.multivariate_normal(np.zeros(len(self.mean)), np.asarray(self.covariance),
+                                      size=draws)
+        log_ratio = np.asarray(self.mean) @ x.T + lam * (dev @ x.T)
         names = np.asarray(models if models is not None else [""] * len(x), dtype=object)
-        for model in set(names[unmeasured]):
-            rows = unmeasured & (names == model)
-            log_ratio[:, rows] += rng.normal(0.0, self.model_sd, size=(draws, 1))
-        log_ratio += rng.normal(0.0, self.run_sd, size=log_ratio.shape)
+        for name in set(names[model > 0]):
+            rows = (model > 0) & (names == name)
+            log_ratio[:, rows] += lam * rng.normal(0.0, 1.0, size=(draws, 1)) * model[rows]
+        log_ratio += lam * rng.normal(0.0, 1.0, size=log_ratio.shape) * run
         return np.asarray(tokens, float) * np.exp(-log_ratio)
 
     def describe(self) -> str:
         f = self.factors
+        moe = (f", MoE runs x{f['moe']:.2f} more" if any(
+            n == "moe" for n in self.names) and abs(f["moe"] - 1) >= 0.005 else "")
         return (f"stack calibration {self.name!r} from {self.runs} {self.framework} run(s) on "
                 f"{self.platform}: compute time x{f['compute']:.2f}, exposed communication x"
-                f"{f['communication']:.2f} of the bundled model's")
+                f"{f['communication']:.2f}{moe} of the bundled model's")
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -201,48 +235,126 @@ class StackCalibration:
         except (ValueError, TypeError, KeyError) as e:
             raise AdvisorError(f"{path}: not a stack calibration ({e}); rerun advisor train "
                                f"--stack.") from None
-        if len(stack.mean) != len(stack.names) or len(stack.covariance) != len(stack.names):
+        if (len(stack.mean) != len(stack.names) or len(stack.covariance) != len(stack.names)
+                or stack.names[:len(FIXED)] != FIXED):
             raise AdvisorError(f"{path}: not a stack calibration (its coefficients and their "
                                f"covariance disagree); rerun advisor train --stack.")
         return stack
 
 
-def spread_of(calibration) -> StackSpread:
-    """The spread the bundled calibration recorded (`[metrics]` of calibration.toml, from
+def _flags(moe, n: int) -> np.ndarray:
+    return np.zeros(n, bool) if moe is None else np.broadcast_to(np.asarray(moe, bool), (n,))
+
+
+@dataclass(frozen=True)
+class StackSpreads:
+    """The spreads of dense and of MoE runs (`StackSpread` each), and how much the scatter
+    itself differs between stacks (`dof`: of the scaled inverse-χ² its scale follows)."""
+
+    dense: StackSpread
+    moe: StackSpread
+    dof: float = STACK_PRIOR_DOF
+
+    @classmethod
+    def of(cls, measured, predicted, stacks, models, moe) -> StackSpreads:
+        """Each kind's `stack_spread` from held-out predictions; a kind with fewer than
+        `MIN_KIND_ROWS` runs, or none in groups of two or more, gets the pooled spread."""
+        moe = np.asarray(moe, bool)
+        args = [np.asarray(a) for a in (measured, predicted, stacks, models)]
+        pooled = stack_spread(*args)
+
+        def kind(mask: np.ndarray) -> StackSpread:
+            spread = stack_spread(*(a[mask] for a in args)) if mask.sum() else pooled
+            return spread if mask.sum() >= MIN_KIND_ROWS and spread.run > 0 else pooled
+
+        dense, moe_spread = kind(~moe), kind(moe)
+        within = np.where(moe, moe_spread.within, dense.within)
+        return cls(dense=dense, moe=moe_spread, dof=scale_dof(args[0], args[1], args[2], within))
+
+
+def scale_dof(measured, predicted, stacks, within: np.ndarray) -> float:
+    """Degrees of freedom of the scaled inverse-χ² that a stack's scatter scale follows, from
+    how much the stacks' scatters differ: per stack of five or more runs, the log of its mean
+    squared error about its own mean (in units of `within`); their variance, less what n runs
+    alone would give (trigamma((n - 1) / 2)), is trigamma(dof / 2) (the variance of the log of
+    an inverse-χ²). `STACK_PRIOR_DOF` where the stacks differ no more than sampling explains."""
+    import pandas as pd
+    from scipy.optimize import brentq
+    from scipy.special import polygamma
+
+    error = np.log(np.asarray(predicted, float) / np.asarray(measured, float))
+    frame = pd.DataFrame({"e": error, "s": stacks, "w": within}).dropna()
+    z2 = ((frame["e"] - frame.groupby("s")["e"].transform("mean")) / frame["w"]) ** 2
+    per = z2.groupby(frame["s"]).agg(["mean", "size"])
+    per = per[(per["size"] >= 5) & (per["mean"] > 0)]
+    if len(per) < 3:
+        return STACK_PRIOR_DOF
+    log_var = np.log(per["mean"] * per["size"] / (per["size"] - 1))
+    excess = float(log_var.var() - np.mean(polygamma(1, (per["size"] - 1) / 2)))
+    if excess <= polygamma(1, 1000 / 2):
+        return STACK_PRIOR_DOF
+    return float(brentq(lambda nu: polygamma(1, nu / 2) - excess, 0.05, 1000))
+
+
+def spread_of(calibration) -> StackSpreads:
+    """The spreads the bundled calibration recorded (`[metrics]` of calibration.toml, from
     `benchmarks/calibrate.py`)."""
     metrics = calibration.metrics
-    if "stack_run_log_sd" not in metrics:
-        raise AdvisorError("this calibration records no stack spread (stack_run_log_sd); "
-                           "refit it with benchmarks/calibrate.py --write.")
-    return StackSpread(between=float(metrics["stack_between_log_sd"]),
-                       model=float(metrics["stack_model_log_sd"]),
-                       run=float(metrics["stack_run_log_sd"]))
+    if "stack_run_log_sd" not in metrics or "stack_moe_run_log_sd" not in metrics:
+        raise AdvisorError("this calibration records no stack spread (stack_run_log_sd, "
+                           "stack_moe_run_log_sd); refit it with benchmarks/calibrate.py "
+                           "--write.")
+    return StackSpreads(*(StackSpread(between=float(metrics[f"stack{k}_between_log_sd"]),
+                                      model=float(metrics[f"stack{k}_model_log_sd"]),
+                                      run=float(metrics[f"stack{k}_run_log_sd"]))
+                          for k in ("", "_moe")),
+                        dof=float(metrics.get("stack_scale_dof", STACK_PRIOR_DOF)))
 
 
 def fit_stack(share: np.ndarray, model_tokens: np.ndarray, measured: np.ndarray,
-              spread: StackSpread, *, models=None, name: str = "stack", platform: str = "",
-              framework: str = "") -> StackCalibration:
+              spreads: StackSpreads, *, models=None, moe=None, name: str = "stack",
+              platform: str = "", framework: str = "",
+              prior_dof: float | None = None) -> StackCalibration:
     """The posterior from k runs: `share` (k × FACTORS), the bundled model's tokens/s/GPU, the
-    measured ones and (optional) each run's model. No runs: the prior."""
+    measured ones and (optional) each run's model and MoE flag. No runs: the prior.
+
+    Every σ shares one unknown scale λ (a stack may scatter more or less than the pooled
+    series did), with a scaled inverse-χ² prior of `prior_dof` pseudo-runs at 1: the
+    normal-inverse-χ² model, whose posterior is exact — the coefficients' mean does not
+    depend on λ, λ² is (prior_dof + SSR) / (prior_dof + k) with SSR the runs' weighted squared
+    residuals plus the coefficients' prior penalty, and predictions are Student t.
+    `prior_dof` defaults to the spreads' own (`scale_dof`: how much stacks' scatter differed)."""
     share = np.atleast_2d(np.asarray(share, float)).reshape(-1, len(FACTORS))
     y = np.log(np.asarray(model_tokens, float) / np.asarray(measured, float))
+    dense, moe_spread = spreads.dense, spreads.moe
+    prior_dof = spreads.dof if prior_dof is None else prior_dof
+    flags = _flags(moe, len(y))
     seen = sorted({str(m) for m in models}) if models is not None and len(y) else []
-    names = (*FACTORS, *(f"model:{m}" for m in seen))
-    prior_sd = np.array([spread.between or spread.total, COMM_PRIOR_LOG_SD,
-                         *([spread.model] * len(seen))])
+    kind = {str(m): bool(f) for m, f in zip(models if seen else [], flags, strict=False)}
+    names = (*FIXED, *(f"model:{m}" for m in seen))
+    extra_moe = float(np.sqrt(max(moe_spread.between ** 2 - dense.between ** 2, 0.0)))
+    prior_sd = np.array([dense.between or dense.total, COMM_PRIOR_LOG_SD, extra_moe,
+                         *(moe_spread.model if kind[m] else dense.model for m in seen)])
     stack = StackCalibration(name=name, runs=int(len(y)), names=names,
-                             mean=(0.0,) * len(names), covariance=(), model_sd=spread.model,
-                             run_sd=spread.run, platform=platform, framework=framework)
-    x = stack._design(share, models if seen else None)
-    precision = np.diag(1.0 / np.maximum(prior_sd, 1e-6) ** 2) + x.T @ x / spread.run ** 2
+                             mean=(0.0,) * len(names), covariance=(), model_sd=dense.model,
+                             run_sd=dense.run, moe_model_sd=moe_spread.model,
+                             moe_run_sd=moe_spread.run, platform=platform,
+                             framework=framework)
+    x = stack._design(share, models if seen else None, flags)
+    weight = 1.0 / np.where(flags, moe_spread.run, dense.run) ** 2
+    precision = np.diag(1.0 / np.maximum(prior_sd, 1e-6) ** 2) + (x.T * weight) @ x
     cov = np.linalg.inv(precision)
-    mean = cov @ x.T @ y / spread.run ** 2
+    mean = cov @ (x.T * weight) @ y
+    ssr = float(weight @ (y - x @ mean) ** 2 + mean @ np.diag(np.diag(precision) - np.diag(
+        (x.T * weight) @ x)) @ mean)
     return dataclasses.replace(stack, mean=tuple(float(v) for v in mean),
-                               covariance=tuple(tuple(float(c) for c in r) for r in cov))
+                               covariance=tuple(tuple(float(c) for c in r) for r in cov),
+                               scale=float(np.sqrt((prior_dof + ssr) / (prior_dof + len(y)))),
+                               dof=float(prior_dof + len(y)))
 
 
 def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
-              groups: np.ndarray, measured: np.ndarray, models=None, *, values=None,
+              groups: np.ndarray, measured: np.ndarray, models=None, moe=None, *, values=None,
               draws: int = 256, seed: int = 0,
               eligible: np.ndarray | None = None) -> tuple[int, str]:
     """The run to measure next, and why: the unmeasured one most likely to be the fastest
@@ -261,7 +373,7 @@ def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
     if not open_.any():
         return -1, "nothing left"
     rng = np.random.default_rng(seed)
-    sample = stack.sample(tokens, share, models, draws=draws, rng=rng)
+    sample = stack.sample(tokens, share, models, moe, draws=draws, rng=rng)
     if values is not None:
         known = measured & np.isfinite(np.asarray(values, float))
         sample[:, known] = np.asarray(values, float)[known]
@@ -278,7 +390,7 @@ def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
         others = int(((groups == groups[at]) & eligible).sum()) - 1
         return at, (f"P(fastest of its job) {score[at]:.0%} against {others} other "
                     f"layout(s)")
-    low, _, high = stack.predict(tokens, share, models)
+    low, _, high = stack.predict(tokens, share, models, moe)
     width = np.where(open_, np.log(high / low), -np.inf)
     at = int(np.argmax(width))
     return at, f"widest band (p90/p10 {high[at] / low[at]:.2f}): no job has a layout to choose"

@@ -96,7 +96,8 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
         stack_ref = ref.subset(in_stack)
         terms = reference_terms(stack_ref, calibration, TERM_COLUMNS)
         tokens = terms["tokens_per_sec_per_gpu"].to_numpy()
-        calibrated = fitted.predict(tokens, shares(terms), stack_ref.rows["model"].to_numpy())[1]
+        calibrated = fitted.predict(tokens, shares(terms), stack_ref.rows["model"].to_numpy(),
+                                    stack_ref.rows["moe"].to_numpy(bool))[1]
         features.loc[terms.index, "analytical"] *= calibrated / tokens
     digest = data_hash(data)
     targets = {}
@@ -145,7 +146,8 @@ def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCa
     terms = reference_terms(ref, calibration, TERM_COLUMNS)
     return fit_stack(shares(terms), terms["tokens_per_sec_per_gpu"].to_numpy(),
                      ref.rows["measured"].to_numpy(), spread_of(calibration),
-                     models=ref.rows["model"].to_numpy(), name=name,
+                     models=ref.rows["model"].to_numpy(), moe=ref.rows["moe"].to_numpy(bool),
+                     name=name,
                      platform=str(ref.rows["platform"].iloc[0]),
                      framework=str(ref.rows["framework"].iloc[0]))
 

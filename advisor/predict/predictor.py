@@ -26,7 +26,7 @@ from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
 from advisor.core.space import invalid_rows, validate
 from advisor.core.table import Table
 from advisor.learn.bands import Z90, analytical_log_sd, at_least
-from advisor.learn.stack import shares
+from advisor.learn.stack import StackCalibration, shares
 from advisor.perf.analytical import (
     BREAKDOWN_PREFIX,
     Breakdown,
@@ -127,7 +127,6 @@ class Predictor:
         `advisor train`; an `ArtifactError` for a missing, altered or damaged artifact
         (`Predictor(None)` predicts analytically)."""
         from advisor.learn.power_surrogate import load_power_surrogates
-        from advisor.learn.stack import StackCalibration
         from advisor.learn.surrogate import ArtifactError, load_throughput
 
         directory = Path(path) if path is not None else bundled_models_dir()
@@ -284,7 +283,8 @@ class Predictor:
         stack = self.stack_for(platform)
         prior = tps
         if stack is not None:   # the team's own factors, and the band its runs leave
-            low, prior, high = stack.predict(tps, shares(table), np.full(n, model.name))
+            low, prior, high = stack.predict(tps, shares(table), np.full(n, model.name),
+                                             np.full(n, model.is_moe))
         else:
             low = tps * math.exp(-Z90 * log_sd)
             high = tps * math.exp(Z90 * log_sd)

@@ -46,7 +46,8 @@ def test_a_few_runs_move_the_stack_and_narrow_its_band(foundry):
     assert len(measured) >= 30 and len(set(models)) >= 5
     spread = spread_of(load_calibration())
     none = fit_stack(share[:0], tokens[:0], measured[:0], spread)
-    assert none.factors == {"compute": 1.0, "communication": 1.0} and none.runs == 0
+    assert none.factors == {"compute": 1.0, "communication": 1.0, "moe": 1.0}
+    assert none.runs == 0 and none.scale == 1.0
     picked = np.random.default_rng(0).permutation(len(measured))[:4]
     rest = np.setdiff1d(np.arange(len(measured)), picked)
     four = fit_stack(share[picked], tokens[picked], measured[picked], spread,
@@ -66,6 +67,23 @@ def test_a_few_runs_move_the_stack_and_narrow_its_band(foundry):
     low, _, high = four.predict(tokens, share, models)
     inside = ((measured[rest] >= low[rest]) & (measured[rest] <= high[rest])).mean()
     assert inside >= 0.6
+
+
+def test_a_stack_that_scatters_more_than_the_pooled_series_gets_a_wider_band(foundry):
+    ref, terms = foundry
+    measured = ref.rows["measured"].to_numpy()
+    models = ref.rows["model"].to_numpy()
+    tokens, share = terms["tokens_per_sec_per_gpu"].to_numpy(), shares(terms)
+    spread = spread_of(load_calibration())
+    picked = np.random.default_rng(1).permutation(len(measured))[:8]
+    calm = fit_stack(share[picked], tokens[picked], measured[picked], spread,
+                     models=models[picked])
+    noisy = measured[picked] * np.exp(np.resize([0.4, -0.4], len(picked)))
+    wild = fit_stack(share[picked], tokens[picked], noisy, spread, models=models[picked])
+    assert wild.scale > 1.5 * calm.scale and wild.dof == calm.dof == spread.dof + 8
+    width = [np.log(h / lo).mean() for lo, _, h in (s.predict(tokens, share, models)
+                                                     for s in (calm, wild))]
+    assert width[1] > 1.5 * width[0]
 
 
 def test_the_targeted_pick_is_a_likely_leader_of_a_job_with_a_choice(foundry):
@@ -102,11 +120,13 @@ def test_spread_splits_stack_model_and_run():
 
 
 def test_a_stack_calibration_round_trips_and_a_damaged_one_is_refused(tmp_path):
-    stack = StackCalibration(name="ours", runs=3, names=("compute", "communication",
+    stack = StackCalibration(name="ours", runs=3, names=("compute", "communication", "moe",
                                                          "model:llama3-8b"),
-                             mean=(0.1, -0.2, 0.05),
-                             covariance=((0.01, 0.0, 0.0), (0.0, 0.2, 0.0), (0.0, 0.0, 0.02)),
-                             model_sd=0.15, run_sd=0.13, platform="h100", framework="megatron")
+                             mean=(0.1, -0.2, 0.0, 0.05),
+                             covariance=tuple(tuple(0.01 * (i == j) for j in range(4))
+                                              for i in range(4)),
+                             model_sd=0.15, run_sd=0.13, moe_model_sd=0.3, moe_run_sd=0.2,
+                             platform="h100", framework="megatron", scale=1.2, dof=5.5)
     stack.save(tmp_path)
     assert StackCalibration.load(tmp_path) == stack
     assert StackCalibration.load(tmp_path / "none") is None
@@ -122,10 +142,11 @@ def test_the_predictor_uses_a_stack_on_its_platform_only():
                           "num_gpus": [64, 64], "seq_len": [8192] * 2, "gbs": [128] * 2,
                           "tp": [4, 4], "pp": [4, 4]})
     bundled = Predictor(None).predict(frame)
-    slower = StackCalibration(name="ours", runs=4, names=("compute", "communication"),
-                              mean=(float(np.log(1.25)), 0.0),
-                              covariance=((1e-4, 0.0), (0.0, 1e-4)), model_sd=0.03,
-                              run_sd=0.03, platform="h100", framework="megatron")
+    slower = StackCalibration(name="ours", runs=4, names=("compute", "communication", "moe"),
+                              mean=(float(np.log(1.25)), 0.0, 0.0),
+                              covariance=((1e-4, 0.0, 0.0), (0.0, 1e-4, 0.0), (0.0, 0.0, 1e-4)),
+                              model_sd=0.03, run_sd=0.03, moe_model_sd=0.06, moe_run_sd=0.06,
+                              platform="h100", framework="megatron", dof=50.0)
     ours = Predictor(None, stack=slower).predict(frame)
     ratio = ours["pred_tokens_per_sec_per_gpu"] / bundled["pred_tokens_per_sec_per_gpu"]
     assert 1 / 1.25 < ratio.iloc[0] < 0.9 and ratio.iloc[1] == 1.0
