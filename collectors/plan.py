@@ -254,12 +254,15 @@ def targeted_next(cands: pd.DataFrame, preds: pd.DataFrame, picked: set[str],
     known = np.array([i in measured for i in ids]) & done
     values = np.array([measured.get(i, np.nan) for i in ids])
     models = cands["model"].astype(str).to_numpy()
-    stack = fit_stack(share[known], tokens[known], values[known], spread, models=models[known])
+    kinds = {m: load_model(m).is_moe for m in set(models)}
+    moe = np.array([kinds[m] for m in models], dtype=bool)
+    stack = fit_stack(share[known], tokens[known], values[known], spread, models=models[known],
+                      moe=moe[known])
     fits = preds.get("pred_fits")
     eligible = (np.isfinite(tokens) & (fits.fillna(False).to_numpy(bool) if fits is not None
                                        else True))
     jobs = cands[list(JOB_KEYS)].astype(str).agg("|".join, axis=1).to_numpy()
-    at, why = pick_next(stack, np.nan_to_num(tokens, nan=1.0), share, jobs, done, models,
+    at, why = pick_next(stack, np.nan_to_num(tokens, nan=1.0), share, jobs, done, models, moe,
                         values=np.where(known, values, tokens), seed=seed, eligible=eligible)
     return (None, why) if at < 0 else (at, why)
 
