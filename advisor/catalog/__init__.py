@@ -133,11 +133,25 @@ def with_conditions(platform: Platform, *, given_by: str = "the command line",
     unknown = set(conditions) - set(CONDITIONS)
     if unknown:
         raise TypeError(f"unknown condition(s): {', '.join(sorted(unknown))}")
-    changes = {k: v for k, v in conditions.items() if v is not None}
+    return with_fields(platform, given_by=given_by, **conditions)
+
+
+OVERRIDABLE = tuple(sorted({f.name for f in dataclasses.fields(Platform)}
+                           - {"name", "display_name", "aliases", "sources", "path", "vendor",
+                              "family", "device_unit", "peak_flops_per_s"}))
+"""Platform keys a row of the Predictor's frame may override (a cluster file's, by column)."""
+
+
+def with_fields(platform: Platform, *, given_by: str, **fields) -> Platform:
+    """`platform` with the fields that are not None replaced, checked by the same rules as a
+    cluster file (`given_by` becomes their source); the conditions and any other platform key
+    a cluster file may set."""
+    changes = {k: v for k, v in fields.items() if v is not None}
     if not changes:
         return platform
     merged = {k: v for k, v in platform.to_dict().items() if v is not None}
-    if "num_nics_per_node" in merged:   # derived again from the NICs
+    nics = "num_nics_per_node" in merged or "num_nics_per_node" in changes
+    if nics and "inter_node_bandwidth_bytes_per_s" not in changes:   # derived from the NICs
         merged.pop("inter_node_bandwidth_bytes_per_s", None)
     merged.update(changes)
     merged["sources"] = {**platform.sources, **{k: given_by for k in changes}}

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from advisor.core.errors import ConfigError
+from advisor.catalog import OVERRIDABLE, load_model, load_platform, with_fields
+from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.table import Table
 from advisor.data import framework_defaults
 from advisor.data.predict_input import RECOMPUTE_SPELLINGS
@@ -62,6 +63,10 @@ def as_columns(configs: pd.DataFrame | list) -> tuple[dict[str, np.ndarray], pd.
         values, dtype = read(source)
         cols[column] = (values if isinstance(dtype, pd.StringDtype)   # names only, no objects
                         else _object_keys(values.tolist(), kind, objects))
+    overrides = [c for c in OVERRIDABLE if c in frame]
+    if overrides:    # conditions and cluster keys, per row: as `predict --input` reads them
+        cols["gpu"] = _with_overrides(cols["gpu"], {c: read(c)[0] for c in overrides},
+                                      objects)
     defaults = _config_defaults()
     for name in PARALLEL_FIELDS:
         default = defaults[name]
@@ -250,12 +255,12 @@ def resolve(model_key, gpu_key, objects: dict):
     """The `ModelSpec` and `Platform` a row names (objects passed in win over the catalog)."""
     import pandas as pd
 
-    from advisor.catalog import load_model, load_platform
-
     if pd.isna(model_key) or pd.isna(gpu_key):
         raise ConfigError("model and gpu are required for every row.")
     model = objects.get(model_key) or load_model(str(model_key))
     platform = objects.get(gpu_key) or load_platform(str(gpu_key))
+    if isinstance(platform, Exception):   # a row's platform cells the checks refused
+        raise platform
     return model, platform
 
 
@@ -274,6 +279,40 @@ def _column_reader(frame: pd.DataFrame):
                  enumerate(zip(frame.columns.tolist(), frame.dtypes.tolist(), strict=True))}
         return table.__getitem__
     return lambda name: (frame[name].to_numpy(), frame[name].dtype)
+
+
+def _with_overrides(gpu: np.ndarray, values: dict[str, np.ndarray], objects: dict
+                    ) -> np.ndarray:
+    """The gpu keys of rows that fill any platform-key column (`power_limit_w`, `inlet_c`,
+    `num_nics_per_node`, ...) replaced by keys of that platform with those cells, checked as
+    a cluster file is (`with_fields`); a row whose cells the checks refuse gets its error."""
+    import json
+
+    import pandas as pd
+
+    out = np.array(gpu, dtype=object)
+    for i, base in enumerate(out.tolist()):
+        given = {}
+        for column, cells in values.items():
+            cell = cells[i]
+            if cell is None or (not isinstance(cell, str) and pd.isna(cell)) \
+                    or str(cell).strip() == "":
+                continue
+            try:
+                given[column] = float(cell)
+            except (TypeError, ValueError):
+                given[column] = str(cell).strip()
+        if not given or pd.isna(base):
+            continue
+        key = f"{base}|{json.dumps(given, sort_keys=True)}"
+        if key not in objects:
+            try:
+                platform = objects.get(base) or load_platform(str(base))
+                objects[key] = with_fields(platform, given_by="the input row", **given)
+            except AdvisorError as e:
+                objects[key] = e
+        out[i] = key
+    return out
 
 
 def _object_keys(values: list, kind: type, objects: dict) -> np.ndarray:

@@ -12,6 +12,7 @@ a band from the analytical model's own cross-validated error, and `pred_source` 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from advisor.core.errors import AdvisorError, ConfigError
+from advisor.catalog import OVERRIDABLE
+from advisor.core.errors import AdvisorError, ConfigError, suggest
 from advisor.core.files import bundled_dir
 from advisor.core.parallel import PARALLEL_FIELDS, ParallelConfig
 from advisor.core.space import invalid_rows, validate
@@ -183,6 +185,8 @@ class Predictor:
             if "pred_assumed" in out:
                 out["pred_assumed"] = out["pred_assumed"].fillna("")
         out.index = index
+        if isinstance(configs, pd.DataFrame):
+            _note_unread_columns(configs, out)
         return out
 
     def predict_table(self, model, platform, configs: Table, *, breakdown: bool = False,
@@ -191,10 +195,11 @@ class Predictor:
         as a `Table` that sets every `ParallelConfig` field, as `space_table` gives them: the
         same columns (`pred_*`, then `analytical_*` with `breakdown`, then `pred_assumed`) as
         a `Table`. No DataFrame is built (rows the space rules refuse go through `predict`).
-        `memory`: the memory model's columns for these rows, where the caller ran it."""
+        `memory`: the memory model's columns for these rows, where the caller ran it. Columns
+        of conditions or cluster keys (`power_limit_w`, ...) apply per row, as in `predict`."""
         cols = _default_etp(model, table_columns(configs))
         invalid = invalid_rows(model, platform, cols, framework="megatron")
-        if invalid.any():
+        if invalid.any() or any(c in configs for c in OVERRIDABLE):   # per-row conditions
             frame = configs.to_frame().assign(model=model, gpu=platform)
             return Table.from_frame(self.predict(frame, breakdown=breakdown))
         try:
@@ -408,6 +413,35 @@ def _refuse_non_finite(out: dict[str, np.ndarray], n: int) -> dict[str, np.ndarr
               f"latency); check them with `advisor catalog show`." for what in first],
         out["pred_error"]).astype(object)
     return out
+
+
+def _note_unread_columns(frame: pd.DataFrame, out: pd.DataFrame) -> None:
+    """`pred_notes` on every row that fills a column the Predictor does not read (a misspelt
+    condition, a knob it does not model): never silently ignored."""
+    unread = [c for c in frame.columns if not _is_read(str(c))]
+    if not unread:
+        return
+    filled = frame[unread].astype("string").fillna("").apply(lambda c: c.str.strip() != "")
+    said = {c: f"{c}{suggest(str(c), _read_columns(), limit=1).rstrip('?')}"
+                .replace(" Did you mean", ": did you mean") for c in unread}
+    out["pred_notes"] = [
+        f"not read: column(s) {'; '.join(said[c] for c, f in zip(unread, row, strict=True) if f)}"
+        f" (not an input advisor knows)" if any(row) else ""
+        for row in filled.itertuples(index=False)]
+
+
+@functools.cache
+def _read_columns() -> frozenset[str]:
+    from advisor.data.dataset import COLUMNS
+
+    return frozenset({*PARALLEL_FIELDS, *OVERRIDABLE, *COLUMNS, "model", "gpu", "platform",
+                      "num_gpus", "framework", "software", "source_name"})
+
+
+def _is_read(column: str) -> bool:
+    """Whether `predict` reads `column`, or knows it for an outcome or provenance (a dataset's
+    measured columns, an earlier prediction's `pred_*` and `analytical_*`)."""
+    return column in _read_columns() or column.startswith(("pred_", BREAKDOWN_PREFIX))
 
 
 _ROW_ERRORS = (AdvisorError, KeyError, ValueError, TypeError)
