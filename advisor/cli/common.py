@@ -73,6 +73,13 @@ LoraTargetsOpt = Annotated[str, typer.Option(
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]
 
 
+POWER_SEMANTICS = {
+    "avg_power_w": "mean per GPU over the step, never above the limit",
+    "peak_power_w": "highest 50 ms NVML instantaneous sample per GPU; may exceed the limit "
+                    "briefly"}
+"""What the power figures of every JSON output mean (recommend, compare, predict, explain)."""
+
+
 def _etp_option():
     return knob_option("etp", optional=True, more=" Default: the TP size, as Megatron-Core "
                        "and NeMo 2 do when it is unset (1 where ep × tp does not divide the "

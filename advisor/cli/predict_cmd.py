@@ -11,6 +11,7 @@ from rich.console import Console
 
 from advisor.cli.common import (
     PLATFORM_HELP,
+    POWER_SEMANTICS,
     DegradedNodesOpt,
     DegradedPowerOpt,
     DispatcherOpt,
@@ -236,6 +237,7 @@ def _as_dict(pred, notes, learned: dict) -> dict:
     d["memory"]["headroom_bytes"] = b.memory.headroom_bytes
     d["learned"] = learned
     d["notes"] = notes
+    d["power_semantics"] = POWER_SEMANTICS
     return d
 
 
@@ -378,7 +380,8 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
     lines = explanation(pred, m, p) + _placement_lines(m, p, pred.config)
     lines += [f"Note: {n}" for n in notes]
     if json_out:
-        emit_json({"explanation": lines, "prediction": _as_dict(pred, notes, learned)})
+        emit_json({"explanation": lines, "power_semantics": POWER_SEMANTICS,
+                   "prediction": _as_dict(pred, notes, learned)})
         return
     for line in lines:
         typer.echo(line)

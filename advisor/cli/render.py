@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from advisor.cli.common import POWER_SEMANTICS
 from advisor.core.parallel import finetune_label
 from advisor.core.table import Table
 from advisor.explain.rationale import describe, settings, short
@@ -201,9 +202,7 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "objective": rec.objective, "risk": rec.risk, "ranking": rec.ranking,
         "constraints": rec.constraints.__dict__, "pins": rec.pins,
         "power_limit_w": j.platform.limit_w, "inlet_c": _inlet(j.platform),
-        "power_semantics": {"avg_power_w": "mean per GPU over the step, never above the limit",
-                            "peak_power_w": "highest 50 ms NVML instantaneous sample per GPU; "
-                                            "may exceed the limit briefly"},
+        "power_semantics": POWER_SEMANTICS,
         "engine": rec.engine, "num_valid": rec.num_valid, "num_fit": rec.num_fit,
         "num_feasible": rec.num_feasible, "num_trials": rec.num_trials,
         "study_name": rec.study_name, "seconds": round(seconds, 3),
@@ -267,6 +266,7 @@ def print_comparison(console: Console, result: Comparison) -> None:
 def comparison_json(result: Comparison) -> dict:
     return {
         "model": result.model.name, "seq_len": result.seq_len, "gbs": result.gbs,
+        "power_semantics": POWER_SEMANTICS,
         "training": finetune_label(result.sides[0].recommendation.job) or "pre-training",
         "objective": result.objective, "winner": result.winner.label,
         "verdict": result.verdict,
