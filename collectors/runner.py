@@ -97,11 +97,12 @@ def previous_runs(dataset: Path, campaign: str) -> PreviousRuns:
     campaigns = read_metadata(dataset).get("campaigns")
     record = campaigns.get(campaign) if isinstance(campaigns, dict) else None
     ok = mine[(mine["status"] == "ok").fillna(False) & mine["tokens_per_sec_per_gpu"].notna()]
-    return PreviousRuns(frozenset(mine["run_id"].astype(str)),
-                        frozenset(mine.loc[done, "run_id"].astype(str)),
-                        record if isinstance(record, dict) else None,
-                        dict(zip(ok["run_id"].astype(str),
-                                 ok["tokens_per_sec_per_gpu"].astype(float), strict=True)))
+    return PreviousRuns(ids=frozenset(mine["run_id"].astype(str)),
+                        done=frozenset(mine.loc[done, "run_id"].astype(str)),
+                        recorded=record if isinstance(record, dict) else None,
+                        measured=dict(zip(ok["run_id"].astype(str),
+                                          ok["tokens_per_sec_per_gpu"].astype(float),
+                                          strict=True)))
 
 
 def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
