@@ -122,6 +122,14 @@ BENCHMARKS = (
               "`--stack`, its prior sized by the other series) and its other runs predicted: "
               "median MAPE over stacks, p10-p90 coverage, and top-1 regret per job measured "
               "in two or more layouts. About 5 minutes."),
+    Benchmark("wall-energy", "Energy at the wall: the power limit the energy objective chooses",
+              ("benchmarks/wall_energy.py",),
+              "recommend --objective energy for Llama 3 70B on 64 H100, then its power-limit "
+              "trade-off recomputed by hand from its own predicted step times and board power: "
+              "energy per token on the boards alone and at the wall (each GPU's share of the "
+              "node's measured host power, times the PUE) at every limit tried, advisor's "
+              "figure beside it, and the limit each minimum picks. Exits 1 if advisor's choice "
+              "is not the hand calculation's. Seconds."),
     Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
               ("benchmarks/layout_ranking.py",),
               "Every job in `shared/reference` measured in two or more layouts (published and "

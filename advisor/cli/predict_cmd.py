@@ -312,7 +312,9 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict, gpus=None) -> N
          f["avg_power_w"].source),
         ("peak power per GPU", f"{pred.peak_power_w:.0f} W (highest 50 ms sample)",
          f["peak_power_w"].source),
-        ("energy per token", f"{pred.energy_j_per_token:.3f} J", "derived: avg power × step"),
+        ("energy per token", f"{pred.energy_j_per_token:.3f} J at the wall (GPU boards "
+                             f"{pred.board_energy_j_per_token:.3f} J)",
+         "derived: (avg power + host share) × PUE × step"),
         ("samples per MJ", f"{f['samples_per_mj'].value:,.0f}", "derived: from energy"),
         ("temperature", f"front {pw.temp_front_c:.0f} °C, rear {pw.temp_rear_c:.0f} °C, "
                         f"bursts {pw.peak_temp_c:.0f} °C (slowdown {p.thermal_slowdown_c:.0f} "
@@ -399,9 +401,14 @@ def explanation(pred, m, p) -> list[str]:
     b, f = pred.breakdown, figures(pred)
     headline_power = replace(b.power, avg_power_w=pred.avg_power_w,
                              peak_power_w=pred.peak_power_w,
-                             energy_j_per_token=pred.energy_j_per_token,
-                             samples_per_mj=f["samples_per_mj"].value)
+                             energy_j_per_token=pred.board_energy_j_per_token,
+                             samples_per_mj=1e6 / (pred.board_energy_j_per_token
+                                                   * pred.config.seq_len))
     lines = explain_lines(replace(b, power=headline_power), m, p)
+    power_line = next(i for i, ln in enumerate(lines) if ln.startswith("Power: "))
+    lines[power_line] += (f" At the wall, with each GPU's share of its node's host and the "
+                          f"PUE: {pred.energy_j_per_token:.3f} J per token "
+                          f"({f['samples_per_mj'].value:,.0f} samples per MJ).")
     c, tps = pred.config, f["tokens_per_sec_per_gpu"]
     what = finetune_label(c)
     if what:

@@ -39,7 +39,8 @@ from advisor.core.errors import ConfigError
 from advisor.search.trials import SearchInterrupted
 
 ObjectiveOpt = Annotated[str, typer.Option(
-    "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule), "
+    "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule at "
+    "the wall: the GPUs, their share of the node's host and the cluster's PUE), "
     "balanced (the knee between them) or cost (fewest dollars per million tokens: on one "
     "platform the throughput order; compare weighs the GPU-hour prices).")]
 PriceOpt = Annotated[str | None, typer.Option(

@@ -105,6 +105,10 @@ class Platform:
     """Power of one node besides its GPUs (CPUs, memory, fans, NICs, switches, power-supply
     loss), where a measurement gives it: with the GPUs' average it makes the node's draw that
     `--max-node-power-w` bounds."""
+    pue: float | None = None
+    """Power usage effectiveness of the data centre the cluster runs in (facility power over IT
+    power: cooling, power distribution), where the cluster file gives it; None: 1, the IT load
+    alone (the GPUs and their hosts). Wall energy per token is multiplied by it."""
     gpu_hour_usd: float | None = None
     """On-demand rental price of one device for an hour (US dollars), where a public rate card
     gives one: the default of `--gpu-hour-price` for the cost objective."""
@@ -360,7 +364,7 @@ PLAUSIBLE = {
     "peak_flops_per_s": (1e9, 1e18, "FLOP/s"),
     "intra_domain_latency_s": (1e-9, 1.0, "s"), "inter_node_latency_s": (1e-9, 1.0, "s"),
     "tdp_w": (1.0, 1e5, "W"), "gemm_power_w": (1.0, 1e5, "W"), "idle_power_w": (0.1, 1e5, "W"),
-    "host_power_w": (1.0, 1e6, "W"),
+    "host_power_w": (1.0, 1e6, "W"), "pue": (1.0, 3.0, "ratio"),
     "power_limit_w": (1.0, 1e5, "W"), "degraded_power_w": (1.0, 1e5, "W"),
     "thermal_slowdown_c": (20.0, 150.0, "°C"), "thermal_shutdown_c": (20.0, 200.0, "°C"),
     "memory_max_c": (20.0, 150.0, "°C"), "base_clock_hz": (1e6, 1e11, "Hz"),

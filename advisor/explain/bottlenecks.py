@@ -150,8 +150,8 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
     lines.append(
         f"Power: {p.avg_power_w:.0f} W average (never above the limit), {p.peak_power_w:.0f} W "
         f"peak per GPU (the highest 50 ms sample, which may pass the limit briefly); the GPUs "
-        f"compute {busy:.0%} of the step and {limit}. {p.energy_j_per_token:.3f} J per token, "
-        f"{p.samples_per_mj:,.0f} samples per MJ.")
+        f"compute {busy:.0%} of the step and {limit}. {p.energy_j_per_token:.3f} J per token "
+        f"on the GPU boards, {p.samples_per_mj:,.0f} samples per MJ.")
     lines.append(_throttle_line(p, platform, prediction))
     lines.append(
         "These are analytical predictions"

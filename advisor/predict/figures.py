@@ -40,8 +40,8 @@ def figures(prediction: Prediction, row: Mapping | None = None) -> dict[str, Fig
     row = row or {}
     p, b = prediction, prediction.breakdown
     speed, power = p.source, p.power_source
-    energy_how = (f"derived: average power ({power}) × step time ({speed}) × GPUs / tokens "
-                  f"per step")
+    energy_how = (f"derived: (average power ({power}) + the host's share per GPU) × PUE × step "
+                  f"time ({speed}) × GPUs / tokens per step")
     config = p.config
     samples_per_mj = 1e6 / (p.energy_j_per_token * config.seq_len)
     out = {
@@ -58,6 +58,9 @@ def figures(prediction: Prediction, row: Mapping | None = None) -> dict[str, Fig
         "peak_power_w": Figure(p.peak_power_w, power, _band(row.get("pred_peak_power_w_p10")),
                                _band(row.get("pred_peak_power_w_p90"))),
         "energy_j_per_token": Figure(p.energy_j_per_token, energy_how),
+        "board_energy_j_per_token": Figure(p.board_energy_j_per_token,
+                                           f"derived: average power ({power}) × step time "
+                                           f"({speed}) × GPUs / tokens per step"),
         "samples_per_mj": Figure(samples_per_mj, "derived: 10^6 / (energy per token × "
                                  "sequence length)"),
         "throttle_risk": Figure(p.throttle_risk, "analytical"),

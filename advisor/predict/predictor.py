@@ -37,6 +37,7 @@ from advisor.perf.analytical import (
 )
 from advisor.perf.columns import Columns, config_columns, full_length, take
 from advisor.perf.finetune import is_lora
+from advisor.perf.wall import wall_power_w
 from advisor.predict.columns import as_columns, group_rows, resolve, table_columns
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class Prediction:
     avg_power_w: float
     peak_power_w: float
     energy_j_per_token: float
+    """At the wall: the GPUs' boards, their share of the hosts and the PUE (`perf.wall`)."""
+    board_energy_j_per_token: float
+    """The GPUs' boards alone."""
     throttle_risk: float
     source: str
     """surrogate, or analytical where the data has no support."""
@@ -323,6 +327,7 @@ class Predictor:
         step = table["step_time_s"] / scale
         power = self._power(model, platform, feats, table, lora=is_lora(cols, n))
         avg = power["pred_avg_power_w"]
+        tokens = cols["gbs"] * cols["seq_len"]
         return _refuse_non_finite({
             "pred_step_time_s": step,
             "pred_tokens_per_sec_per_gpu": learned,
@@ -333,7 +338,8 @@ class Predictor:
             "pred_memory_gb": table["total_bytes"] / 1e9,
             "pred_fits": table["fits"],
             **power,
-            "pred_energy_j_per_token": avg * step * gpus / (cols["gbs"] * cols["seq_len"]),
+            "pred_energy_j_per_token": wall_power_w(platform, avg) * step * gpus / tokens,
+            "pred_board_energy_j_per_token": avg * step * gpus / tokens,
             "pred_throttle_risk": table["throttle_risk"],
             "pred_source": source,
             "pred_extrapolation": extrapolation,

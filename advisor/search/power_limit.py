@@ -51,9 +51,12 @@ def at_limits(job: Job, rows: Table, predictor) -> Table:
     """`rows` (configurations) predicted at every limit of `limits_to_try`, one block per
     limit, with a `power_limit_w` column."""
     blocks = []
+    # The limit is the platform's here: a row's own power_limit_w (a table that went through
+    # here before) would override it (`Predictor.predict_table` reads conditions per row).
+    configs = rows.drop([c for c in ("power_limit_w",) if c in rows])
     for limit in limits_to_try(job):
         platform = with_conditions(job.platform, power_limit_w=limit, given_by="the search")
-        predicted = predictor.predict_table(job.model, platform, rows)
+        predicted = predictor.predict_table(job.model, platform, configs)
         columns = {**rows.columns, **predicted.columns,
                    "power_limit_w": np.full(len(rows), float(limit))}
         blocks.append(Table(columns, num_rows=len(rows)))

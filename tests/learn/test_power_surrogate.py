@@ -307,7 +307,7 @@ def test_predictor_serves_the_learned_power_and_falls_back_outside_it(campaign, 
         analytical["pred_avg_power_w"], measured)
     assert (learned["pred_avg_power_w_p10"] <= learned["pred_avg_power_w"]).all()
     assert (learned["pred_avg_power_w"] <= learned["pred_avg_power_w_p90"]).all()
-    ratio = learned["pred_energy_j_per_token"] / analytical["pred_energy_j_per_token"]
+    ratio = learned["pred_board_energy_j_per_token"] / analytical["pred_board_energy_j_per_token"]
     assert np.allclose(ratio, learned["pred_avg_power_w"] / analytical["pred_avg_power_w"]
                        * analytical["pred_step_time_s"] / learned["pred_step_time_s"])
     fractions = learned[["pred_throttle_frac_power", "pred_throttle_frac_thermal"]]

@@ -260,3 +260,23 @@ def test_nothing_predicted_is_one_clear_error(predictor):
     job = make_job(load_model("70b"), slow, num_gpus=64)
     with pytest.raises(AdvisorError, match="could be predicted"):
         recommend(job, predictor=predictor)
+
+
+def test_energy_objective_chooses_the_limit_of_least_energy_at_the_wall(predictor):
+    """The issue's case: on 64 H100 the boards alone are cheapest at a lower limit than the
+    wall, where each GPU's share of its node's host is paid for the whole (longer) step. The
+    trade-off's own step times and board power, recomputed by hand, pick the chosen limit."""
+    h100 = load_platform("h100")
+    rec = recommend(make_job(load_model("70b"), h100, num_gpus=64), predictor=predictor,
+                    objective="energy", top=1)
+    best = rec.choices[0].config
+    tokens = best.gbs * best.seq_len
+    host = h100.host_power_w / h100.num_gpus_per_node
+    wall = {p.power_limit_w: (p.avg_power_w + host) * p.step_time_s * 64 / tokens
+            for p in rec.limit_tradeoff}
+    board = {p.power_limit_w: p.avg_power_w * p.step_time_s * 64 / tokens
+             for p in rec.limit_tradeoff}
+    for p in rec.limit_tradeoff:
+        assert p.energy_j_per_token == pytest.approx(wall[p.power_limit_w], rel=1e-9)
+    assert rec.job.platform.limit_w == min(wall, key=wall.get)
+    assert min(board, key=board.get) < min(wall, key=wall.get) < h100.tdp_w

@@ -77,11 +77,12 @@ def test_optuna_balanced_is_multi_objective(job, predictor):
     assert rec.engine == "optuna" and rec.choices
 
 
-def test_optuna_balanced_rescores_its_layouts_at_the_chosen_limit(job, predictor, tmp_path):
+def test_optuna_energy_rescores_its_layouts_at_the_chosen_limit(job, predictor, tmp_path):
     """The power-limit search does not sample a second study: #1 at the chosen limit is one of
-    the layouts the board-limit trials landed on, and the study holds only those trials."""
+    the layouts the board-limit trials landed on, and the study holds only those trials. (The
+    energy objective: with the host's share at the wall, balanced now keeps the board's.)"""
     journal = str(tmp_path / "limit.log")
-    rec = recommend(job, predictor=predictor, objective="balanced",
+    rec = recommend(job, predictor=predictor, objective="energy",
                     engine=SearchEngine("optuna", trials=96, storage=journal, seed=5))
     assert rec.job.platform.power_limit_w is not None  # a limit below the board's was chosen
     assert rec.engine == "optuna" and rec.num_trials == 96
