@@ -342,11 +342,10 @@ def fit_stack(share: np.ndarray, model_tokens: np.ndarray, measured: np.ndarray,
                              framework=framework)
     x = stack._design(share, models if seen else None, flags)
     weight = 1.0 / np.where(flags, moe_spread.run, dense.run) ** 2
-    precision = np.diag(1.0 / np.maximum(prior_sd, 1e-6) ** 2) + (x.T * weight) @ x
-    cov = np.linalg.inv(precision)
+    prior_precision = 1.0 / np.maximum(prior_sd, 1e-6) ** 2
+    cov = np.linalg.inv(np.diag(prior_precision) + (x.T * weight) @ x)
     mean = cov @ (x.T * weight) @ y
-    ssr = float(weight @ (y - x @ mean) ** 2 + mean @ np.diag(np.diag(precision) - np.diag(
-        (x.T * weight) @ x)) @ mean)
+    ssr = float(weight @ (y - x @ mean) ** 2 + prior_precision @ mean ** 2)
     return dataclasses.replace(stack, mean=tuple(float(v) for v in mean),
                                covariance=tuple(tuple(float(c) for c in r) for r in cov),
                                scale=float(np.sqrt((prior_dof + ssr) / (prior_dof + len(y)))),
