@@ -120,8 +120,8 @@ class Predictor:
         self.calibration = calibration or load_calibration()
         self.path = path
         self.stack = stack
-        """A team's stack calibration (`advisor train --stack`; `advisor.learn.stack`): used
-        for its platform and framework, None where the directory has none."""
+        """A team's stack calibration (`advisor train --stack`; `advisor.learn.stack`): every
+        prediction for its platform uses it; None where the directory has none."""
         # The analytical model's error on a stack it was not fitted to (series held out), and
         # on a platform family no measured run calibrated (families held out).
         self.analytical_log_sd = analytical_log_sd(self.calibration)
