@@ -120,10 +120,12 @@ def load_platform_override(path: Path) -> Platform:
     return platform_from_dict(merged, path=path)
 
 
-CONDITIONS = ("power_limit_w", "inlet_c", "degraded_nodes", "degraded_power_w")
+CONDITIONS = ("power_limit_w", "inlet_c", "degraded_nodes", "degraded_power_w",
+              "electricity_usd_per_kwh", "gpu_hour_usd")
 """The platform keys that describe where and how a job runs rather than the hardware: the
-command line (`--power-limit-w`, `--inlet-c`, `--degraded-nodes`, `--degraded-power-w`), a
-cluster file or an input CSV's columns set them."""
+command line (`--power-limit-w`, `--inlet-c`, `--degraded-nodes`, `--degraded-power-w`,
+`--electricity-price`, `--gpu-hour-price`), a cluster file or an input CSV's columns set
+them."""
 
 
 def with_conditions(platform: Platform, *, given_by: str = "the command line",

@@ -218,6 +218,17 @@ PowerLimitOpt = Annotated[float | None, typer.Option(
     help="GPU power limit in watts, as `nvidia-smi -pl` or `amd-smi set --power-cap` sets it. "
     "Default: the board's (its TDP, `advisor catalog show PLATFORM`). A lower limit trades "
     "throughput for energy per token (the Zeus/Perseus lever).")]
+ElectricityOpt = Annotated[float | None, typer.Option(
+    "--electricity-price", min=0, show_default=False,
+    help="Price of electricity at the cluster, US dollars per kWh, for dollars per million "
+    "tokens (energy at the wall, host and PUE included). Default: the cluster file's "
+    "electricity_usd_per_kwh, else 0.0861, the 2025 US industrial average (EIA). 0 where a "
+    "rental rate already includes power.")]
+GpuHourOpt = Annotated[float | None, typer.Option(
+    "--gpu-hour-price", min=0.0001, show_default=False,
+    help="US dollars per GPU-hour besides power (a rental rate, or the purchase amortised), "
+    "for dollars per million tokens. Default: the catalog's public on-demand rate where it has "
+    "one (h100, h200, b200, gb200).")]
 InletOpt = Annotated[float | None, typer.Option(
     "--inlet-c", show_default=False,
     help="The room's inlet air temperature (the coolant supply for liquid-cooled racks), °C. "

@@ -15,10 +15,12 @@ from advisor.cli.common import (
     DegradedNodesOpt,
     DegradedPowerOpt,
     DispatcherOpt,
+    ElectricityOpt,
     EpOverlapOpt,
     EtpOpt,
     FinetuneOpt,
     GbsOpt,
+    GpuHourOpt,
     InletOpt,
     JsonOpt,
     LoraRankOpt,
@@ -135,7 +137,9 @@ def predict(input: Annotated[Path | None, typer.Option(
             lora_targets: LoraTargetsOpt = "attention",
             no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
             inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
-            degraded_power_w: DegradedPowerOpt = None, models: ModelsOpt = None,
+            degraded_power_w: DegradedPowerOpt = None,
+            electricity_price: ElectricityOpt = None, gpu_hour_usd: GpuHourOpt = None,
+            models: ModelsOpt = None,
             analytical: AnalyticalOpt = False,
             per_gpu: Annotated[bool, typer.Option(
                 "--per-gpu", help="Also every GPU: node, slot (front/rear row), pipeline "
@@ -166,7 +170,8 @@ def predict(input: Annotated[Path | None, typer.Option(
 
     predictor = None if analytical else Predictor.load(models)
     conditions = {"power_limit_w": power_limit_w, "inlet_c": inlet_c,
-                  "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w}
+                  "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w,
+                  "electricity_usd_per_kwh": electricity_price, "gpu_hour_usd": gpu_hour_usd}
     if input is None:
         _need(model=model, platform=platform, gpus=gpus)
         m, p, pred, notes, pair, learned = _prediction(
@@ -273,6 +278,18 @@ def _print_gpus(gpus) -> None:
     make_console().print(table)
 
 
+def _cost(pred, platform) -> str:
+    """`$0.571 ($0.017 of it electricity at $0.086/kWh; GPU-hour $2.69)`, or what is missing."""
+    from advisor.perf.money import electricity_usd_per_kwh
+
+    kwh = electricity_usd_per_kwh(platform)
+    energy = f"${pred.energy_usd_per_million_tokens:.3f} electricity at ${kwh:.3g}/kWh"
+    if platform.gpu_hour_usd is None:
+        return f"{energy}; no GPU-hour price (--gpu-hour-price)"
+    return (f"${pred.usd_per_million_tokens:.3f} ({energy}; GPU-hour "
+            f"${platform.gpu_hour_usd:.2f})")
+
+
 def _print_one(m, p, pred, notes, json_out: bool, learned: dict, gpus=None) -> None:
     if json_out:
         d = _as_dict(pred, notes, learned)
@@ -315,6 +332,7 @@ def _print_one(m, p, pred, notes, json_out: bool, learned: dict, gpus=None) -> N
         ("energy per token", f"{pred.energy_j_per_token:.3f} J at the wall (GPU boards "
                              f"{pred.board_energy_j_per_token:.3f} J)",
          "derived: (avg power + host share) × PUE × step"),
+        ("cost per million tokens", _cost(pred, p), "derived: GPU-hours and energy, priced"),
         ("samples per MJ", f"{f['samples_per_mj'].value:,.0f}", "derived: from energy"),
         ("temperature", f"front {pw.temp_front_c:.0f} °C, rear {pw.temp_rear_c:.0f} °C, "
                         f"bursts {pw.peak_temp_c:.0f} °C (slowdown {p.thermal_slowdown_c:.0f} "
@@ -357,7 +375,9 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             lora_targets: LoraTargetsOpt = "attention",
             no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
             inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
-            degraded_power_w: DegradedPowerOpt = None, models: ModelsOpt = None,
+            degraded_power_w: DegradedPowerOpt = None,
+            electricity_price: ElectricityOpt = None, gpu_hour_usd: GpuHourOpt = None,
+            models: ModelsOpt = None,
             analytical: AnalyticalOpt = False, json_out: JsonOpt = False) -> None:
     """Explain one configuration in words and numbers: where the time goes, what is exposed,
     what limits power, why it might throttle. Its figures are `advisor predict`'s for the same
@@ -378,7 +398,8 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
         finetune=finetune_job(finetune, lora_rank, lora_targets),
         predictor=None if analytical else Predictor.load(models),
         conditions={"power_limit_w": power_limit_w, "inlet_c": inlet_c,
-                    "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w})
+                    "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w,
+                    "electricity_usd_per_kwh": electricity_price, "gpu_hour_usd": gpu_hour_usd})
     lines = explanation(pred, m, p) + _placement_lines(m, p, pred.config)
     lines += [f"Note: {n}" for n in notes]
     if json_out:

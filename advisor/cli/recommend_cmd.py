@@ -16,8 +16,10 @@ from advisor.cli.common import (
     SHARD_SIZE_HELP,
     DegradedNodesOpt,
     DegradedPowerOpt,
+    ElectricityOpt,
     FinetuneOpt,
     GbsOpt,
+    GpuHourOpt,
     GpusOpt,
     InletOpt,
     JsonOpt,
@@ -41,8 +43,9 @@ from advisor.search.trials import SearchInterrupted
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", help="throughput (most tokens/s per GPU), energy (most tokens per joule at "
     "the wall: the GPUs, their share of the node's host and the cluster's PUE), "
-    "balanced (the knee between them) or cost (fewest dollars per million tokens: on one "
-    "platform the throughput order; compare weighs the GPU-hour prices).")]
+    "balanced (the knee between them) or cost (fewest dollars per million tokens: the "
+    "GPU-hours at --gpu-hour-price plus the energy at the wall at --electricity-price; it "
+    "searches the power limit too).")]
 PriceOpt = Annotated[str | None, typer.Option(
     "--gpu-hour-price", help="US dollars per GPU-hour, for dollars per million tokens: one "
     "number (3.5) or PLATFORM=PRICE pairs (h100=2.5,h200=3.6). Default: the catalog's public "
@@ -97,6 +100,7 @@ def recommend(
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
         power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
         degraded_nodes: DegradedNodesOpt = None, degraded_power_w: DegradedPowerOpt = None,
+        electricity_price: ElectricityOpt = None, gpu_hour_usd: GpuHourOpt = None,
         tp: _pin("tp") = None, pp: _pin("pp") = None, cp: _pin("cp") = None,
         dp: _pin("dp") = None, ep: _pin("ep") = None, etp: _pin("etp") = None,
         vp: _pin("vp") = None, mbs: _pin("mbs") = None, recompute: _pin("recompute") = None,
@@ -193,7 +197,8 @@ def recommend(
             if v is not None}
     m = load_model(model)
     p = with_conditions(load_platform(platform), power_limit_w=power_limit_w, inlet_c=inlet_c,
-                        degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w)
+                        degraded_nodes=degraded_nodes, degraded_power_w=degraded_power_w,
+                        electricity_usd_per_kwh=electricity_price, gpu_hour_usd=gpu_hour_usd)
     job = make_job(m, p, num_gpus=gpus, seq_len=seq_len, gbs=gbs, precision=precision,
                    **finetune_job(finetune, lora_rank, lora_targets))
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
@@ -256,7 +261,7 @@ def compare(
         max_job_power_w: MaxJobPowerOpt = None,
         max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
         power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
-        gpu_hour_price: PriceOpt = None,
+        gpu_hour_price: PriceOpt = None, electricity_price: ElectricityOpt = None,
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
         json_out: JsonOpt = False) -> None:
     """Scale-up against scale-out: the best configuration of MODEL on each side, throughput per
@@ -278,7 +283,8 @@ def compare(
     from advisor.search.objective import Constraints
 
     sides = [(with_conditions(load_platform(name), power_limit_w=power_limit_w,
-                              inlet_c=inlet_c), n) for name, n in parse_sides(platforms)]
+                              inlet_c=inlet_c, electricity_usd_per_kwh=electricity_price), n)
+             for name, n in parse_sides(platforms)]
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
                               max_node_power_w=max_node_power_w,
                               max_job_power_w=max_job_power_w,

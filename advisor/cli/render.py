@@ -12,6 +12,7 @@ from advisor.cli.common import POWER_SEMANTICS
 from advisor.core.parallel import finetune_label
 from advisor.core.table import Table
 from advisor.explain.rationale import describe, settings, short
+from advisor.perf.money import electricity_usd_per_kwh
 from advisor.perf.thermal import chassis_for, inlet_temperature
 from advisor.search.compare import Comparison
 from advisor.search.recommend import Choice, Recommendation
@@ -67,7 +68,7 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
                       title_justify="left",
                       box=box.SIMPLE_HEAD)
     for col in ("#", "configuration", "tok/s/GPU\np10–p90", "MFU", "GB\n(free)",
-                "W avg\npeak 50ms", "J/tok", "exp. loss\ncap/N/heat", "thermal\nrisk"):
+                "W avg\npeak 50ms", "J/tok\n$/Mtok", "exp. loss\ncap/N/heat", "thermal\nrisk"):
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for c in rec.choices:
         p = c.prediction
@@ -76,7 +77,7 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
         table.add_row(str(c.rank), f"{short(row, rec.job.model)}\n{settings(row)}", _band(p),
                       f"{p.mfu:.0%}", f"{p.memory_gb:.0f}\n({free:.0%})",
                       f"{p.avg_power_w:.0f}\n{p.peak_power_w:.0f}",
-                      f"{p.energy_j_per_token:.2f}",
+                      f"{p.energy_j_per_token:.2f}\n{_usd(p.usd_per_million_tokens)}",
                       f"−{p.breakdown.power.throttle_loss:.1%}\n"
                       f"{p.breakdown.power.loss_split()}", _risk(p.throttle_risk))
     console.print(table)
@@ -102,6 +103,10 @@ def print_recommendation(console: Console, rec: Recommendation, *, seconds: floa
     _print_front(console, rec.energy_front, "pred_energy_j_per_token", "J/token", rec)
 
 
+def _usd(value: float) -> str:
+    return "n/a" if value != value else f"${value:.3f}"
+
+
 def _risk(probability: float) -> str:
     """A probability as a person reads it: "<1%" rather than a misleading "0%"."""
     if probability < 0.005:
@@ -120,7 +125,15 @@ def power_legend(platform, num_gpus: int) -> str:
             f"N = waiting for the slowest of {num_gpus:,} GPUs (speeds differ by GPU), heat = "
             f"thermal slowdown weighted by its probability. Thermal risk: the probability that "
             f"a GPU reaches its {platform.thermal_slowdown_c:.0f} °C slowdown point, "
-            f"inlet {inlet:.0f} °C ({chassis.name}).")
+            f"inlet {inlet:.0f} °C ({chassis.name}). J/tok: energy per token at the wall (each "
+            f"GPU with its share of the node's host, × PUE {platform.pue or 1:g}); $/Mtok: "
+            f"dollars per million tokens, {_gpu_hour(platform)} and "
+            f"${electricity_usd_per_kwh(platform):.3g}/kWh.")
+
+
+def _gpu_hour(platform) -> str:
+    return ("no GPU-hour price (--gpu-hour-price)" if platform.gpu_hour_usd is None else
+            f"${platform.gpu_hour_usd:.2f} per GPU-hour")
 
 
 def _print_choice(console: Console, c: Choice) -> None:

@@ -109,6 +109,10 @@ class Platform:
     """Power usage effectiveness of the data centre the cluster runs in (facility power over IT
     power: cooling, power distribution), where the cluster file gives it; None: 1, the IT load
     alone (the GPUs and their hosts). Wall energy per token is multiplied by it."""
+    electricity_usd_per_kwh: float | None = None
+    """Price of electricity at the cluster (US dollars per kWh), where the cluster file gives
+    it; None: `advisor.perf.money.DEFAULT_ELECTRICITY_USD_PER_KWH` (the 2025 US industrial
+    average)."""
     gpu_hour_usd: float | None = None
     """On-demand rental price of one device for an hour (US dollars), where a public rate card
     gives one: the default of `--gpu-hour-price` for the cost objective."""
@@ -174,6 +178,8 @@ _OPTIONAL = {f.name for f in dataclasses.fields(Platform)} - set(_REQUIRED) - {"
 _TYPES = {f.name: f.type for f in dataclasses.fields(Platform)}
 _ENUMS = {"vendor": {"nvidia", "amd", "cpu"}, "device_unit": {"gpu", "gcd", "cpu"},
           "cooling": {"air", "liquid"}}
+MAY_BE_ZERO = frozenset({"electricity_usd_per_kwh"})
+"""Platform numbers that may be 0 (every other must be positive)."""
 PRECISION_CLASSES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
 
 
@@ -232,6 +238,9 @@ def platform_from_dict(data: dict[str, Any], *, path: Path) -> Platform:
                 raise CatalogError(f"{where}: {key} = {value!r}; use one of "
                                    f"{', '.join(sorted(_ENUMS[key]))}.")
             values[key] = value.lower() if key in ("name", "family") else value
+        elif key in MAY_BE_ZERO and isinstance(value, (int, float)) and value == 0:
+            values[key] = 0.0          # power included in a rental rate
+            _need_source(sources, key, where)
         else:
             number = _in_range(key, _positive(value, f"{where}: {key}"), f"{where}: {key}")
             if "int" in str(_TYPES[key]):
@@ -370,6 +379,7 @@ PLAUSIBLE = {
     "memory_max_c": (20.0, 150.0, "°C"), "base_clock_hz": (1e6, 1e11, "Hz"),
     "boost_clock_hz": (1e6, 1e11, "Hz"), "peak_clock_hz": (1e6, 1e11, "Hz"),
     "num_compute_units": (1, 100_000, "units"), "gpu_hour_usd": (1e-4, 1e4, "US dollars"),
+    "electricity_usd_per_kwh": (0.0, 10.0, "US dollars per kWh"),
 }
 """The range a platform number must lie in, far around every device the catalog holds (in
 advisor/catalog/platforms: memory 8-279 GB, bandwidths 1.25e9-8e12 B/s, peaks 1.9e11-1.5e16

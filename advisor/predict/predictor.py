@@ -37,6 +37,7 @@ from advisor.perf.analytical import (
 )
 from advisor.perf.columns import Columns, config_columns, full_length, take
 from advisor.perf.finetune import is_lora
+from advisor.perf.money import energy_usd_per_million_tokens, gpu_usd_per_million_tokens
 from advisor.perf.wall import wall_power_w
 from advisor.predict.columns import as_columns, group_rows, resolve, table_columns
 
@@ -65,6 +66,11 @@ class Prediction:
     """At the wall: the GPUs' boards, their share of the hosts and the PUE (`perf.wall`)."""
     board_energy_j_per_token: float
     """The GPUs' boards alone."""
+    usd_per_million_tokens: float
+    """GPU-hours at the platform's price plus the energy at the wall at the electricity price
+    (`perf.money`); NaN where the platform has no GPU-hour price."""
+    energy_usd_per_million_tokens: float
+    """The electricity's share of it."""
     throttle_risk: float
     source: str
     """surrogate, or analytical where the data has no support."""
@@ -338,8 +344,12 @@ class Predictor:
             "pred_memory_gb": table["total_bytes"] / 1e9,
             "pred_fits": table["fits"],
             **power,
-            "pred_energy_j_per_token": wall_power_w(platform, avg) * step * gpus / tokens,
+            "pred_energy_j_per_token": (energy := wall_power_w(platform, avg) * step * gpus
+                                        / tokens),
             "pred_board_energy_j_per_token": avg * step * gpus / tokens,
+            "pred_usd_per_million_tokens": (gpu_usd_per_million_tokens(platform, learned)
+                                            + energy_usd_per_million_tokens(platform, energy)),
+            "pred_energy_usd_per_million_tokens": energy_usd_per_million_tokens(platform, energy),
             "pred_throttle_risk": table["throttle_risk"],
             "pred_source": source,
             "pred_extrapolation": extrapolation,

@@ -16,7 +16,9 @@ from advisor.predict.predictor import Predictor
 PREDICTION_COLUMNS = {
     "pred_step_time_s": 4, "pred_tokens_per_sec_per_gpu": 1, "pred_tflops_per_gpu": 1,
     "pred_mfu": 4, "pred_avg_power_w": 1, "pred_peak_power_w": 1,
-    "pred_energy_j_per_token": 4, "pred_board_energy_j_per_token": 4, "pred_throttle_risk": 3,
+    "pred_energy_j_per_token": 4, "pred_board_energy_j_per_token": 4,
+    "pred_usd_per_million_tokens": 4, "pred_energy_usd_per_million_tokens": 4,
+    "pred_throttle_risk": 3,
 }
 """Prediction columns every row gets, with their decimals (analytical predictions)."""
 LEARNED_EXTRA = ("pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu_p90",
@@ -27,6 +29,7 @@ LEARNED_EXTRA = ("pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu
 fractions until campaigns measured power)."""
 LEARNED_OVERRIDES = ("pred_step_time_s", "pred_tokens_per_sec_per_gpu", "pred_tflops_per_gpu",
                      "pred_mfu", "pred_energy_j_per_token", "pred_board_energy_j_per_token",
+                     "pred_usd_per_million_tokens", "pred_energy_usd_per_million_tokens",
                      "pred_avg_power_w",
                      "pred_peak_power_w")
 """Columns a learned prediction replaces (given to 4 decimals)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.catalog import with_fields
 from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import default_gbs, default_seq_len, make_job
@@ -31,10 +32,12 @@ class Side:
 
     @property
     def usd_per_million_tokens(self) -> float | None:
-        """GPU-hour price / tokens per GPU-hour × 1e6 (None without a price)."""
+        """GPU-hour price / tokens per GPU-hour × 1e6, plus the energy at the wall at the
+        side's electricity price (`perf.money`; None without a GPU-hour price)."""
         if self.gpu_hour_usd is None:
             return None
-        return self.gpu_hour_usd / (self.tokens_per_sec_per_gpu * 3600.0) * 1e6
+        return (self.gpu_hour_usd / (self.tokens_per_sec_per_gpu * 3600.0) * 1e6
+                + self.best.prediction.energy_usd_per_million_tokens)
 
     @property
     def best(self) -> Choice:
@@ -150,13 +153,15 @@ def compare(model: ModelSpec, sides: list[tuple[Platform, int]], *, seq_len: int
     gbs = gbs or max(default_gbs(model, num_gpus=n, seq_len=seq_len) for _, n in sides)
     out = []
     for platform, n in sides:
+        price = side_price(platform, prices)
+        if price is not None and price != platform.gpu_hour_usd:   # the side's own price
+            platform = with_fields(platform, given_by="the command line", gpu_hour_usd=price)
         job = make_job(model, platform, num_gpus=n, seq_len=seq_len, gbs=gbs,
                        precision=precision, finetune=finetune, lora_rank=lora_rank,
                        lora_targets=lora_targets)
         rec = recommend(job, objective=objective, constraints=constraints, top=1,
                         predictor=predictor)
-        out.append(Side(f"{n} × {platform.name}", platform, n, rec,
-                        gpu_hour_usd=side_price(platform, prices)))
+        out.append(Side(f"{n} × {platform.name}", platform, n, rec, gpu_hour_usd=price))
     winner = max(out, key=lambda side: _merit(side, out, objective))
     return Comparison(model, seq_len, gbs, objective, out, winner, verdict(out, winner, model))
 

@@ -169,7 +169,7 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
 
 _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
               "pred_memory_gb", "pred_avg_power_w", "pred_peak_power_w", "pred_throttle_risk",
-              "pred_energy_j_per_token", "pred_fits")
+              "pred_energy_j_per_token", "pred_usd_per_million_tokens", "pred_fits")
 
 
 def violation_columns(scored: Table) -> list[str]:
@@ -452,7 +452,11 @@ def _tell(study, trial, row: dict | None, objective: str, directions: list[str],
     low = (min(float(row.get("pred_tokens_per_sec_per_gpu_p10", tps)), tps)
            if risk == "averse" else tps)
     energy = float(row["pred_energy_j_per_token"]) * tps / low
-    values = {"throughput": [low], "cost": [low], "energy": [energy],
+    usd = float(row.get("pred_usd_per_million_tokens", float("nan"))) * tps / low
+    # Cost: million tokens per dollar, maximised; without a GPU-hour price, the throughput
+    # order (as `objective.score`).
+    values = {"throughput": [low], "cost": [1.0 / usd if usd == usd else low],
+              "energy": [energy],
               "balanced": [low, energy]}[objective]
     study.tell(trial, values)
 

@@ -179,7 +179,14 @@ def score(scored: Table, objective: str, risk: str = "expected") -> np.ndarray:
     tps = _floats(scored, "pred_tokens_per_sec_per_gpu")
     basis = throughput_basis(scored, risk)
     tokens_per_j = (1.0 / _floats(scored, "pred_energy_j_per_token")) * (basis / tps)
-    if objective in ("throughput", "cost"):  # one platform: one price per GPU-hour
+    if objective == "cost" and "pred_usd_per_million_tokens" in scored:
+        # Million tokens per dollar (GPU-hours and energy at the wall, priced; NaN without a
+        # GPU-hour price); risk-averse: both at the p10 throughput. Higher is better and
+        # scale-free, as the tie rule needs.
+        usd = _floats(scored, "pred_usd_per_million_tokens") * (tps / basis)
+        if np.isfinite(usd).any():
+            return 1.0 / usd
+    if objective in ("throughput", "cost"):  # no GPU-hour price: the throughput order
         return basis
     if objective == "energy":
         return tokens_per_j

@@ -325,7 +325,8 @@ def ranking_notes(ranked: Table, job: Job, *, objective: str, risk: str) -> list
     risk-averse basis put behind #1 although it is predicted faster."""
     what = {"throughput": "throughput", "energy": "tokens per joule",
             "balanced": "throughput × tokens per joule",
-            "cost": "throughput (one platform: dollars per token fall as it rises)"}[objective]
+            "cost": "dollars per million tokens (GPU-hours and energy at the wall, priced)"
+            }[objective]
     basis = ("expected (median)" if risk == "expected" else
              "pessimistic (p10, risk averse)")
     notes = [f"Ranked on the {basis} {what}; the p10–p90 band is the throughput's "

@@ -2,6 +2,7 @@ import pytest
 
 from advisor.catalog import load_model, load_platform
 from advisor.core.errors import ConfigError
+from advisor.perf.money import DEFAULT_ELECTRICITY_USD_PER_KWH
 from advisor.predict.predictor import Predictor
 from advisor.search.compare import compare, parse_prices, parse_sides
 
@@ -97,12 +98,14 @@ def test_parse_prices():
 def test_cost_objective_weighs_the_gpu_hour_prices(predictor):
     sides = [(load_platform("h200"), 32), (load_platform("h100"), 64)]
     model = load_model("70b")
-    # Catalog prices: dollars per million tokens = price / tokens per GPU-hour × 1e6.
+    # Catalog prices: dollars per million tokens = price / tokens per GPU-hour × 1e6, plus
+    # the energy at the wall at the default electricity price.
     result = compare(model, sides, objective="cost", predictor=predictor)
     for side in result.sides:
         assert side.gpu_hour_usd == side.platform.gpu_hour_usd
+        energy = side.energy_j_per_token * 1e6 / 3.6e6 * DEFAULT_ELECTRICITY_USD_PER_KWH
         assert side.usd_per_million_tokens == pytest.approx(
-            side.gpu_hour_usd / (side.tokens_per_sec_per_gpu * 3600) * 1e6)
+            side.gpu_hour_usd / (side.tokens_per_sec_per_gpu * 3600) * 1e6 + energy)
     assert result.winner is min(result.sides, key=lambda s: s.usd_per_million_tokens)
     assert any(line.startswith("Cost: ") for line in result.verdict)
     # Make the winner's GPUs ten times dearer: the other side wins on cost.

@@ -280,3 +280,30 @@ def test_energy_objective_chooses_the_limit_of_least_energy_at_the_wall(predicto
         assert p.energy_j_per_token == pytest.approx(wall[p.power_limit_w], rel=1e-9)
     assert rec.job.platform.limit_w == min(wall, key=wall.get)
     assert min(board, key=board.get) < min(wall, key=wall.get) < h100.tdp_w
+
+
+@pytest.mark.parametrize(("gpu_hour", "kwh"), [(None, None), (0.2, 1.0)])
+def test_cost_objective_prices_gpu_hours_and_wall_energy(predictor, gpu_hour, kwh):
+    """Dollars per million tokens = GPU-hours at their price + energy at the wall at the
+    electricity price; the power-limit search picks the cheapest limit by that sum. At the
+    catalog's H100 rental rate and the default electricity price the GPU-hours dominate and
+    the board's limit wins; with GPU-hours nearly free and power dear it pays to cap."""
+    from advisor.catalog import with_fields
+    from advisor.perf.money import electricity_usd_per_kwh
+
+    h100 = load_platform("h100")
+    if gpu_hour is not None:
+        h100 = with_fields(h100, given_by="the test", gpu_hour_usd=gpu_hour,
+                           electricity_usd_per_kwh=kwh)
+    rec = recommend(make_job(load_model("70b"), h100, num_gpus=64), predictor=predictor,
+                    objective="cost", top=1)
+    price = electricity_usd_per_kwh(h100)
+    usd = {p.power_limit_w: h100.gpu_hour_usd / (p.tokens_per_sec_per_gpu * 3600) * 1e6
+           + p.energy_j_per_token * 1e6 / 3.6e6 * price for p in rec.limit_tradeoff}
+    assert rec.job.platform.limit_w == min(usd, key=usd.get)
+    best = rec.choices[0].prediction
+    assert best.usd_per_million_tokens == pytest.approx(usd[rec.job.platform.limit_w], rel=1e-6)
+    if gpu_hour is None:
+        assert rec.job.platform.limit_w == h100.tdp_w
+    else:
+        assert rec.job.platform.limit_w < h100.tdp_w
