@@ -67,7 +67,15 @@ MaxJobPowerOpt = Annotated[float | None, typer.Option(
 MaxRiskOpt = Annotated[float | None, typer.Option(
     "--max-throttle-risk", min=0, max=1, help="Limit on the predicted probability that a GPU "
     "of the job reaches its slowdown temperature (0-1), over the room's inlet and the "
-    "GPU-to-GPU spread.")]
+    "GPU-to-GPU spread. A probability however little it costs: --max-thermal-loss bounds what "
+    "it costs.")]
+MaxThermalLossOpt = Annotated[float | None, typer.Option(
+    "--max-thermal-loss", min=0, max=0.99, help="Limit on the predicted EXPECTED share of "
+    "throughput lost to thermal slowdown (its probability times what it costs; 0.02 = 2 %): "
+    "trades throughput only for heat that costs more than the bound.")]
+MaxCapLossOpt = Annotated[float | None, typer.Option(
+    "--max-cap-loss", min=0, max=0.99, help="Limit on the predicted share of throughput lost to "
+    "clocks below maximum under the power limit (0.05 = 5 %).")]
 RiskOpt = Annotated[str, typer.Option(
     "--risk", help="expected: rank on the predicted median (the default: what 'fastest' "
     "means). averse: rank on the pessimistic p10, so a layout the measured data supports "
@@ -97,7 +105,8 @@ def recommend(
         objective: ObjectiveOpt = "throughput", risk: RiskOpt = "expected",
         max_power_w: MaxPowerOpt = None, max_peak_power_w: MaxPeakPowerOpt = None,
         max_node_power_w: MaxNodePowerOpt = None, max_job_power_w: MaxJobPowerOpt = None,
-        max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
+        max_throttle_risk: MaxRiskOpt = None, max_thermal_loss: MaxThermalLossOpt = None,
+        max_cap_loss: MaxCapLossOpt = None, memory_margin: MarginOpt = None,
         power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
         degraded_nodes: DegradedNodesOpt = None, degraded_power_w: DegradedPowerOpt = None,
         electricity_price: ElectricityOpt = None, gpu_hour_usd: GpuHourOpt = None,
@@ -204,7 +213,9 @@ def recommend(
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
                               max_node_power_w=max_node_power_w,
                               max_job_power_w=max_job_power_w,
-                              max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
+                              max_throttle_risk=max_throttle_risk,
+                              max_thermal_loss=max_thermal_loss,
+                              max_power_cap_loss=max_cap_loss, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)
     start = time.perf_counter()
     try:
@@ -259,7 +270,8 @@ def compare(
         objective: ObjectiveOpt = "throughput", max_power_w: MaxPowerOpt = None,
         max_peak_power_w: MaxPeakPowerOpt = None, max_node_power_w: MaxNodePowerOpt = None,
         max_job_power_w: MaxJobPowerOpt = None,
-        max_throttle_risk: MaxRiskOpt = None, memory_margin: MarginOpt = None,
+        max_throttle_risk: MaxRiskOpt = None, max_thermal_loss: MaxThermalLossOpt = None,
+        max_cap_loss: MaxCapLossOpt = None, memory_margin: MarginOpt = None,
         power_limit_w: PowerLimitOpt = None, inlet_c: InletOpt = None,
         gpu_hour_price: PriceOpt = None, electricity_price: ElectricityOpt = None,
         models: ModelsOpt = None, analytical: AnalyticalOpt = False,
@@ -288,7 +300,9 @@ def compare(
     constraints = Constraints(max_power_w=max_power_w, max_peak_power_w=max_peak_power_w,
                               max_node_power_w=max_node_power_w,
                               max_job_power_w=max_job_power_w,
-                              max_throttle_risk=max_throttle_risk, **_margin(memory_margin))
+                              max_throttle_risk=max_throttle_risk,
+                              max_thermal_loss=max_thermal_loss,
+                              max_power_cap_loss=max_cap_loss, **_margin(memory_margin))
     predictor = Predictor(None) if analytical else Predictor.load(models)
     result = run(load_model(model), sides, seq_len=seq_len, gbs=gbs, precision=precision,
                  objective=objective, constraints=constraints, predictor=predictor,

@@ -351,6 +351,8 @@ class Predictor:
                                             + energy_usd_per_million_tokens(platform, energy)),
             "pred_energy_usd_per_million_tokens": energy_usd_per_million_tokens(platform, energy),
             "pred_throttle_risk": table["throttle_risk"],
+            "pred_thermal_loss": table["thermal_loss"],
+            "pred_power_cap_loss": table["power_cap_loss"],
             "pred_source": source,
             "pred_extrapolation": extrapolation,
             "pred_calibrated": np.full(n, calibrated),

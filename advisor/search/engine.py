@@ -169,7 +169,8 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
 
 _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",
               "pred_memory_gb", "pred_avg_power_w", "pred_peak_power_w", "pred_throttle_risk",
-              "pred_energy_j_per_token", "pred_usd_per_million_tokens", "pred_fits")
+              "pred_energy_j_per_token", "pred_usd_per_million_tokens", "pred_thermal_loss",
+              "pred_power_cap_loss", "pred_fits")
 
 
 def violation_columns(scored: Table) -> list[str]:

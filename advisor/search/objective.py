@@ -46,6 +46,11 @@ POWER_BOUNDS = {
     "max_job_power_w": ("job_power_w", "average power of the job's GPUs together"),
 }
 """Each power constraint: the violation it is recorded under and what it bounds."""
+LOSS_BOUNDS = {
+    "max_thermal_loss": ("thermal_loss", "expected thermal loss"),
+    "max_power_cap_loss": ("power_cap_loss", "power-cap loss"),
+}
+"""Each bound on an expected loss of throughput: its violation (and `pred_` column) and name."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,12 @@ class Constraints:
     """Predicted average power of all the job's GPUs together."""
     max_throttle_risk: float | None = None
     """Predicted probability that a GPU of the job reaches its slowdown temperature, 0..1."""
+    max_thermal_loss: float | None = None
+    """Predicted expected share of throughput lost to thermal slowdown (its probability times
+    what it costs), 0..1: what a risk is worth, where `max_throttle_risk` bounds how likely
+    it is however little it costs."""
+    max_power_cap_loss: float | None = None
+    """Predicted share of throughput lost to clocks below maximum under the power limit, 0..1."""
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     """Fraction of GPU memory left free on the heaviest stage, on top of the memory model's own
     allowance for the CUDA context and allocator (`DEFAULT_MEMORY_MARGIN`)."""
@@ -77,6 +88,11 @@ class Constraints:
         if self.max_throttle_risk is not None and not 0 <= self.max_throttle_risk <= 1:
             raise ConfigError(f"`max_throttle_risk` is a probability between 0 and 1, got "
                               f"{self.max_throttle_risk}.")
+        for name in LOSS_BOUNDS:
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ConfigError(f"`{name}` is a share of throughput in [0, 1), got {value}; "
+                                  f"0.02 allows 2 %.")
         if not 0 <= self.memory_margin < 1:
             raise ConfigError(f"`memory_margin` is a fraction of GPU memory in [0, 1), got "
                               f"{self.memory_margin}; 0.1 keeps 10 % free.")
@@ -94,6 +110,10 @@ class Constraints:
                 out[violation] = power_of(scored, violation, platform) - limit
         if self.max_throttle_risk is not None:
             out["throttle_risk"] = scored["pred_throttle_risk"] - self.max_throttle_risk
+        for name, (violation, _) in LOSS_BOUNDS.items():
+            limit = getattr(self, name)
+            if limit is not None:
+                out[violation] = _floats(scored, f"pred_{violation}") - limit
         return out
 
     def describe(self) -> list[str]:
@@ -104,6 +124,10 @@ class Constraints:
                 out.append(f"{what} ≤ {limit:,.0f} W")
         if self.max_throttle_risk is not None:
             out.append(f"thermal risk ≤ {self.max_throttle_risk:.0%}")
+        for name, (_, what) in LOSS_BOUNDS.items():
+            limit = getattr(self, name)
+            if limit is not None:
+                out.append(f"{what} ≤ {limit:.1%}")
         if self.memory_margin:
             out.append(f"{self.memory_margin:.1%} of GPU memory kept free")
         return out

@@ -24,7 +24,7 @@ from advisor.core.parallel import ParallelConfig
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Calibration
 from advisor.perf.layout import stage_layer_counts
-from advisor.search.objective import POWER_BOUNDS, Constraints, node_host_w
+from advisor.search.objective import LOSS_BOUNDS, POWER_BOUNDS, Constraints, node_host_w
 
 MAX_SHIFT = 4
 """Layers moved at most from the even share at either end: the findings moved one or two, and a
@@ -121,6 +121,9 @@ def _allowed(table: dict[str, np.ndarray], constraints: Constraints, *, num_gpus
         ok &= power <= limit
     if constraints.max_throttle_risk is not None:
         ok &= np.asarray(table["throttle_risk"], dtype=float) <= constraints.max_throttle_risk
+    for name, (column, _) in LOSS_BOUNDS.items():
+        if getattr(constraints, name) is not None:
+            ok &= np.asarray(table[column], dtype=float) <= getattr(constraints, name)
     return ok
 
 

@@ -51,6 +51,7 @@ from advisor.search.degraded import DegradedAdvice, route_around
 from advisor.search.engine import SearchEngine, feasible, search, violation_columns
 from advisor.search.objective import (
     HEADROOM_TOLERANCE,
+    LOSS_BOUNDS,
     POWER_BOUNDS,
     TIE_TOLERANCE,
     Constraints,
@@ -528,6 +529,11 @@ def constraint_message(scored: Table, constraints: Constraints) -> str:
                 parts.append(f"`max_throttle_risk` {constraints.max_throttle_risk:g}: the "
                              f"lowest predicted risk is "
                              f"{constraints.max_throttle_risk + best:.1%}")
+            elif (loss := next((k for k, (v, _) in LOSS_BOUNDS.items() if v == name),
+                               None)) is not None:
+                limit = getattr(constraints, loss)
+                parts.append(f"`{loss}` {limit:g}: the lowest predicted "
+                             f"{LOSS_BOUNDS[loss][1]} is {limit + best:.1%}")
             else:
                 parts.append(f"`memory_margin` {constraints.memory_margin:.2f}: the best "
                              f"configuration needs {best:.1f} GB more than that leaves")

@@ -2,6 +2,7 @@ import dataclasses
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -307,3 +308,25 @@ def test_cost_objective_prices_gpu_hours_and_wall_energy(predictor, gpu_hour, kw
         assert rec.job.platform.limit_w == h100.tdp_w
     else:
         assert rec.job.platform.limit_w < h100.tdp_w
+
+
+def test_an_expected_thermal_loss_bound_trades_throughput_only_for_heat_that_costs(predictor):
+    """At a 35 °C inlet every layout of 70B on 64 H100 has a thermal risk near 60 %, so a risk
+    bound of 50 % buys a slower layout; a bound on the expected thermal loss keeps #1 when its
+    loss is within it, and moves only as far as the bound asks."""
+    hot = with_conditions(load_platform("h100"), inlet_c=35)
+    job = make_job(load_model("70b"), hot, num_gpus=64)
+    free = recommend(job, predictor=predictor, top=1)
+    loss = free.choices[0].prediction.breakdown.power.thermal_loss
+    same = recommend(job, predictor=predictor, top=1,
+                     constraints=Constraints(max_thermal_loss=loss + 0.005))
+    assert same.choices[0].config == free.choices[0].config
+    ranked = free.ranked_table
+    cooler = float(np.nanmin(ranked["pred_thermal_loss"]))
+    bound = (cooler + loss) / 2
+    moved = recommend(job, predictor=predictor, top=1,
+                      constraints=Constraints(max_thermal_loss=bound))
+    assert moved.choices[0].prediction.breakdown.power.thermal_loss <= bound + 1e-9
+    assert "expected thermal loss" in " ".join(moved.constraints.describe())
+    with pytest.raises(ConfigError, match="share of throughput"):
+        Constraints(max_thermal_loss=1.5)
