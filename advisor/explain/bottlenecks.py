@@ -24,7 +24,7 @@ LABELS = {
 
 
 def _advice(component: str, prediction: Breakdown, platform: Platform, *,
-            moe: bool = False) -> str:
+            moe: bool = False, model: ModelSpec | None = None) -> str:
     """What would cut `component` for this layout (of a MoE model where `moe`): only the
     remedies that apply to it."""
     c = prediction.config
@@ -40,7 +40,7 @@ def _advice(component: str, prediction: Breakdown, platform: Platform, *,
         return ("use selective instead of full recompute if memory allows"
                 if c.recompute == "full" else "turn recompute off if memory allows")
     if component == "throttle_s":
-        return _throttle_advice(prediction)
+        return _throttle_advice(prediction, model, platform)
     remedies = {
         "tp_comm_s": [(c.tp > domain, f"keep TP inside the {domain}-GPU NVLink domain"),
                       (c.tp > 1, "lower tp"),
@@ -74,23 +74,78 @@ def _advice(component: str, prediction: Breakdown, platform: Platform, *,
     return ", ".join(applicable[:-1]) + (" or " if len(applicable) > 1 else "") + applicable[-1]
 
 
-def _throttle_advice(prediction: Breakdown) -> str:
-    """What lowers the clocks' loss for this layout: only the remedies that apply to it."""
-    c, p = prediction.config, prediction.power
-    remedies = []
-    if c.mbs > 1:
-        remedies.append(f"micro-batch 1 instead of {c.mbs} (smaller GEMMs draw less per clock; "
-                        f"the H200 campaign measured the capped clock falling with micro-batch)")
-    if c.tp_comm_overlap or c.overlap_grad_reduce or c.overlap_param_gather:
-        remedies.append("less compute/communication overlap (overlap heats)")
-    if p.temp_rear_c > p.temp_front_c + 1.0:
-        remedies.append("a cooler inlet for the rear row")
-    if c.pp > 1:
-        remedies.append("an uneven split that lightens the straggler's stage")
-    if not remedies:
+def _throttle_advice(prediction: Breakdown, model: ModelSpec | None,
+                     platform: Platform) -> str:
+    """What lowers the clocks' loss for this layout, each change predicted with it applied and
+    named with its predicted gain; a change that does not raise throughput is not named."""
+    gains = [f"{what} (+{gain:.1%} throughput)"
+             for what, gain in checked_clock_remedies(prediction, model, platform) if gain > 0]
+    if not gains:
         return ("nothing in this layout: its GEMMs ask for more than the limit allows, the "
-                "ordinary state of a busy GPU")
-    return ", ".join(remedies[:-1]) + (" or " if len(remedies) > 1 else "") + remedies[-1]
+                "ordinary state of a busy GPU, and no change tried here (micro-batch 1, less "
+                "overlap, a cooler inlet, an uneven pipeline split) is predicted to help")
+    return ", ".join(gains[:-1]) + (" or " if len(gains) > 1 else "") + gains[-1]
+
+
+REMEDY_MIN_GAIN = 0.001
+"""A remedy is named only if it is predicted to raise throughput by more than this (0.1 %: the
+model's arithmetic, not a claim about noise)."""
+COOLER_INLET_C = 5.0
+"""How much cooler a \"cooler inlet\" remedy is tried at (a rear-door heat exchanger or a
+cold-aisle setpoint change of a few degrees)."""
+
+
+def checked_clock_remedies(prediction: Breakdown, model: ModelSpec | None,
+                           platform: Platform) -> list[tuple[str, float]]:
+    """(remedy, predicted throughput gain) for each change that may lower the clocks' loss of
+    this layout, predicted by the analytical model with the change applied; only those above
+    `REMEDY_MIN_GAIN`. Without the model, none (nothing can be checked)."""
+    from advisor.catalog import with_conditions
+    from advisor.core.errors import AdvisorError
+    from advisor.core.space import validate
+    from advisor.perf.analytical import predict_config
+    from advisor.perf.thermal import chassis_for, inlet_temperature
+
+    if model is None:
+        return []
+    c, p = prediction.config, prediction.power
+    base = prediction.step.tokens_per_sec_per_gpu
+    tries: list[tuple[str, ParallelConfig, Platform]] = []
+    if c.mbs > 1:
+        tries.append((f"micro-batch 1 instead of {c.mbs}", c.replace(mbs=1), platform))
+    if c.tp_comm_overlap or c.overlap_grad_reduce or c.overlap_param_gather:
+        tries.append(("no compute/communication overlap", c.replace(
+            tp_comm_overlap=False, overlap_grad_reduce=False, overlap_param_gather=False),
+            platform))
+    if p.temp_rear_c > p.temp_front_c + 1.0:
+        inlet = inlet_temperature(chassis_for(platform), platform) - COOLER_INLET_C
+        tries.append((f"a {COOLER_INLET_C:.0f} °C cooler inlet ({inlet:.0f} °C)", c,
+                      with_conditions(platform, inlet_c=inlet, given_by="a remedy")))
+    if c.pp > 1:
+        per = model.num_layers // c.pp
+        for shift in (1, 2, 4):
+            if per - shift >= 1:
+                split = c.replace(first_stage_layers=per - shift, last_stage_layers=per - shift)
+                tries.append((f"an uneven split with {per - shift} layers on the first and last "
+                              f"stages", split, platform))
+    out: dict[str, tuple[float, str]] = {}
+    for what, config, where in tries:
+        try:
+            validate(config, model, where, num_gpus=config.world_size)
+            after = predict_config(model, where, config)
+        except AdvisorError:
+            continue
+        if not after.memory.fits:
+            continue
+        gain = after.step.tokens_per_sec_per_gpu / base - 1.0
+        key = "an uneven split" if what.startswith("an uneven split") else what
+        if gain > REMEDY_MIN_GAIN and gain > _best(out, key):
+            out[key] = (gain, what)     # of the uneven splits, the best
+    return [(what, gain) for gain, what in sorted(out.values(), reverse=True)]
+
+
+def _best(found: dict, key: str) -> float:
+    return found[key][0] if key in found else -1.0
 
 
 DISPATCHER_WORDS = {"alltoall": "all-to-all dispatch", "deepep": "DeepEP dispatch"}
@@ -131,7 +186,7 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
     if waste:
         k, v = waste[0]
         lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
-                     f"it: {_advice(k, prediction, platform, moe=model.is_moe)}.")
+                     f"it: {_advice(k, prediction, platform, moe=model.is_moe, model=model)}.")
     else:
         lines.append("Compute-bound: communication, bubble and overheads together stay under "
                      f"{sum(v for k, v in parts if k != 'compute_s') / s.step_time_s:.0%} "

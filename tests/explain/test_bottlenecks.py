@@ -18,14 +18,15 @@ def _biggest_loss(model: str, platform: str, gpus: int, dispatcher: str = "auto"
 
 
 def test_clock_loss_advice_fits_the_layout():
-    # GPT3-175B TP2-PP16 at micro-batch 1 on H200: the power cap is the biggest loss; a smaller
-    # micro-batch cannot be advised (it is 1 already), an uneven split can (PP 16).
+    # GPT3-175B TP2-PP16 on H200: the power cap is the biggest loss. A smaller micro-batch
+    # cannot be advised at micro-batch 1; what is named comes with its predicted gain (the
+    # changes are checked: tests/explain/test_checked_remedies.py).
     line = _biggest_loss("gpt3-175b", "h200", 32, tp=2, pp=16, mbs=1)
     assert "clocks below maximum" in line
     assert "micro-batch 1 instead" not in line
-    assert "uneven split" in line
-    bigger = _biggest_loss("gpt3-175b", "h200", 32, tp=2, pp=16, mbs=2)
-    assert "micro-batch 1 instead of 2" in bigger
+    assert "throughput)" in line or "nothing in this layout" in line
+    for remedy in line.split("To cut it: ")[1].rstrip(".").split(", "):
+        assert "nothing" in remedy or "% throughput)" in remedy, remedy
 
 
 def test_clock_loss_without_a_remedy_says_so():
@@ -34,9 +35,9 @@ def test_clock_loss_without_a_remedy_says_so():
     line = _biggest_loss("llama3-8b", "gb200", 8, tp=1, pp=1, mbs=1, overlap=False)
     assert "clocks below maximum" in line, line
     assert "nothing in this layout" in line
-    # The same layout on air-cooled H200 has a hotter rear row to cool.
+    # The same layout on air-cooled H200 has a hotter rear row: a cooler inlet helps.
     air = _biggest_loss("llama3-8b", "h200", 8, tp=1, pp=1, mbs=1, overlap=False)
-    assert air.endswith("To cut it: a cooler inlet for the rear row."), air
+    assert "To cut it: a 5 °C cooler inlet (20 °C) (+" in air, air
 
 
 def test_all_to_all_advice_names_the_nvlink_domain_only_when_ep_leaves_it():
