@@ -18,7 +18,7 @@ PREDICTION_COLUMNS = {
     "pred_mfu": 4, "pred_avg_power_w": 1, "pred_peak_power_w": 1,
     "pred_energy_j_per_token": 4, "pred_board_energy_j_per_token": 4,
     "pred_usd_per_million_tokens": 4, "pred_energy_usd_per_million_tokens": 4,
-    "pred_throttle_risk": 3,
+    "pred_throttle_risk": 3, "pred_thermal_loss": 4, "pred_power_cap_loss": 4,
 }
 """Prediction columns every row gets, with their decimals (analytical predictions)."""
 LEARNED_EXTRA = ("pred_tokens_per_sec_per_gpu_p10", "pred_tokens_per_sec_per_gpu_p90",
