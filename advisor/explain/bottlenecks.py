@@ -6,7 +6,7 @@ from __future__ import annotations
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import ParallelConfig, recompute_label, token_dispatcher
 from advisor.core.platform import Platform
-from advisor.perf.analytical import Breakdown
+from advisor.perf.analytical import Breakdown, predict_config
 
 LABELS = {
     "compute_s": "compute (GEMMs, attention, elementwise)",
@@ -103,7 +103,6 @@ def checked_clock_remedies(prediction: Breakdown, model: ModelSpec | None,
     from advisor.catalog import with_conditions
     from advisor.core.errors import AdvisorError
     from advisor.core.space import validate
-    from advisor.perf.analytical import predict_config
     from advisor.perf.thermal import chassis_for, inlet_temperature
 
     if model is None:
