@@ -90,11 +90,11 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
     features = reference_features(ref, calibration)
     fitted = None
     if stack:
-        fitted = fit_stack_runs(ref.subset(in_stack), calibration,
-                                stack_name or Path(stack[0]).stem, where=stack)
-        # The trees learn what the stack's factors leave, on its runs.
         stack_ref = ref.subset(in_stack)
         terms = reference_terms(stack_ref, calibration, TERM_COLUMNS)
+        fitted = fit_stack_runs(stack_ref, terms, calibration,
+                                stack_name or Path(stack[0]).stem, where=stack)
+        # The trees learn what the stack's factors leave, on its runs.
         tokens = terms["tokens_per_sec_per_gpu"].to_numpy()
         calibrated = fitted.predict(tokens, shares(terms), stack_ref.rows["model"].to_numpy(),
                                     stack_ref.rows["moe"].to_numpy(bool))[1]
@@ -132,8 +132,10 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
                        stack=fitted.describe() if fitted else "")
 
 
-def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCalibration:
-    """The stack calibration of `ref`'s runs (one platform, one framework) on `calibration`."""
+def fit_stack_runs(ref, terms: pd.DataFrame, calibration, name: str, *,
+                   where: list[Path]) -> StackCalibration:
+    """The stack calibration of `ref`'s runs (one platform, one framework) on `calibration`,
+    from their step terms (`reference_terms`)."""
     if ref.rows.empty:
         raise DatasetError(f"{', '.join(map(str, where))}: no usable run for a stack "
                            f"calibration (a valid layout and measured tokens/s; LoRA runs do "
@@ -143,7 +145,6 @@ def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCa
         if len(values) > 1:
             raise DatasetError(f"{', '.join(map(str, where))}: a stack is one {what}; these "
                                f"runs have {', '.join(values)}. Train one --stack per {what}.")
-    terms = reference_terms(ref, calibration, TERM_COLUMNS)
     return fit_stack(shares(terms), terms["tokens_per_sec_per_gpu"].to_numpy(),
                      ref.rows["measured"].to_numpy(), spread_of(calibration),
                      models=ref.rows["model"].to_numpy(), moe=ref.rows["moe"].to_numpy(bool),

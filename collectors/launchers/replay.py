@@ -62,11 +62,6 @@ class ReplayLauncher:
         self._keys = pd.DataFrame({"model": _names(self.rows, "model"),
                                    "gpu": _names(self.rows, "gpu")}, index=self.rows.index)
 
-    def environ(self, device: str) -> dict[str, str]:
-        import os
-
-        return dict(os.environ)
-
     def launch(self, spec: RunSpec, workdir: Path) -> RunResult:
         from advisor.catalog import load_model, load_platform, scaled_model_name
 
