@@ -13,8 +13,8 @@ worse by more than 1 point, unless `--accept "why"` says why (the reason goes in
 `--update-baseline` records this run as the new baseline.
 
 Fits (1) the collective α–β constants to vTrain's NCCL all-reduce tables and (2) each platform
-family's efficiencies to `shared/reference/published_runs.csv` and the MLPerf Training
-submissions advisor can express (`shared/reference/mlperf/mlperf_runs.csv`; MI300X/MI325X make
+family's efficiencies to `datasets/reference/published_runs.csv` and the MLPerf Training
+submissions advisor can express (`datasets/reference/mlperf/mlperf_runs.csv`; MI300X/MI325X make
 `cdna3` a calibrated family) (MAP: least squares on
 log(predicted/measured) with a log-normal prior around the literature values). Reports error of
 tokens/s/GPU under leave-one-source-out cross-validation (refit without each source, predict it;
@@ -66,7 +66,7 @@ from advisor.perf.vtrain import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "reference"
+REFERENCE_DIR = ROOT / "datasets" / "reference"
 TARGET = ROOT / "advisor" / "catalog" / "calibration.toml"
 BASELINE = ROOT / "benchmarks" / "baselines" / "loso_series_cells.json"
 
@@ -84,10 +84,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write calibration.toml")
     parser.add_argument("--no-loso", action="store_true", help="skip cross-validation")
-    parser.add_argument("--reference", type=Path, default=SHARED / "published_runs.csv")
-    parser.add_argument("--mlperf", type=Path, default=SHARED / "mlperf" / "mlperf_runs.csv")
+    parser.add_argument("--reference", type=Path, default=REFERENCE_DIR / "published_runs.csv")
+    parser.add_argument("--mlperf", type=Path, default=REFERENCE_DIR / "mlperf" / "mlperf_runs.csv")
     parser.add_argument("--no-mlperf", action="store_true", help="published runs only")
-    parser.add_argument("--vtrain", type=Path, default=SHARED / "vtrain")
+    parser.add_argument("--vtrain", type=Path, default=REFERENCE_DIR / "vtrain")
     parser.add_argument("--gate", action="store_true",
                         help="only the refit gate: leave-one-series-out cells against the "
                              "baseline")

@@ -20,7 +20,7 @@ import pandas as pd
 
 from advisor.search.expert_check import TOP, agreement
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_runs.csv"
+REFERENCE = Path(__file__).resolve().parents[1] / "datasets" / "reference" / "published_runs.csv"
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """Does advisor rank the measured layouts of one job as they ran? For every job in
-`shared/reference` measured in several layouts: Kendall τ between predicted and measured
+`datasets/reference` measured in several layouts: Kendall τ between predicted and measured
 throughput, and top-1 regret.
 
     python benchmarks/layout_ranking.py [--reference DIR] [--analytical] [--jobs]
@@ -15,7 +15,7 @@ recompute, sharding, ...) under one software release:
   that re-tunes its layout with each container asks; software changes then confound it);
 - vTrain's single-node (A100) and multi-node (64-512 A100) sweeps (`advisor.perf.vtrain`:
   `JOB`, the GPT models, Megatron-DeepSpeed's settings, the multi-node cluster's network);
-- Megatron-LM's functional tests (`shared/reference/megatron_ci`), mapped to models and
+- Megatron-LM's functional tests (`datasets/reference/megatron_ci`), mapped to models and
   layouts as `benchmarks/memory_validation.py` maps them; a job is also one machine and
   container (`env`); tokens/s/GPU = gbs × seq / fastest logged iteration / GPUs. The fastest,
   not the median: about half the tests save and resume a checkpoint inside the run, and a
@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "reference"
+REFERENCE_DIR = ROOT / "datasets" / "reference"
 REGRET_GOAL = 0.05
 """Issue 29: every job's top-1 regret at most 5 %."""
 LAYOUT = ("tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "recompute", "dp_sharding",
@@ -326,7 +326,7 @@ def collect(reference: Path, predictor, *, across_releases: bool = False) -> pd.
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", type=Path, default=SHARED)
+    parser.add_argument("--reference", type=Path, default=REFERENCE_DIR)
     parser.add_argument("--analytical", action="store_true",
                         help="the analytical model alone (no surrogates)")
     parser.add_argument("--across-releases", action="store_true",

@@ -1,5 +1,5 @@
 """The memory model against measured peaks: Megatron-LM's functional tests
-(`shared/reference/megatron_ci/runs.csv`, see its README).
+(`datasets/reference/megatron_ci/runs.csv`, see its README).
 
 Each row is mapped to a `ModelSpec` built from the row's architecture arguments and a
 `ParallelConfig`; advisor's *allocated* bytes (weights, gradients, optimizer state,
@@ -35,7 +35,7 @@ from advisor.core.space import recompute_modules_error  # noqa: E402
 from advisor.perf.columns import columns_of  # noqa: E402
 from advisor.perf.memory import memory_arrays  # noqa: E402
 
-DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "megatron_ci" / "runs.csv"
+DEFAULT_CSV = ROOT / "datasets" / "reference" / "megatron_ci" / "runs.csv"
 GPT2_VOCAB = 50257
 """The tests' tokenizer: GPT-2 BPE (`--vocab-file .../bpe/vocab.json`, e.g.
 tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp1_pp1_resume_torch_dist_dist_optimizer/

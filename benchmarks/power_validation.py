@@ -39,7 +39,7 @@ from advisor.perf.power_fit import (
     workload_holdout_table,
 )
 
-DEFAULT_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "power"
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / "datasets" / "reference" / "power"
 POWER_TOML = Path(__file__).resolve().parents[1] / "advisor" / "catalog" / "power.toml"
 
 
@@ -75,7 +75,7 @@ def print_workload_holdout(table: pd.DataFrame) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE,
-                        help="shared/reference/power (default: beside the checkout)")
+                        help="the power reference folder (default: datasets/reference/power)")
     parser.add_argument("--write", action="store_true", help="write the fit to power.toml")
     args = parser.parse_args()
     if not args.reference.is_dir():

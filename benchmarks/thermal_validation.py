@@ -21,7 +21,7 @@ import pandas as pd
 from advisor.perf import thermal_fit as tf
 from advisor.perf.power import load_power_params
 
-DEFAULT_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "thermal"
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / "datasets" / "reference" / "thermal"
 THERMAL_TOML = Path(__file__).resolve().parents[1] / "advisor" / "catalog" / "thermal_fit.toml"
 
 
@@ -93,7 +93,7 @@ def node_checks(t: pd.DataFrame, pooled: tf.NodeSpread) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE,
-                        help="shared/reference/thermal (default: beside the checkout)")
+                        help="the thermal reference folder (default: datasets/reference/thermal)")
     parser.add_argument("--write", action="store_true", help="write the fit to thermal_fit.toml")
     args = parser.parse_args()
     if not args.reference.is_dir():

@@ -7,7 +7,7 @@ exact command, the commit and the time it took, to `docs/validation/<slug>.md`.
 
 The scripts run on a clean export of the commit (`git archive HEAD`), not on the working tree,
 so the page's commit is exactly what produced the figures even while the checkout has
-uncommitted edits. The reference data beside the checkout (`../shared`) is linked in.
+uncommitted edits (the reference data is part of it: `datasets/reference`).
 Benchmarks too slow to rerun for every change (the expert check, grouped cross-validation with
 `advisor evaluate`, the fuzzer: 15-50 minutes each) are quoted on `docs/validation/index.md`
 with their command and the commit that recorded them; nothing here is typed by hand.
@@ -75,7 +75,7 @@ BENCHMARKS = (
               "is quoted on the [validation page](index.md#quoted-slow-benchmarks)."),
     Benchmark("power", "Power model: fitted on measured power, each source held out",
               ("benchmarks/power_validation.py",),
-              "The five power parameters fitted across chips on `shared/reference/power` "
+              "The five power parameters fitted across chips on `datasets/reference/power` "
               "(Perseus, the GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps), each "
               "source predicted by the others' fit; the H200 probe held out (its own fit beside "
               "the cross-chip level); the MLPerf node-energy rows are never in the fit."),
@@ -97,7 +97,7 @@ BENCHMARKS = (
               ("benchmarks/thermal_validation.py",),
               "Temperature against power per slot, the clock's fall with temperature at the "
               "cap, and the GPU-to-GPU spreads behind the slowest-of-N loss, fitted on "
-              "`shared/reference/thermal`."),
+              "`datasets/reference/thermal`."),
     Benchmark("expected-loss", "Expected losses: do power and heat change a decision?",
               ("benchmarks/expected_loss.py",),
               "For two jobs, the expected losses (power cap, slowest of N, heat) of the top "
@@ -105,7 +105,7 @@ BENCHMARKS = (
               "platforms and rooms; the highest average power against the limit."),
     Benchmark("memory", "Memory model: against measured peaks",
               ("benchmarks/memory_validation.py",),
-              "Megatron-LM's functional tests (`shared/reference/megatron_ci`) mapped to models "
+              "Megatron-LM's functional tests (`datasets/reference/megatron_ci`) mapped to models "
               "and layouts: advisor's allocated bytes (no reserve) on the rank that logs memory "
               "against `torch.cuda.max_memory_allocated`, the error overall and by feature "
               "(> 0 = under-predicted), the margin the measured under-prediction asks for "
@@ -132,7 +132,7 @@ BENCHMARKS = (
               "is not the hand calculation's. Seconds."),
     Benchmark("layout-ranking", "Layout ranking: the measured layouts of one job, in order?",
               ("benchmarks/layout_ranking.py",),
-              "Every job in `shared/reference` measured in two or more layouts (published and "
+              "Every job in `datasets/reference` measured in two or more layouts (published and "
               "MLPerf runs of one release, vTrain's single- and multi-node A100 sweeps, "
               "Megatron-LM's functional tests): Kendall τ between predicted and measured "
               "throughput and the top-1 regret (how much faster the best-measured layout ran "
@@ -166,16 +166,13 @@ def _git(*args: str) -> str:
 
 
 def _export(commit: str, into: Path) -> Path:
-    """A clean copy of the commit's tree at into/main, with ../shared linked beside it (the
-    scripts find the reference data there) and models/ where the import system finds it."""
+    """A clean copy of the commit's tree at into/main, with models/ where the import system
+    finds it."""
     tree = into / "main"
     tree.mkdir()
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    shared = ROOT.parent / "shared"
-    if shared.exists():
-        (into / "shared").symlink_to(shared)
     # advisor/_models is the wheel's name for models/ (pyproject's package-dir): without it the
     # editable install's finder would hand the checkout's models/ to the snapshot.
     (tree / "advisor" / "_models").symlink_to(tree / "models")

@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[1] / "advisor"
 LAYERS = (
     ("core", ("advisor.core", "advisor.catalog",
               # The pipeline's stage geometry (model and pp only): the space's split rules.
-              "advisor.perf.layout")),
+              "advisor.perf.layout",
+              # Where the reference measurements lie (a path, no code): the fits read them.
+              "advisor.data.reference")),
     ("perf", ("advisor.perf",)),
     ("data", ("advisor.data",)),
     ("learn", ("advisor.learn",)),

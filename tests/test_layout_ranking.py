@@ -2,14 +2,14 @@
 (rows -> layouts -> per-job ranking) on one real job, vTrain's multi-node sweep."""
 
 from itertools import combinations
-from pathlib import Path
 
 import numpy as np
 import pytest
 from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
-MULTI = ROOT.parent / "shared" / "reference" / "vtrain" / "ground_truth_multi.csv"
+from advisor.data.reference import reference_path
+
+MULTI = reference_path("vtrain", "ground_truth_multi.csv")
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,6 @@ def _tau_by_pairs(x, y) -> float:
     return float(np.mean(signs))
 
 
-@pytest.mark.skipif(not MULTI.exists(), reason=f"reference data not found at {MULTI}")
 def test_one_real_job_vtrain_multi_node(bench):
     from advisor import Predictor
 
@@ -168,8 +167,6 @@ def test_one_real_job_vtrain_multi_node(bench):
     assert summary.loc["all", "regret_le_5pct"] == f"{within}/4"
 
 
-@pytest.mark.skipif(not (MULTI.parents[1] / "published_runs.csv").exists(),
-                    reason="reference data not found")
 def test_published_and_mlperf_rows_are_predicted_as_they_ran(bench):
     """The published rows are refused exactly where `advisor predict --input` refuses them
     (the two files' columns differ: a cell one file lacks must read as empty, not as 'nan',
@@ -181,8 +178,8 @@ def test_published_and_mlperf_rows_are_predicted_as_they_ran(bench):
     from advisor.predict.rows import predict_frame
 
     predictor = Predictor.load()
-    rows = bench.published_rows(MULTI.parents[1], predictor)
-    published = pd.read_csv(MULTI.parents[1] / "published_runs.csv", dtype=str,
+    rows = bench.published_rows(reference_path(), predictor)
+    published = pd.read_csv(reference_path() / "published_runs.csv", dtype=str,
                             keep_default_na=False)
     mine = rows.loc[rows.index < len(published)]
     cli = predict_frame(published.loc[mine.index], predictor)

@@ -6,7 +6,7 @@ runs), and inline `advisor ...` code in tables and prose. In a table `\\|` is a 
 a synopsis such as `advisor predict --input runs.csv [--output out.csv \\| --json]` runs bare and
 once with each alternative of each bracketed group; `advisor catalog platforms` / `models` is
 also `advisor catalog models`. In prose a bare `advisor train` names the subcommand: it gets
-`--help`. Placeholders become files the checkout (or shared/ beside it) has (PLACEHOLDERS);
+`--help`. Placeholders become files the checkout has (PLACEHOLDERS);
 every output path, given or implied by a default that writes into the checkout, goes to a
 temporary directory, and a command that changes datasets/, models/ or runs/ there fails.
 NOT_RUNNABLE lists the few commands that cannot run here, with the reason.
@@ -48,10 +48,10 @@ NOT_RUNNABLE = {
 }
 
 #: (option before it or None, placeholder) -> what runs instead. Paths are relative to ROOT;
-#: "{reference}" is shared/reference/published_runs.csv beside the checkout (skipped if absent).
+#: "{reference}" is datasets/reference/published_runs.csv (the `reference_csv` fixture).
 PLACEHOLDERS = {
     (None, "runs.csv"): "{reference}",  # any CSV of runs; the reference runs are one
-    ("--vtrain", "FILE"): "../shared/reference/vtrain/ground_truth_single.csv",
+    ("--vtrain", "FILE"): "datasets/reference/vtrain/ground_truth_single.csv",
     (None, "FILE"): "datasets/published.parquet",  # a dataset file the checkout has
     # A user's campaign and what collecting it wrote: the checkout has a campaign file
     # (the cpu-smoke template) but no campaign dataset; the MLPerf dataset stands in for one.

@@ -10,9 +10,13 @@ from rich.table import Table
 
 from advisor.cli.common import JsonOpt, emit_json, guard, make_console
 from advisor.core.errors import AdvisorError
+from advisor.data.reference import reference_path
 
 app = typer.Typer(help="Import, validate and summarise measurement datasets (one row per run, "
                   "Parquet; the schema is advisor.data.dataset.SCHEMA).", no_args_is_help=True)
+
+PUBLISHED_CSV = reference_path("published_runs.csv")
+MLPERF_CSV = reference_path("mlperf", "mlperf_runs.csv")
 
 PathArg = Annotated[Path, typer.Argument(help="A dataset file: .parquet, or .csv on input.")]
 
@@ -21,8 +25,8 @@ PathArg = Annotated[Path, typer.Argument(help="A dataset file: .parquet, or .csv
 @guard
 def import_published_cmd(
         source: Annotated[Path, typer.Option(
-            "--from", help="published_runs.csv (default: ../shared/reference/ beside the "
-            "checkout).")] = Path("../shared/reference/published_runs.csv"),
+            "--from", help="published_runs.csv (default: the copy in the checkout's "
+            "datasets/reference/).")] = PUBLISHED_CSV,
         output: Annotated[Path, typer.Option(
             "--output", "-o", help="Parquet file to append to.")] = Path(
                 "datasets/published.parquet"),
@@ -43,8 +47,8 @@ def import_published_cmd(
 @guard
 def import_mlperf_cmd(
         source: Annotated[Path, typer.Option(
-            "--from", help="mlperf_runs.csv (default: ../shared/reference/mlperf/ beside the "
-            "checkout).")] = Path("../shared/reference/mlperf/mlperf_runs.csv"),
+            "--from", help="mlperf_runs.csv (default: the copy in the checkout's "
+            "datasets/reference/mlperf/).")] = MLPERF_CSV,
         output: Annotated[Path, typer.Option(
             "--output", "-o", help="Parquet file to append to.")] = Path(
                 "datasets/mlperf.parquet"),

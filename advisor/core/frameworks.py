@@ -27,7 +27,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "automodel": ("nemo-automodel", "automodel-fsdp2", "nemo-automodel-fsdp2"),
     # A plain PyTorch FSDP / FSDP2 training loop.
     "pytorch-fsdp": ("fsdp", "fsdp2", "pytorch-fsdp2", "torch-fsdp", "torch-fsdp2"),
-    # Frameworks of published and MLPerf rows (shared/reference), each with its own kernel
+    # Frameworks of published and MLPerf rows (datasets/reference), each with its own kernel
     # factors where fitted (calibration.toml [framework.*]).
     "pytorch": ("torch",),
     "llm-foundry": ("llmfoundry", "mosaicml-llm-foundry"),

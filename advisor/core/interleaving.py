@@ -10,7 +10,7 @@ flag the Megatron emitter writes.
   multiple of pp; with N set, any M ≥ pp runs (N = M always qualifies). The smallest N that
   qualifies is taken: the warm-up holds (vp − 1)·N chunk micro-batches, so a smaller group
   keeps less in flight. Megatron-LM CI runs PP 4 VP 3 with 5 and 10 micro-batches
-  (`shared/reference/megatron_ci`).
+  (`datasets/reference/megatron_ci`).
 * **`torch.distributed.pipelining`** (TorchTitan, NeMo AutoModel, PyTorch FSDP2 with PP;
   `ScheduleInterleaved1F1B`, torch 2.x): M micro-batches run in max(1, M // pp) rounds of equal
   size, so M must be a multiple of the number of rounds (M < pp runs as one round). The round

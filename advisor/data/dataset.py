@@ -5,7 +5,7 @@ schema of DESIGN.md, stored as Parquet.
 column of the first problems; `load` reads Parquet or CSV and validates; `append` adds rows to a
 Parquet file atomically under a file lock (a crash leaves the old file whole; concurrent
 appenders all land) and de-duplicates by `run_id`; `import_published` turns
-`shared/reference/published_runs.csv` into canonical rows with provenance. Beside the rows, a
+`datasets/reference/published_runs.csv` into canonical rows with provenance. Beside the rows, a
 Parquet dataset carries a small JSON document of file-level facts (`read_metadata`; `append`
 merges into it and every rewrite keeps it): `advisor collect` records there which version of
 each campaign wrote the file.
@@ -395,7 +395,7 @@ def import_published(csv_path: Path, *, collected_at: str | None = None) -> pd.D
 
 def import_mlperf(csv_path: Path, *, collected_at: str | None = None
                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Canonical rows for the MLPerf Training table (`shared/reference/mlperf/mlperf_runs.csv`,
+    """Canonical rows for the MLPerf Training table (`datasets/reference/mlperf/mlperf_runs.csv`,
     `advisor.data.mlperf`), and the rows it cannot express with `why`."""
     from advisor.data.mlperf import mlperf_runs
 

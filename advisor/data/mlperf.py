@@ -1,4 +1,4 @@
-"""MLPerf Training submissions as reference runs (`shared/reference/mlperf/mlperf_runs.csv`).
+"""MLPerf Training submissions as reference runs (`datasets/reference/mlperf/mlperf_runs.csv`).
 
 Each row is a submitter's measured throughput with the exact layout it ran (see that file's
 README for how every field was derived). `mlperf_runs` turns the file into rows shaped like

@@ -211,9 +211,9 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
         "These are analytical predictions"
         + ("" if prediction.calibrated else f" with uncalibrated efficiencies ({platform.family} "
            "has no measured runs)")
-        + "; the power model is fitted on measured A40/A100 power (shared/reference/power) "
+        + "; the power model is fitted on measured A40/A100 power (datasets/reference/power) "
           "and an H200 probe (datasets/probes), the spreads between GPUs on 392 V100s "
-          "(shared/reference/thermal), and the chassis "
+          "(datasets/reference/thermal), and the chassis "
           "thermals are partly placeholders (advisor/catalog/chassis.toml) until campaigns "
           "measure them.")
     return lines

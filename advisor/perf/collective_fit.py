@@ -2,7 +2,7 @@
 measured collective table, and score the model against every table.
 
 Source: XLA's measured collective tables (`datasets/reference/gemm/collectives.csv.gz`, copied
-from `shared/reference/gemm` with its README and licence): all-reduce, all-gather,
+from `datasets/reference/gemm` with its README and licence): all-reduce, all-gather,
 reduce-scatter and all-to-all of 1 KiB to 2 GiB (32 GiB on GB200/GB300) over groups of 2-8 GPUs
 of one H100, B200, MI300X or MI350 host and 4-72 GPUs of a GB200/GB300 NVL72 domain, timed by
 XLA's collective profiler (algorithm bandwidth: tensor bytes over runtime). Nothing here
@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_platform
+from advisor.data.reference import reference_path
 from advisor.perf.collectives import (
     ALL_GATHER,
     ALL_TO_ALL,
@@ -27,7 +28,7 @@ from advisor.perf.collectives import (
     DomainCollectives,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "datasets" / "reference" / "gemm"
+DATA = reference_path("gemm")
 SYSTEMS = {"H100": "h100", "B200": "b200", "GB200": "gb200", "GB300": "gb300",
            "MI300X": "mi300x", "MI350": "mi355x"}
 """A table's `system` (its first word) -> the catalog platform it measured (the README's

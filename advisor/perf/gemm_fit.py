@@ -1,7 +1,7 @@
 """Fit the GEMM kernel parameters (`advisor/perf/gemm.py`) to measured GEMM tables, and score
 them against the tables and against an independent measurement.
 
-Sources (`datasets/reference/gemm`, copied from `shared/reference/gemm` with its README and
+Sources (`datasets/reference/gemm`, copied from `datasets/reference/gemm` with its README and
 licence): XLA's measured matmul tables (375 shapes, b ∈ {1, 2, 4} × M, N, K ∈ 256…4,096, per
 number format) for H100 (`sm_90`), B200 (`sm_100`), MI300X (`gfx942`) and the MI350 series
 (`gfx950`), and Stas Bekman's "Maximum Achievable Matmul FLOPS" (MAMF: the best shape torch's
@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from advisor.catalog import load_platform
+from advisor.data.reference import reference_path
 from advisor.perf.gemm import GemmKernel
 
-DATA = Path(__file__).resolve().parents[2] / "datasets" / "reference" / "gemm"
+DATA = reference_path("gemm")
 TABLE_DEVICES = {"H100 SXM": ("h100", "sm_90"), "B200": ("b200", "sm_100"),
                  "MI300X": ("mi300x", "gfx942"), "MI355X": ("mi355x", "gfx950")}
 """The tables' devices, as the catalog names them, and their kernel architecture

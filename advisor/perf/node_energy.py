@@ -1,5 +1,5 @@
 """Node energy per token of the MLPerf Training runs that logged node power
-(`shared/reference/power/mlperf_power.csv`), predicted by the step and power models.
+(`datasets/reference/power/mlperf_power.csv`), predicted by the step and power models.
 
 What is predicted: the GPUs' step time and average power of the submitted layout (Llama-2-70B
 LoRA fine-tuning, `advisor/perf/finetune.py`), from the catalog platform and the power

@@ -6,7 +6,7 @@
   clock falls 9 % from micro-batch 1 to 8), fused attention and HBM-bound kernels less;
   communication under compute adds to it (overlap heats); exposed communication and waiting
   (bubbles, idle between micro-batches, host launch gaps) draw little. Shares of the power
-  limit, fitted on `shared/reference/power` (`advisor/catalog/power.toml` says which); a site
+  limit, fitted on `datasets/reference/power` (`advisor/catalog/power.toml` says which); a site
   that probed its own chips can set their best-fed GEMM power (`Platform.gemm_power_w`).
 * **DVFS.** Busy power at clock fraction φ is static + (demand − static)·φ^a; where demand exceeds
   the limit the clock drops until it fits (power capping), and compute time stretches as

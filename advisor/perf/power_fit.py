@@ -1,6 +1,6 @@
 """Fit the power model's free parameters on measured GPU power, and hold each source out.
 
-Sources (`shared/reference/power`, read its README):
+Sources (`datasets/reference/power`, read its README):
 
 * `perseus` — Perseus (SOSP'24) all-max-frequency plans: per-GPU NVML energy of every pipeline
   stage of GPT-3/BLOOM/BERT/T5 pipelines on A40 and A100 PCIe, with each stage's measured forward
@@ -56,7 +56,7 @@ PRIOR_WEIGHT = 0.02
 """Pull towards the placeholder values, in log units per parameter (weak: a few percent)."""
 LIMIT_W = {"a40": 300.0, "a100-pcie-80gb": 300.0}
 """Power limits: NVIDIA's specifications (A40 and A100 PCIe 80 GB: 300 W); also the highest
-limit NVML allowed in the Zeus sweeps (shared/reference/power README)."""
+limit NVML allowed in the Zeus sweeps (datasets/reference/power README)."""
 DESIGN_W = {"a40": 300.0, "a100-pcie-80gb": 400.0}
 """What the silicon is built to draw, against which the shares are fitted: the part's own limit,
 except A100 PCIe, which caps the GA100 die of the A100 SXM4 (400 W, NVIDIA A100 datasheet) at
@@ -75,7 +75,7 @@ PROBE_KERNELS = {"continuous": ("gemm8192", "gemm"), "kind-gemm4096": ("gemm4096
 """Probe phase -> (kernel, kind): the kernels that run long enough back to back to be capped
 (the 2048³ GEMM leaves launch gaps; the copy never reaches the limit)."""
 BASE_LIMIT_W = 300.0
-"""The Zeus sweeps' reference step: the highest limit NVML allowed (shared/reference/power)."""
+"""The Zeus sweeps' reference step: the highest limit NVML allowed (datasets/reference/power)."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def kernel_ratios(table: pd.DataFrame, facts: dict) -> dict[str, float]:
 
 
 def load_reference(folder: Path, probe: Path | None = DEFAULT_PROBE) -> PowerReference:
-    """Read and reduce the three per-GPU sources in `folder` (`shared/reference/power`) and the
+    """Read and reduce the three per-GPU sources in `folder` (`datasets/reference/power`) and the
     power probe in `probe` (the checkout's H200 one by default; left out where there is none,
     as in an installed wheel)."""
     perseus = pd.read_csv(folder / "perseus_runs.csv")

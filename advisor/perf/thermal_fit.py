@@ -1,6 +1,6 @@
 """Thermal constants fitted on per-GPU V100 measurements, and the slowest-of-N GPU formula.
 
-Reference: `shared/reference/thermal` (Sinha et al., SC'22; TACC Longhorn, four per node):
+Reference: `datasets/reference/thermal` (Sinha et al., SC'22; TACC Longhorn, four per node):
 
 * **Temperature:** ``temp = a + R·power + offset[device]`` on the run means (`mean_temp`,
   `mean_pwr`) of the training runs. Means, not medians: a first-order thermal response is linear,

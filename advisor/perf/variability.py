@@ -2,7 +2,7 @@
 expected depth of a GPU reaching its slowdown temperature.
 
 Two sources of spread, both measured on hundreds of individual V100s
-(`shared/reference/thermal`, fitted in `advisor/perf/thermal_fit.py`):
+(`datasets/reference/thermal`, fitted in `advisor/perf/thermal_fit.py`):
 
 * **speed**: at the power cap, GPUs of one model run the same kernel at different clocks
   (leakage differs from die to die). A synchronous step waits for the slowest of its N GPUs,

@@ -6,7 +6,7 @@ Two scores: zero-shot (the Ampere calibration from published runs, nothing from 
 cross-validated, where the framework's host overhead — which the published runs cannot give,
 and which dominates these small models — is fitted on the jobs of the other hidden size.
 
-The runs (vTrain README, `shared/reference/vtrain/README.md`): GPT models with hidden 1024 or
+The runs (vTrain README, `datasets/reference/vtrain/README.md`): GPT models with hidden 1024 or
 2048, 16 heads, 12-24 layers, sequence 1024, vocabulary 50257, on one 8-GPU A100 SXM node;
 Megatron-DeepSpeed with fp16, full activation recompute, the 1F1B schedule, no gradient bucketing
 (so no overlap of the data-parallel all-reduce) and no distributed optimizer. A100 80 GB assumed,

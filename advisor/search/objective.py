@@ -30,7 +30,7 @@ band) cannot win on its median; the recommendation says what that traded."""
 DEFAULT_MEMORY_MARGIN = 0.015
 """Sized from measured peaks: `python benchmarks/memory_validation.py` compares the memory
 model's allocated bytes with the peak allocated bytes of 511 Megatron-LM CI runs on A100, H100
-and GB200 (shared/reference/megatron_ci) and prints the 95th percentile of the bytes it misses,
+and GB200 (datasets/reference/megatron_ci) and prints the 95th percentile of the bytes it misses,
 as a fraction of the GPU's memory: 0.0126 (median 0.0014, largest 0.025; 0 of the 511 runs
 predicted not to fit; after the attention output of GQA models was counted at full width and
 the runs that recompute named modules were mapped).

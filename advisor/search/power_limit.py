@@ -20,7 +20,7 @@ from advisor.search.objective import score
 
 LIMIT_SHARES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 """Limits tried, as shares of the board's: the range the Zeus sweeps measured (A40 300 W down
-to 125 W, A100 PCIe 300 down to 200 W; `shared/reference/power`), where the power model's
+to 125 W, A100 PCIe 300 down to 200 W; `datasets/reference/power`), where the power model's
 held-out error is printed by `benchmarks/power_validation.py`."""
 LIMIT_OBJECTIVES = ("energy", "balanced", "cost")
 """Objectives whose search includes the power limit (throughput always wants the board's)."""

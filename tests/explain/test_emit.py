@@ -85,7 +85,7 @@ CASES = {
     "uneven-moe-61-pp8": lambda: _case("deepseek-v3", 512, tp=2, pp=8, ep=64,
                                        first_stage_layers=7, last_stage_layers=6),
     # 5 micro-batches on PP 4 interleaved: Megatron-Core needs a group of 5 (Megatron-LM CI
-    # runs PP 4 VP 3 with 5 and 10, shared/reference/megatron_ci).
+    # runs PP 4 VP 3 with 5 and 10, datasets/reference/megatron_ci).
     "interleaved-5-microbatches-pp4": lambda: _case("llama3-70b", 64, gbs=10, tp=8, pp=4,
                                                     vp=2),
     # Hybrid sharding: the distributed optimizer over each node's 8 ranks, 8 instances

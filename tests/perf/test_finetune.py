@@ -1,5 +1,5 @@
 """LoRA and full fine-tuning as a job kind: what trains, what the backward skips, and the MLPerf
-Training runs that measured it (shared/reference/power/mlperf_power.csv)."""
+Training runs that measured it (datasets/reference/power/mlperf_power.csv)."""
 
 from __future__ import annotations
 

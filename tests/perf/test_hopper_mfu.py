@@ -14,7 +14,7 @@ H100 = load_platform("h100")
 
 # The layouts of NVIDIA's Llama 3 recipes on H100 (NeMo 24.07 performance summary: 8B TP1 PP1
 # CP2 on 8 GPUs, 70B TP4 PP4 VP5 CP2 on 64; Megatron-Bridge 26.x: 70B TP4 PP8 VP5 on 64;
-# shared/reference/published_runs.csv, which lists them in FP8), run in BF16.
+# datasets/reference/published_runs.csv, which lists them in FP8), run in BF16.
 RECIPES = [("llama3-8b", 8, 128, dict(tp=1, pp=1, cp=2)),
            ("llama3-70b", 64, 128, dict(tp=4, pp=4, vp=5, cp=2)),
            ("llama3-70b", 64, 256, dict(tp=4, pp=8, vp=5))]

@@ -222,21 +222,15 @@ def test_every_mlperf_reference_row_that_ran_fits(mlperf_csv):
 LLAMA2_70 = catalog.find_model("llama2-70b")
 
 
-# ---- measured peaks: Megatron-LM's functional tests (shared/reference/megatron_ci) ---------
+# ---- measured peaks: Megatron-LM's functional tests (datasets/reference/megatron_ci) ---------
 
 @pytest.fixture(scope="module")
-def megatron_ci():
+def megatron_ci(megatron_ci_csv):
     """benchmarks/memory_validation.py's rows: measured and predicted allocated bytes."""
-    from pathlib import Path
-
     from benchmark_scripts import load_benchmark
 
-    root = Path(__file__).resolve().parents[2]
-    csv = root.parent / "shared" / "reference" / "megatron_ci" / "runs.csv"
-    if not csv.exists():
-        pytest.skip(f"reference data not found at {csv}")
     memory_validation = load_benchmark("memory_validation")
-    rows, skipped = memory_validation.validate(csv)
+    rows, skipped = memory_validation.validate(megatron_ci_csv)
     return rows, skipped, memory_validation
 
 

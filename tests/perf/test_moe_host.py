@@ -4,7 +4,6 @@ fine-grained MoE with many experts per GPU and few tokens per micro-batch waits 
 TorchTitan's `torch._grouped_mm` is one kernel per linear and does not."""
 
 import dataclasses
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,7 +18,6 @@ from advisor.perf.step import step_table
 
 H100 = catalog.load_platform("h100")
 QWEN_30B = catalog.load_model("qwen3-30b-a3b")        # 128 experts, top-8, expert FFN 768
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
 
 
 def _calibration(expert_overhead_s: float):
@@ -82,15 +80,13 @@ def test_explain_offers_a_wider_expert_group_when_launches_bind():
     assert "larger micro-batches" in loss and "wider expert-parallel group" in loss
 
 
-@pytest.mark.skipif(not (REFERENCE / "published_runs.csv").exists(),
-                    reason="reference data not found")
-def test_the_public_runs_leave_it_at_its_launch_count_prior():
+def test_the_public_runs_leave_it_at_its_launch_count_prior(reference_csv):
     """At the prior (1e-4 s per expert: about 20 launches at 5 us) no reference row is
     host-bound by its experts; a tenfold cost (1e-3 s) would make the in-sample error worse,
     not better: the Hopper MoE rows predicted too fast are not waiting for launches (the same
     layout ran 1.8x apart between two releases; EP 8 and EP 16 ran at the same time per
     layer)."""
-    ref = load_reference(REFERENCE / "published_runs.csv")
+    ref = load_reference(reference_csv)
     measured = ref.rows["measured"]
 
     def mape(cal) -> float:

@@ -1,5 +1,5 @@
 """Multi-node step time: Megatron's asynchronous input-gradient reduce, the network vTrain's
-multi-node runs had, and those runs against the model (`shared/reference/vtrain`)."""
+multi-node runs had, and those runs against the model (`datasets/reference/vtrain`)."""
 
 import numpy as np
 import pandas as pd

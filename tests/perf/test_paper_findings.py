@@ -1,4 +1,4 @@
-"""The findings of Go et al., MICRO 2025 (`shared/paper-notes.md`, findings 1-6), each computed on
+"""The findings of Go et al., MICRO 2025 (the project's paper notes, findings 1-6), each computed on
 the paper's testbeds (32 H200 / 64 H100, 100 Gb/s InfiniBand: `examples/paper-*-cluster.toml`)
 and asserting the direction the paper measured. A finding the model does not reproduce is an
 xfail that says why: never tuned away."""

@@ -1,5 +1,5 @@
 """The power, clock and thermal model: rules it must keep, the slot layout, uneven pipeline
-splits, and its fit to the measured GPU power in shared/reference/power."""
+splits, and its fit to the measured GPU power in datasets/reference/power."""
 
 from __future__ import annotations
 

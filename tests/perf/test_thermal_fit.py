@@ -1,33 +1,26 @@
 """The thermal constants (`advisor/perf/thermal_fit.py`) fitted on the per-GPU V100 measurements
-in shared/reference/thermal reproduce what those measurements show, and the shipped
+in datasets/reference/thermal reproduce what those measurements show, and the shipped
 thermal_fit.toml is that fit."""
 
-import os
 import subprocess
 import sys
 import tomllib
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from advisor.core.errors import CatalogError
+from advisor.data.reference import reference_path
 from advisor.perf import thermal_fit as tf
 from advisor.perf.power import load_power_params
 
-# As tests/conftest.py finds shared/reference (skip without it; CI always has it).
-THERMAL_DIR = Path(__file__).resolve().parents[3] / "shared" / "reference" / "thermal"
+THERMAL_DIR = reference_path("thermal")
 SIZES = np.array(tf.SUBSET_SIZES)
 
 
 @pytest.fixture(scope="module")
 def reference() -> tf.ThermalReference:
-    if not THERMAL_DIR.is_dir():
-        message = f"reference data not found at {THERMAL_DIR} (shared/ beside the checkout)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
     return tf.load_reference(THERMAL_DIR)
 
 

@@ -1,5 +1,5 @@
 """Unfused attention's score GEMMs against Megatron-LM's functional tests that differ only in
-the attention kernel (`shared/reference/megatron_ci`): the same small GPT (12 layers, hidden
+the attention kernel (`datasets/reference/megatron_ci`): the same small GPT (12 layers, hidden
 512, sequence 1024) on DGX A100, H100 and GB200, once with `attention-backend: unfused` and
 once with the default (fused) kernel. Measured, the fused test's fastest step took 0.89-1.76 of
 the unfused one's (median 0.96): at this size the s² score GEMMs cost next to nothing. Priced as
