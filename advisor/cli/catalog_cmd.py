@@ -9,7 +9,7 @@ from rich.table import Table
 
 from advisor import catalog
 from advisor.cli.common import JsonOpt, emit_json, gb, guard, make_console
-from advisor.core.errors import UnknownNameError, suggest
+from advisor.core.errors import UnknownNameError, shown, suggest
 
 app = typer.Typer(help="List and show catalog platforms and models.", no_args_is_help=True)
 
@@ -68,7 +68,10 @@ def models(json_out: JsonOpt = False) -> None:
 def _is_model_path(name: str) -> bool:
     from pathlib import Path
 
-    return name.lower().endswith(".json") or Path(name).is_dir()
+    try:
+        return name.lower().endswith(".json") or Path(name).is_dir()
+    except OSError:  # a name no file system could hold (too long): a catalog name, or unknown
+        return False
 
 
 @app.command("show")
@@ -89,9 +92,9 @@ def show(name: Annotated[str, typer.Argument(help="A platform or model name or a
             item = catalog.load_model(name)
         except UnknownNameError:
             known = list(catalog.platforms()) + list(catalog.models())
-            raise UnknownNameError(f"no platform or model named {name!r}.{suggest(name, known)}"
-                                   f" See `advisor catalog platforms` and `advisor catalog "
-                                   f"models`.") from None
+            raise UnknownNameError(f"no platform or model named {shown(name)}."
+                                   f"{suggest(name, known)} See `advisor catalog platforms` "
+                                   f"and `advisor catalog models`.") from None
     data = item.to_dict()
     if json_out:
         emit_json(data)
@@ -108,8 +111,8 @@ def show(name: Annotated[str, typer.Argument(help="A platform or model name or a
             for sub, v in value.items():
                 table.add_row(f"{key}.{sub}", f"{v:.4g}", sources.get(f"{key}.{sub}", ""))
             continue
-        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-        table.add_row(key, shown, sources.get(key, ""))
+        cell = f"{value:.4g}" if isinstance(value, float) else str(value)
+        table.add_row(key, cell, sources.get(key, ""))
     if "architecture" in sources:
         table.add_row("architecture", "", sources["architecture"])
     make_console().print(table)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
-from advisor.core.errors import AdvisorError
+from advisor.core.errors import AdvisorError, shown
 from advisor.core.knobs import BY_NAME
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -119,7 +119,10 @@ def _sharding_name(value: str | None) -> str | None:
 
 def guard(fn: F) -> F:
     """Map `AdvisorError` to one line on stderr and exit code 2 (traceback with ADVISOR_DEBUG=1);
-    the parameters the library's message names (`max_power_w`) become this command's flags."""
+    the parameters the library's message names (`max_power_w`) become this command's flags.
+    An operating-system error about a path the user gave (a name too long for the file system,
+    a folder where a file belongs, no permission) is one line too; one without a path is a
+    bug and keeps its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -129,6 +132,11 @@ def guard(fn: F) -> F:
             if os.environ.get("ADVISOR_DEBUG") == "1":
                 raise
             print(f"error: {one_line(as_flags(str(e), fn))}", file=sys.stderr)
+            raise typer.Exit(code=2) from None
+        except OSError as e:
+            if e.filename is None or os.environ.get("ADVISOR_DEBUG") == "1":
+                raise
+            print(f"error: {shown(os.fsdecode(e.filename))}: {e.strerror or e}.", file=sys.stderr)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]

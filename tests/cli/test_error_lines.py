@@ -26,3 +26,24 @@ def test_a_control_character_never_breaks_the_error_line(tmp_path, args):
 def test_one_line_escapes_only_what_a_terminal_would_not_show():
     assert one_line("plain 'text' × 3 °C") == "plain 'text' × 3 °C"
     assert one_line("a\nb\tc\x00") == "a\\nb\\tc\\x00"
+
+
+LONG = "a" * 300  # longer than any file name the file system takes (255 bytes on Linux)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["catalog", "show", LONG], "no platform or model named 'aaaa"),
+    (["catalog", "show", LONG + ".json"], "File name too long"),
+    (["predict", "-m", LONG + ".json", "-p", "h100", "-g", "8"], "File name too long"),
+    (["memory", "-m", f"{LONG}/config.json", "-p", "h100", "-g", "8"], "File name too long"),
+    (["dataset", "show", LONG + ".parquet"], "File name too long"),
+    (["collect", "--campaign", LONG, "--dry-run"], "File name too long"),
+])
+def test_a_name_too_long_for_a_file_is_refused_on_one_line(args, says):
+    """The file system refuses the name (ENAMETOOLONG); advisor says so on one line, the name cut
+    short, instead of a traceback."""
+    done = subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert says in done.stderr and "(3" in done.stderr and LONG not in done.stderr
