@@ -456,7 +456,9 @@ SPECIAL_PATHS = {"/dev/zero": {}, "/dev/null": {}, "{dir}": {}, "{dir}/sub": {"s
                  "{dir}/fifo": {"fifo": "fifo"}, "{dir}/zero": {"zero": "link:/dev/zero"},
                  "{dir}/loop": {"loop": "link:loop"}, "{dir}/dangling": {"dangling":
                                                                            "link:nowhere"},
-                 "{dir}/missing/x": {}, "{dir}/new\nline": {}, "": {}}
+                 "{dir}/missing/x": {}, "{dir}/new\nline": {}, "": {},
+                 # longer than a file name may be (255 bytes): ENAMETOOLONG, not "no such file"
+                 "x" * 300: {}, "{dir}/" + "y" * 300 + ".json": {}}
 """A path option's value, and what the case's directory must hold for it."""
 RUNS_CSV = (b"model,gpu,num_gpus,seq_len,gbs,tp,pp\nllama3-8b,h100,8,4096,128,2,1\n")
 
