@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from advisor import catalog
-from advisor.perf.power import load_power_params, windowed_limit
+from advisor.perf.power import windowed_limit
 from advisor.perf.power_fit import (
     PROBE_CHIP,
     kernel_ratios,
@@ -31,6 +31,7 @@ from advisor.perf.power_fit import (
     predict_probe,
     read_probe,
 )
+from advisor.perf.power_params import load_power_params
 
 DEFAULT = Path(__file__).resolve().parents[1] / "datasets" / "probes" / "h200-power"
 PROFILE_BINS_S = (0, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.perf import thermal_fit as tf
-from advisor.perf.power import load_power_params
+from advisor.perf.power_params import load_power_params
 
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / "datasets" / "reference" / "thermal"
 THERMAL_TOML = Path(__file__).resolve().parents[1] / "advisor" / "catalog" / "thermal_fit.toml"

@@ -92,3 +92,45 @@ def test_no_import_inside_a_function_repeats_the_module_s_own():
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     repeated += [f"{name}:{node.lineno} {m}" for m in _modules_named(node) & top]
     assert not repeated, "\n".join(repeated)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle of `graph` (module -> modules it imports), each once, as the path
+    from its first module back to it (Tarjan's strongly connected components)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_models_modules_import_no_circle():
+    """advisor.perf's modules (the analytical model) import one another in one direction, lazy
+    imports inside functions included: a circle (power.py needing the thermal fit that needed
+    power.py's parameters) makes the import order matter and hides which module owns what."""
+    graph = {name: {t for t in _imports(path) if t.startswith("advisor.perf.") and t != name}
+             for name, path in _modules() if name.startswith("advisor.perf.")}
+    assert not _cycles(graph), _cycles(graph)
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

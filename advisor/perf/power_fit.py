@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor.perf.power import PowerParams, load_power_params
+from advisor.perf.power_params import PowerParams, load_power_params
 
 FITTED = PowerParams.FITTED
 BOUNDS = {"busy_share": (0.6, 1.6), "wait_share": (0.05, 0.8), "static_share": (0.05, 0.6),

@@ -27,7 +27,7 @@ from advisor.perf.flops import (
 )
 from advisor.perf.gemm import GemmKernel, load_kernel_table
 from advisor.perf.layout import StageLayout
-from advisor.perf.power import load_power_params
+from advisor.perf.power_params import load_power_params
 from advisor.perf.recompute import Recompute
 
 ACT = 2.0

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from advisor.core.errors import CatalogError
+from advisor.perf.power_params import PowerParams, load_power_params
 from advisor.perf.variability import max_of_normals, slowest_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from advisor.perf.power import PowerParams
 
 LIMIT_W_V100 = 300.0
 """Power limit of the V100 SXM2 (NVIDIA V100 datasheet); SGEMM's median draw is 297 W."""
@@ -295,8 +295,6 @@ def fit(ref: ThermalReference, *, power: PowerParams | None = None) -> ThermalFi
     """Every constant from the measurements; the power model's static share s, exponent a and
     reference temperature T0 (`power`, default power.toml) turn the clock slope into k."""
     if power is None:
-        from advisor.perf.power import load_power_params  # lazy: power.py may import this
-
         power = load_power_params()
     coef, sigma_gpu, sigma_run, res = fit_temperature(ref.training)
     levels = node_spread(ref.training, res)

@@ -15,7 +15,7 @@ from advisor.core.parallel import make_config, make_job
 from advisor.core.space import enumerate_space, validate
 from advisor.perf.analytical import analytical_table, predict_config
 from advisor.perf.layout import stage_layer_counts, stage_layout
-from advisor.perf.power import load_power_params, windowed_limit
+from advisor.perf.power import windowed_limit
 from advisor.perf.power_fit import (
     DEFAULT_PROBE,
     FITTED,
@@ -26,6 +26,7 @@ from advisor.perf.power_fit import (
     read_probe,
     validation_table,
 )
+from advisor.perf.power_params import load_power_params
 from advisor.perf.thermal import chassis_catalog, chassis_for, slot_map
 
 CAMPAIGNS = Path(__file__).resolve().parents[2] / "datasets" / "campaigns"

@@ -9,7 +9,6 @@ import pytest
 from advisor import catalog
 from advisor.data.predict_input import parse_run_row, read_rows
 from advisor.perf.memory import WEIGHT_BYTES
-from advisor.perf.power import load_power_params
 from advisor.perf.power_fit import (
     BASE_LIMIT_W,
     load_reference,
@@ -18,6 +17,7 @@ from advisor.perf.power_fit import (
     workload_holdout_table,
     workloads,
 )
+from advisor.perf.power_params import load_power_params
 from advisor.predict.rows import predict_frame
 
 

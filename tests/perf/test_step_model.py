@@ -13,7 +13,7 @@ from advisor.perf.analytical import analytical_table, predict_config
 from advisor.perf.calibration import load_calibration
 from advisor.perf.collectives import RING_ALLREDUCE
 from advisor.perf.layout import stage_layout
-from advisor.perf.power import load_power_params
+from advisor.perf.power_params import load_power_params
 from advisor.perf.thermal import chassis_for
 
 JOBS = [("llama3-70b", "h200", 64), ("mixtral-8x7b", "h100", 32),

@@ -13,7 +13,7 @@ import pytest
 from advisor.core.errors import CatalogError
 from advisor.data.reference import reference_path
 from advisor.perf import thermal_fit as tf
-from advisor.perf.power import load_power_params
+from advisor.perf.power_params import load_power_params
 
 THERMAL_DIR = reference_path("thermal")
 SIZES = np.array(tf.SUBSET_SIZES)
