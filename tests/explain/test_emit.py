@@ -282,6 +282,8 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
     assert tc.tp_comm_overlap == config.tp_comm_overlap
     assert (tc.num_layers, tc.hidden_size, tc.num_attention_heads) == (
         model.num_layers, model.hidden_size, model.num_attention_heads)
+    # The MTP layers advisor prices (DeepSeek-V3: one), built by megatron-core on the last stage.
+    assert (tc.mtp_num_layers or 0) == model.num_mtp_layers
     assert tc.num_query_groups == (model.num_attention_heads if model.is_mla
                                    else model.num_kv_heads)
     if not model.is_mla:

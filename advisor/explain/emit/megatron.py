@@ -126,6 +126,11 @@ def model_args(model: ModelSpec, *, seq_len: int) -> list[str]:
             args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     if model.is_moe:
         args += _moe_args(model)
+    if model.num_mtp_layers:
+        # The MTP layers advisor prices (Megatron-Core places them on the last pipeline stage):
+        # arguments.py's --mtp-num-layers (type int, default None: no MTP), dest
+        # TransformerConfig.mtp_num_layers.
+        args += ["--mtp-num-layers", str(model.num_mtp_layers)]
     return args
 
 
