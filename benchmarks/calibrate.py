@@ -5,12 +5,15 @@
     python benchmarks/calibrate.py --no-loso      # skip the (minutes-long) cross-validation
     python benchmarks/calibrate.py --no-mlperf    # published runs only
     python benchmarks/calibrate.py --gate         # only the refit gate (about 6 minutes)
+    python benchmarks/calibrate.py --gate --plots DIR   # ...and its figures (PNG) in DIR
 
 The refit gate (`advisor.learn.gate`): every run with cross-validation prints leave-one-series-out
 error per platform family × precision × dense/MoE beside the baseline recorded in
 `benchmarks/baselines/loso_series_cells.json`, and exits 1 when a cell of 10 or more rows got
 worse by more than 1 point, unless `--accept "why"` says why (the reason goes in the commit);
-`--update-baseline` records this run as the new baseline.
+`--update-baseline` records this run as the new baseline. `--plots DIR` draws the gate's
+held-out predictions (`gate_plots`, matplotlib): predicted against measured per series, the
+error by GPU count, and the share of runs inside the analytical p10-p90 band.
 
 Fits (1) the collective α–β constants to vTrain's NCCL all-reduce tables and (2) each platform
 family's efficiencies to `datasets/reference/published_runs.csv` and the MLPerf Training
@@ -33,6 +36,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+import _plots
 import numpy as np
 import pandas as pd
 from _checkout import head
@@ -69,6 +73,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "datasets" / "reference"
 TARGET = ROOT / "advisor" / "catalog" / "calibration.toml"
 BASELINE = ROOT / "benchmarks" / "baselines" / "loso_series_cells.json"
+WIDTH_IN_BAND = 8.5
+"""The band-coverage figure's width (in): room for the series' names beside their bars."""
 
 
 def _sha(path: Path) -> str:
@@ -96,6 +102,9 @@ def main() -> int:
     parser.add_argument("--update-baseline", action="store_true",
                         help=f"record this run's cells in {BASELINE.relative_to(ROOT)}")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also draw the refit gate's held-out predictions into DIR (PNG; "
+                             "needs matplotlib)")
     args = parser.parse_args()
     if args.gate and args.no_loso:
         parser.error("--gate runs the cross-validation that --no-loso skips")
@@ -242,6 +251,10 @@ def _gate(ref, base, args, *, with_status: bool = False):
            "(signed median > 0: predicted too fast)", cells)
     _print("... by GPU count (the job's, held out the same way)",
            gate.scale_table(ref.rows, predicted))
+    if args.plots:
+        half_width = base.metrics.get("loso_series_p80_abs_log_error")
+        for path in gate_plots(ref.rows, predicted, half_width, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
     status = 0
     if args.baseline.exists():
         before, meta = gate.read_baseline(args.baseline)
@@ -267,6 +280,82 @@ def _gate(ref, base, args, *, with_status: bool = False):
         print(f"recorded the baseline in {args.baseline}")
     return (status, predicted) if with_status else status
 
+def _series_label(series: str) -> str:
+    """A publication series as a legend names it: without the dangling `Table` or `&` its
+    title was cut at."""
+    words = series.split()
+    while words and words[-1] in ("Table", "Tables", "&"):
+        words.pop()
+    return " ".join(words).rstrip("'")
+
+
+def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | None,
+               folder: Path) -> list[Path]:
+    """The refit gate's figures from its leave-one-series-out predictions: predicted against
+    measured tokens/s/GPU per publication series, the signed error per GPU-count bin (the
+    bins of `gate.scale_table`), and the share of runs inside the analytical p10-p90 band
+    (predicted × exp(±`half_width`): the calibration's `loso_series_p80_abs_log_error`) per
+    platform family and per series."""
+    predicted = predicted.reindex(rows.index)
+    ok = predicted.notna().to_numpy() & rows["measured"].gt(0).to_numpy()
+    rows, predicted = rows[ok], predicted[ok]
+    measured = rows["measured"]
+    series = rows["series"].map(_series_label)
+    figures = _plots.Figures(folder)
+    held = "each publication series held out whole, refitted on the others, predicted"
+    ratio = predicted / measured
+    ape = (ratio - 1).abs() * 100
+    order = series.value_counts().index.tolist()
+    labels = {s: f"{s} ({int((series == s).sum())}; MAPE {ape[series == s].mean():.0f} %)"
+              for s in order}
+    fig, (ax,) = _plots.figure(width_in=8, height_in=8.4)
+    _plots.predicted_vs_measured(ax, measured, predicted, series, order=order, labels=labels,
+                                 unit="tokens/s per GPU")
+    _plots.legend_below(ax, title="publication series (runs; MAPE)", ncol=2)
+    ax.set_title(f"Leave-one-series-out: {held}\n{len(rows)} runs, MAPE {ape.mean():.1f} %, "
+                 f"median {ape.median():.1f} %", fontsize=10)
+    paths = [figures.save(fig, "gate-predicted-vs-measured",
+                          f"Predicted against measured tokens/s per GPU (log-log) of {len(rows)} "
+                          f"runs, each publication series held out whole, one colour and "
+                          f"marker per series, with the y = x and ±20 % lines")]
+
+    edges = list(gate.GPU_COUNT_BINS)
+    bin_labels = [f"{lo}-{hi - 1}" if hi < 10**9 else f"{lo}+"
+                  for lo, hi in zip(edges, edges[1:], strict=False)]
+    bins = pd.cut(rows["num_gpus"], edges, right=False, labels=bin_labels).astype(str)
+    fig, (ax,) = _plots.figure(height_in=4.8)
+    _plots.box_by_bin(ax, (ratio - 1) * 100, bins, order=bin_labels,
+                      ylabel="predicted / measured − 1 (%)")
+    ax.set_xlabel("GPUs in the job (runs)")
+    ax.set_title(f"Held-out error by GPU count ({held})\n> 0: predicted too fast; box "
+                 "p25-p75 with the median, whiskers p10-p90, each run a dot", fontsize=10)
+    paths.append(figures.save(fig, "gate-error-by-gpus",
+                              "Held-out error of tokens/s per GPU (predicted / measured − 1, %) "
+                              "by the job's GPU count, each publication series held out whole: "
+                              "median, p25-p75 box, p10-p90 whiskers and every run"))
+
+    if half_width:
+        inside = np.abs(np.log(ratio)) <= half_width
+        families = rows["family"].value_counts().index.tolist()
+        fig, axes = _plots.figure(2, width_in=WIDTH_IN_BAND, height_in=6.4, stacked=True,
+                                  ratios=(len(families), len(order)))
+        _plots.coverage_bars(axes[0], inside, rows["family"], promise=0.8, order=families,
+                             ylabel="platform family")
+        _plots.coverage_bars(axes[1], inside, series, promise=0.8, order=order,
+                             ylabel="publication series")
+        axes[0].set_xlabel("")
+        axes[0].set_title(f"Runs inside the analytical p10-p90 band with each publication "
+                          f"series held out whole: {inside.mean():.0%} of {len(rows)}\nband = "
+                          f"predicted × exp(±{half_width:.3f}): the calibration's "
+                          f"loso_series_p80_abs_log_error, the 80th percentile\nof these runs' "
+                          f"|log error| at the last refit (so about 80 % overall by construction; "
+                          f"the split is not)", fontsize=10)
+        paths.append(figures.save(fig, "gate-band-coverage",
+                                  f"Share of runs whose measured tokens/s per GPU lies inside the "
+                                  f"analytical p10-p90 band (predicted × exp(±{half_width:.3f})) "
+                                  f"with each series held out, per platform family and per "
+                                  f"publication series, against the 80 % the band promises"))
+    return paths
 
 
 def _vtrain_multi(path: Path, calibration) -> dict[str, float]:

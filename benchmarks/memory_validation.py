@@ -8,12 +8,13 @@ rank that logs memory (Megatron logs from the last rank, which sits on the last 
 stage) are compared with `mem_max_alloc_bytes_max`. Rows that cannot be mapped are counted with
 their reason, never dropped silently.
 
-    python benchmarks/memory_validation.py [--csv PATH] [--rows]
+    python benchmarks/memory_validation.py [--csv PATH] [--rows] [--plots DIR]
 
 Prints the error (measured / predicted − 1) overall and by feature, the margin the measured
 under-prediction asks for (`margin`: the 95th percentile of (measured − predicted) / the GPU's
 memory over the rows that ran, at least 0), and how many rows that ran are predicted not to
-fit.
+fit. `--plots DIR` also draws those rows (`benchmarks/_plots.py`, matplotlib): predicted against
+measured peak, coloured by expert parallelism, and the error by feature.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import _plots
 import numpy as np
 import pandas as pd
 
@@ -267,10 +269,55 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).T
 
 
+GIB = 2**30
+
+
+def plots(rows: pd.DataFrame, folder: Path) -> list[Path]:
+    """The figures of `--plots`: predicted against measured allocated peak per row, coloured by
+    expert parallelism (of the features on 50 or more rows, the one whose median error is the
+    largest in `summary`), and the error (measured / predicted − 1) of the rows with each
+    feature, the rows of `summary`'s lines."""
+    figures = _plots.Figures(folder)
+    kind = np.where(rows["ep"].astype(bool), "expert parallel (ep > 1)", "no expert parallelism")
+    err = rows["ratio"] - 1.0
+    labels = {k: f"{k} ({int((kind == k).sum())}; {err[kind == k].median():+.1%})"
+              for k in set(kind)}
+    fig, (ax,) = _plots.figure(height_in=7.2)
+    _plots.predicted_vs_measured(ax, rows["measured_bytes"] / GIB, rows["predicted_bytes"] / GIB,
+                                 kind, unit="peak allocated memory (GiB)", labels=labels,
+                                 order=sorted(labels, reverse=True))
+    _plots.legend_below(ax, title="runs; median measured / predicted − 1", ncol=2)
+    ax.set_title(f"Megatron-LM functional tests: {len(rows)} runs, nothing fitted to them\n"
+                 "(allocated bytes on the logging rank; below the line: under-predicted)",
+                 fontsize=10)
+    paths = [figures.save(fig, "memory-predicted-vs-measured",
+                          f"Predicted against measured peak allocated memory (GiB, log-log) of "
+                          f"{len(rows)} Megatron-LM functional-test runs, by expert parallelism, "
+                          f"with the y = x and ±20 % lines")]
+    present = [f for f in FEATURES if rows[f].any()]
+    bins = np.concatenate([np.full(len(rows), "all", dtype=object)] +
+                          [np.full(int(rows[f].sum()), f, dtype=object) for f in present])
+    values = np.concatenate([err.to_numpy()] + [err[rows[f].astype(bool)].to_numpy()
+                                                for f in present])
+    fig, (ax,) = _plots.figure(width_in=9, height_in=4.8)
+    _plots.box_by_bin(ax, values * 100, bins, order=["all", *present],
+                      ylabel="measured / predicted − 1 (%)")
+    ax.tick_params(axis="x", labelrotation=35, labelsize=8)
+    ax.set_title("Error of the runs with each feature (> 0: under-predicted; box p25-p75, "
+                 "whiskers p10-p90)", fontsize=10)
+    paths.append(figures.save(fig, "memory-error-by-feature",
+                              "Error of the predicted peak memory (measured / predicted − 1, %) "
+                              "of all runs and of the runs with each feature: median, p25-p75 "
+                              "box, p10-p90 whiskers and every run"))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--rows", action="store_true", help="print every mapped row")
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also write the figures (PNG) into DIR (needs matplotlib)")
     args = parser.parse_args(argv)
     rows, skipped = validate(args.csv)
     print(f"{len(rows)} rows mapped; {int(skipped.sum())} skipped:")
@@ -291,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
           f"memory): {margin(rows):.3f}")
     print(f"rows that ran but are predicted not to fit: {int((~rows['fits']).sum())} of "
           f"{len(rows)}")
+    if args.plots:
+        for path in plots(rows, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -3,6 +3,7 @@
     python benchmarks/power_validation.py            # fit, leave-one-source-out table
     python benchmarks/power_validation.py --write    # ...and write [fitted] and
                                                      # gemm_power_half_dim in power.toml
+    python benchmarks/power_validation.py --plots DIR   # ...and the figures (PNG) in DIR
 
 The shared parameters are fitted across chips (A40, A100); the H200 probe fits only the GEMM
 shape's power half-dimension, at the cross-chip level, and is otherwise a held-out check: what
@@ -17,6 +18,9 @@ same prediction (median over each system's 10 runs; host power modelled as state
 Then the power-limit response with one workload held out at a time (`workload_holdout_table`):
 each (gpu, model) pipeline of the Zeus sweep, with its Perseus runs, leaves the fit and its
 iteration time ratio (one point per limit) and per-stage average power are predicted.
+
+`--plots DIR` draws the held-out predictions of the first table, point by point (`plots`,
+matplotlib): average power and time ratios, predicted against measured, per source.
 """
 
 from __future__ import annotations
@@ -26,15 +30,23 @@ import re
 import sys
 from pathlib import Path
 
+import _plots
+import numpy as np
 import pandas as pd
 
 from advisor.perf.node_energy import load_runs, predict_runs, validation_rows
 from advisor.perf.power_fit import (
     FITTED,
     PROBE_CHIP,
+    SOURCES,
     fit,
     fit_chip_power,
     load_reference,
+    mape,
+    predict_perseus,
+    predict_probe,
+    predict_profiles,
+    predict_zeus,
     validation_table,
     workload_holdout_table,
 )
@@ -72,11 +84,72 @@ def print_workload_holdout(table: pd.DataFrame) -> None:
           f"{table['power_mape_in_sample'].median():.1f}%)")
 
 
+def held_out_points(ref) -> pd.DataFrame:
+    """Every point of `validation_table`'s held-out column: per source and target the
+    measured value and the prediction of the fit without that source (the H200 probe: the
+    cross-chip fit's, as the table's held-out column), one row per point."""
+    full = fit(ref)
+    parts = []
+
+    def add(source: str, target: str, measured, predicted) -> None:
+        parts.append(pd.DataFrame({"source": source, "target": target,
+                                   "measured": np.asarray(measured, float),
+                                   "predicted": np.asarray(predicted, float)}))
+
+    for held in SOURCES:
+        p = fit(ref, sources=tuple(s for s in SOURCES if s != held))
+        if held == "perseus":
+            add(held, "avg_power", ref.perseus["avg_power_w"], predict_perseus(p, ref.perseus))
+        elif held == "stage_profiles":
+            t, w = predict_profiles(p, ref.profiles)
+            add(held, "time_ratio", ref.profiles["time_ratio"], t)
+            add(held, "power", ref.profiles["power_w"], w)
+        else:
+            t, w = predict_zeus(p, ref.zeus)
+            jobs = ~ref.zeus.duplicated(["gpu", "model", "limit_w"]).to_numpy()
+            add(held, "iter_time_ratio", ref.zeus["iter_ratio"].to_numpy()[jobs], t[jobs])
+            add(held, "avg_power", ref.zeus["avg_power_w"], w)
+    if len(ref.probe):
+        t, _ = predict_probe(full, ref.probe)
+        add(f"{PROBE_CHIP}_probe", "time_ratio", ref.probe["time_ratio"], t)
+    return pd.concat(parts, ignore_index=True)
+
+
+def plots(ref, folder) -> list[Path]:
+    """The figures of `--plots`: `held_out_points`, power and time ratio side by side, one
+    colour per source (its legend gives the held-out MAPE the table prints), the largest drawn
+    first so that the few points of a small source stay visible."""
+    points = held_out_points(ref)
+    figures = _plots.Figures(folder)
+    fig, axes = _plots.figure(2, width_in=12, height_in=6.4)
+    for ax, kind, unit in ((axes[0], "power", "average power per GPU (W)"),
+                           (axes[1], "time", "time ratio (to full clock or 300 W)")):
+        sel = points[points["target"].str.contains(kind)]
+        group = sel["source"] + " " + sel["target"]
+        log_error = np.log(sel["predicted"] / sel["measured"])
+        labels = {g: f"{g} ({int((group == g).sum())}; MAPE {mape(log_error[group == g]):.1f} %)"
+                  for g in group.unique()}
+        _plots.predicted_vs_measured(ax, sel["measured"], sel["predicted"], group, unit=unit,
+                                     labels=labels, log=False, size=10, alpha=0.45,
+                                     order=group.value_counts().index.tolist())
+        _plots.legend_below(ax, title="held out (points; MAPE)")
+    fig.suptitle("Power model: each source predicted by the fit to the other sources (the H200 "
+                 "probe: by the cross-chip fit)\nPerseus and Zeus: A40 and A100 PCIe; stage "
+                 "profiles: A40 and A100 SXM; MLPerf node energy (2 systems) in the table only",
+                 fontsize=10)
+    return [figures.save(fig, "power-predicted-vs-measured",
+                         "Predicted against measured average power (W) and time ratio, each "
+                         "source held out (predicted by the fit to the others), one colour per "
+                         "source and target, with the y = x and ±20 % lines")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE,
                         help="the power reference folder (default: datasets/reference/power)")
     parser.add_argument("--write", action="store_true", help="write the fit to power.toml")
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also write the figures (PNG) into DIR (needs matplotlib)")
     args = parser.parse_args()
     if not args.reference.is_dir():
         print(f"error: {args.reference} not found; pass --reference", file=sys.stderr)
@@ -111,6 +184,9 @@ def main() -> int:
     if args.write:
         write_fitted(fitted | ({"gemm_power_half_dim": half_dim} if half_dim else {}))
         print(f"wrote {POWER_TOML}")
+    if args.plots:
+        for path in plots(ref, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

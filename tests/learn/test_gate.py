@@ -72,3 +72,32 @@ def test_error_by_gpu_count_bins_every_job_once():
     assert table.loc["1-8", "rows"] == 2 and table.loc["1-8", "mape"] == pytest.approx(10.0)
     assert table.loc["257-1024", "rows"] == 2
     assert table.loc["1025+", "signed_median"] == pytest.approx(0.0)
+
+
+@pytest.mark.plot
+def test_gate_figures_draw_every_run_and_the_band(ref, tmp_path):
+    # `calibrate.py --gate --plots DIR` on the reference runs; the shipped calibration's own
+    # predictions stand in for the held-out ones (the refit takes minutes).
+    import json
+
+    import numpy as np
+    from benchmark_scripts import load_benchmark
+
+    from advisor.learn.fit import predict_reference
+    from advisor.perf.calibration import load_calibration
+
+    calibrate = load_benchmark("calibrate")
+    calibration = load_calibration()
+    predicted = predict_reference(ref, calibration)
+    half_width = calibration.metrics["loso_series_p80_abs_log_error"]
+    paths = calibrate.gate_plots(ref.rows, predicted, half_width, tmp_path)
+    assert [p.name for p in paths] == ["gate-predicted-vs-measured.png",
+                                       "gate-error-by-gpus.png", "gate-band-coverage.png"]
+    for path in paths:
+        data = path.read_bytes()
+        assert data[:4] == b"\x89PNG" and 10_000 < len(data) < 200_000
+    index = json.loads((tmp_path / "figures.json").read_text(encoding="utf-8"))
+    assert [f["file"] for f in index] == [p.name for p in paths]
+    assert f"exp(±{half_width:.3f})" in index[2]["alt"]
+    inside = np.abs(np.log(predicted / ref.rows["measured"])) <= half_width
+    assert 0.5 < inside.mean() < 1.0  # the band holds most runs, not all

@@ -355,3 +355,22 @@ def test_fp8_recipes_keep_gemm_inputs_quantised():
     layers_tokens = model.num_layers * 8192
     # The loss's logits and the first stage's input are precision-independent.
     assert bf16 - fp8 == pytest.approx(per_layer_token * layers_tokens, rel=1e-6)
+
+
+@pytest.mark.plot
+def test_memory_figures_are_drawn_from_the_benchmark_rows(megatron_ci, tmp_path):
+    # `memory_validation.py --plots DIR`: one point per mapped row, PNGs listed with alt text
+    # in figures.json (what docs/generate_validation.py embeds).
+    import json
+
+    rows, _, bench = megatron_ci
+    paths = bench.plots(rows, tmp_path)
+    assert [p.name for p in paths] == ["memory-predicted-vs-measured.png",
+                                       "memory-error-by-feature.png"]
+    for path in paths:
+        data = path.read_bytes()
+        assert data[:4] == b"\x89PNG" and 10_000 < len(data) < 200_000
+    index = json.loads((tmp_path / "figures.json").read_text(encoding="utf-8"))
+    assert [f["file"] for f in index] == [p.name for p in paths]
+    assert all(len(f["alt"]) > 40 for f in index)
+    assert f"{len(rows)} Megatron-LM" in index[0]["alt"]
