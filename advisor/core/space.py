@@ -299,25 +299,30 @@ def check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
                           f"evenly over its {config.vp} virtual stages.")
 
 
-def enumerate_space(job: Job, *, pins: dict[str, object] | None = None) -> pd.DataFrame:
+def enumerate_space(job: Job, *, pins: dict[str, object] | None = None,
+                    framework: str = "megatron") -> pd.DataFrame:
     """`space_table` as a DataFrame."""
-    return space_table(job, pins=pins).to_frame()
+    return space_table(job, pins=pins, framework=framework).to_frame()
 
 
-def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
+def space_table(job: Job, *, pins: dict[str, object] | None = None,
+                framework: str = "megatron") -> Table:
     """Every valid `ParallelConfig` for `job`, one row each (columns = `ParallelConfig` fields).
 
     Knobs enumerated: tp, cp, pp, vp, ep, etp (1 or tp), mbs (every divisor of gbs/dp),
     recompute (selective recompute of other modules than the attention core only where
     `recompute_modules` is pinned), dp_sharding, and overlap (all communication-overlap flags
-    on, or all off); vp > 1 only where the micro-batches per step are a multiple of pp
-    (Megatron-Core's interleaved schedule refuses the rest at its first step).
+    on, or all off); vp > 1 only where `framework`'s interleaved schedule runs the micro-batches
+    per step (`advisor.core.interleaving`: Megatron-Core's groups of pp or more by default;
+    torch.distributed.pipelining's equal rounds for TorchTitan and the other FSDP2 frameworks,
+    which refuse the rest at their first step).
     Sequence parallelism is on whenever tp > 1 (what Megatron/NeMo recipes do). `pins` fixes
     any field to one value. One extra column, `tp_beyond_nvlink`, flags tp larger than the
     platform's NVLink domain.
     """
     pins = _checked_pins(pins or {})
     model, n = job.model, job.num_gpus
+    torch_pp = uses_torch_pipelining(canonical_framework(framework))
 
     def pick(name: str, values: list) -> list:
         return [v for v in values if v == pins[name]] if name in pins else values
@@ -336,7 +341,7 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None) -> Table:
                 shardings = list(DP_SHARDING) if dp * cp > 1 else ["none"]
                 if pp > 1:
                     shardings = [s for s in shardings if s != "full"]
-                block = _block(tp=tp, cp=cp, pp=pp, dp=dp, gbs=job.gbs,
+                block = _block(tp=tp, cp=cp, pp=pp, dp=dp, gbs=job.gbs, torch_pp=torch_pp,
                                vps=pick("vp", vp_choices(model, pp)),
                                experts=_expert_layouts(model, tp=tp, dense_group=tp * cp * dp),
                                mbs=pick("mbs", divisors(job.gbs // dp)),
@@ -391,11 +396,12 @@ def _recompute_choices(pins: dict[str, object]) -> list[tuple[str, str]]:
 
 def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
            experts: list[tuple[int, int]], mbs: list[int], recompute: list[tuple[str, str]],
-           shardings: list[str]) -> dict[str, np.ndarray] | None:
+           shardings: list[str], torch_pp: bool = False) -> dict[str, np.ndarray] | None:
     """The configurations of one (tp, cp, pp) split, as columns: every combination of vp,
     (ep, etp), mbs, recompute, sharding and overlap (all communication-overlap switches on, or
     all off) in that nesting order, less overlap-on rows with nothing to overlap and vp > 1
-    where Megatron-Core's interleaved schedule cannot run the micro-batches per step."""
+    where the interleaved schedule (Megatron-Core's, or torch.distributed.pipelining's where
+    `torch_pp`) cannot run the micro-batches per step."""
     choices = (vps, experts, mbs, recompute, shardings, (True, False))
     if not all(choices):
         return None
@@ -409,10 +415,11 @@ def _block(*, tp: int, cp: int, pp: int, dp: int, gbs: int, vps: list[int],
     param = grad & (sharding != "none")
     tpo = overlap & (tp > 1)
     keep = ~(overlap & ~(grad | param | tpo))          # nothing to overlap: same as off
-    # Interleaving as Megatron-Core runs it: at least pp micro-batches per step, in groups of
-    # pp or, where that leaves a short last group, the larger group the emitters set
-    # (`advisor.core.interleaving`).
-    keep &= ~((vp > 1) & (group_sizes(gbs // (micro * dp), pp, torch_pipelining=False) == 0))
+    # Interleaving as Megatron-Core runs it (at least pp micro-batches per step, in groups of
+    # pp or, where that leaves a short last group, the larger group the emitters set), or as
+    # torch.distributed.pipelining's ScheduleInterleaved1F1B does (max(1, M // pp) rounds that
+    # must divide M): `advisor.core.interleaving`.
+    keep &= ~((vp > 1) & (group_sizes(gbs // (micro * dp), pp, torch_pipelining=torch_pp) == 0))
     rows = int(keep.sum())
     return {"tp": np.full(rows, tp), "pp": np.full(rows, pp), "dp": np.full(rows, dp),
             "cp": np.full(rows, cp), "ep": expert[keep, 0], "etp": expert[keep, 1],

@@ -180,6 +180,26 @@ def test_torch_pipelining_interleaves_in_equal_rounds():
     validate(megatron, model, platform)  # Megatron-Core: 9 in groups of 9
 
 
+def test_torchtitan_space_interleaves_as_torch_does():
+    """The space for TorchTitan keeps vp > 1 only where torch's ScheduleInterleaved1F1B runs the
+    micro-batches (M // pp rounds dividing M); Megatron's keeps its own groups. Llama 3 70B on
+    48 GPUs, PP 3: 16 micro-batches per step run in Megatron-Core groups of 4 but are 5 rounds
+    of 3.2 in torch (its error: "multiple of the number of rounds (5), but got 16")."""
+    model, platform = catalog.load_model("llama3-70b"), catalog.load_platform("h200")
+    job = make_job(model, platform, num_gpus=48, gbs=32)
+    pins = {"tp": 8, "pp": 3, "cp": 1, "mbs": 1}
+    megatron = enumerate_space(job, pins=pins).query("vp > 1")
+    titan = enumerate_space(job, pins=pins, framework="torchtitan").query("vp > 1")
+    assert not megatron.empty and titan.empty     # 16 micro-batches on PP 3
+    fewer = make_job(model, platform, num_gpus=48, gbs=4)  # 2 micro-batches: one round in torch
+    assert enumerate_space(fewer, pins=pins).query("vp > 1").empty
+    assert not enumerate_space(fewer, pins=pins, framework="torchtitan").query("vp > 1").empty
+    for space, framework in ((megatron, "megatron"), (titan, "torchtitan")):
+        for row in space.head(3).itertuples():
+            validate(make_config(job, tp=row.tp, pp=row.pp, vp=row.vp, mbs=row.mbs), model,
+                     platform, framework=framework)
+
+
 _ODD = {"tp": [0, 3, 16], "pp": [3, 5, 100], "cp": [3, 4], "dp": [3], "ep": [2, 16],
         "etp": [2], "vp": [2, 3, 5], "mbs": [3], "gbs": [12, 100], "seq_len": [6, 4097],
         "precision": ["nvfp4", "int3"], "recompute": ["most"], "dp_sharding": ["none", "full"],

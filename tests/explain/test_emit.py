@@ -652,6 +652,14 @@ TITAN_CASES = {
     "cp2": lambda: _case("llama3-70b", 64, tp=8, cp=2, pp=2),
     "hsdp-8-in-node": lambda: _case("llama3-8b", 64, dp_sharding="full", dp_shard_size=8),
     "moe-ep8-vp2": lambda: _case("qwen3-30b-a3b", 32, tp=2, pp=2, vp=2, ep=8, etp=1),
+    # 3 micro-batches on PP 4 interleaved: one round in torch's ScheduleInterleaved1F1B
+    # (Megatron-Core needs at least pp).
+    "interleaved-3-microbatches-pp4": lambda: _case("llama3-70b", 64, gbs=6, tp=8, pp=4, vp=2),
+    # 126 micro-batches on PP 6: 21 rounds of 6.
+    "interleaved-126-microbatches-pp6": lambda: _case("qwen3-30b-a3b", 96, gbs=1008, tp=2, pp=6,
+                                                      vp=2, ep=8, etp=1),
+    # FSDP2 with pipelining, which torchtitan runs (Megatron-FSDP does not pipeline).
+    "fsdp-pp2": lambda: _case("llama3-70b", 64, tp=8, pp=2, dp_sharding="full"),
 }
 
 
@@ -669,6 +677,24 @@ def titan():
         from torchtitan.distributed.parallel_dims import ParallelDims
 
         yield dict(ConfigManager=ConfigManager, ParallelDims=ParallelDims, pp=pipeline_parallel)
+
+
+def _stages(pp: int, vp: int, rank: int = 0) -> list:
+    """What torch's pipeline schedules read of rank `rank`'s stages when they are built (the
+    stage objects themselves need a process group; the schedule's rules do not)."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(group_size=pp, num_stages=pp * vp, group_rank=rank,
+                            stage_index=rank + v * pp, is_first=rank + v * pp == 0,
+                            is_last=rank + v * pp == pp * vp - 1) for v in range(vp)]
+
+
+def _titan_schedule(loaded, config: ParallelConfig, titan):
+    """torchtitan's own `_build_pipeline_schedule` for the loaded flags: torch's schedule class
+    checks the micro-batch count there (Interleaved 1F1B: a multiple of its rounds)."""
+    return titan["pp"]._build_pipeline_schedule(
+        parallelism=loaded.parallelism, local_batch_size=loaded.training.local_batch_size,
+        stages=_stages(config.pp, config.vp), loss_fn=lambda *args: (None, None))
 
 
 @pytest.mark.parametrize("case", TITAN_CASES)
@@ -711,6 +737,10 @@ def test_torchtitan_config_manager_loads_the_flags(case, titan):
         weight = [sum(m.startswith("layers.") for m in p) + first * ("tok_embeddings" in p)
                   + last * ("lm_head" in p) for p in parts]
         assert len(set(weight)) == 1, f"uneven stages {weight}"
+        schedule = _titan_schedule(loaded, config, titan)  # raises where torch refuses
+        assert schedule._n_microbatches == config.num_microbatches
+        assert type(schedule).__name__ == ("ScheduleInterleaved1F1B" if config.vp > 1
+                                           else "Schedule1F1B")
 
 
 @pytest.mark.parametrize("key", list(LOW_PRECISION_RECIPES))
@@ -735,6 +765,40 @@ def test_torchtitan_low_precision_recipes_are_torchtitans_own(key, titan):
               "deepseek-v3": dict(tp=1, ep=64, dp_sharding="full")}.get(model, dict(tp=2))
     args = torchtitan_args(make_config(job, etp=1, recompute="full", **layout), job)
     assert args[:4] == ["--module", module, "--config", function]
+
+
+@pytest.mark.parametrize("model,gpus,layout,rounds", [
+    # The reviewer's cases: 16 micro-batches on PP 3 (5 rounds), 128 on PP 6 (21 rounds).
+    ("llama3-70b", 48, dict(gbs=32, tp=8, pp=3, vp=3), 5),
+    ("qwen3-30b-a3b", 96, dict(gbs=1024, tp=2, pp=6, vp=2, ep=8, etp=1), 21)])
+def test_torchtitan_refuses_what_torchs_interleaved_schedule_refuses(model, gpus, layout, rounds,
+                                                                     titan):
+    """Megatron-Core runs these (in larger groups); torch's ScheduleInterleaved1F1B refuses
+    them, and the torchtitan emitter says so with torch's rule."""
+    config, job = _case(model, gpus, **layout)
+    megatron_args(config, job)  # Megatron-Core groups them
+    with pytest.raises(ConfigError, match=f"in {rounds} rounds of equal size.*does not divide "
+                                          f"{config.num_microbatches}"):
+        torchtitan_args(config, job)
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+
+    with pytest.raises(ValueError, match=f"number of rounds \\({rounds}\\), but got "
+                                         f"{config.num_microbatches}"):
+        ScheduleInterleaved1F1B(_stages(config.pp, config.vp), config.num_microbatches)
+
+
+def test_torchtitan_refuses_fewer_microbatches_than_1f1b_stages(titan):
+    """torch's Schedule1F1B (torchtitan's schedule for vp 1) needs a micro-batch per stage;
+    Megatron-Core's non-interleaved schedule runs fewer."""
+    config, job = _case("llama3-70b", 64, gbs=4, tp=8, pp=4)
+    assert config.num_microbatches == 2
+    megatron_args(config, job)
+    with pytest.raises(ConfigError, match="2 micro-batches per step on pp 4.*Schedule1F1B"):
+        torchtitan_args(config, job)
+    from torch.distributed.pipelining.schedules import Schedule1F1B
+
+    with pytest.raises(ValueError, match="must be greater than or equal to the number of stages"):
+        Schedule1F1B(_stages(4, 1)[0], 2)
 
 
 def test_torchtitan_command_is_launchable():

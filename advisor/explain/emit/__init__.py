@@ -66,16 +66,17 @@ def power_limit_comments(job: Job) -> str:
             f"# (and back to {job.platform.tdp_w:.0f} W after the job).\n")
 
 
-def check_fits(config: ParallelConfig, job: Job) -> None:
-    """Raise `ConfigError` unless `config` is a valid layout of `job`
-    (`advisor.core.space.validate`)."""
+def check_fits(config: ParallelConfig, job: Job, framework: str = "megatron") -> None:
+    """Raise `ConfigError` unless `config` is a valid layout of `job` under `framework`'s rules
+    (`advisor.core.space.validate`: TorchTitan's pipeline schedules are
+    torch.distributed.pipelining's, Megatron-LM's and NeMo's Megatron-Core's)."""
     from advisor.core.space import validate  # pandas: only when emitting
 
     if config.gbs != job.gbs or config.seq_len != job.seq_len:
         raise ConfigError(f"config has gbs {config.gbs}, seq_len {config.seq_len} but the job "
                           f"has gbs {job.gbs}, seq_len {job.seq_len}; build the config with "
                           f"advisor.core.parallel.make_config(job, ...).")
-    validate(config, job.model, job.platform, num_gpus=job.num_gpus)
+    validate(config, job.model, job.platform, num_gpus=job.num_gpus, framework=framework)
 
 
 LORA_HINTS = {

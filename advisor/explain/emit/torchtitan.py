@@ -101,7 +101,9 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     Raises:
         ConfigError: `config` does not fit `job`, or torchtitan cannot express a setting.
     """
-    check_fits(config, job)
+    # torchtitan's rules: FSDP2 pipelines, and torch.distributed.pipelining's interleaved
+    # schedule (M // pp rounds that must divide M; `advisor.core.interleaving`).
+    check_fits(config, job, framework="torchtitan")
     refuse_lora("torchtitan", config)
     recipe = torchtitan_recipe(job.model, config.precision)
     _refuse(config)
@@ -185,6 +187,11 @@ def _refuse(config: ParallelConfig) -> None:
     if config.attention == "unfused":
         raise ConfigError("attention unfused has no torchtitan flag: the recipe's model picks "
                           "its attention kernels (SDPA/flex); use attention flash.")
+    if config.pp > 1 and config.vp == 1 and config.num_microbatches < config.pp:
+        raise ConfigError(f"{config.num_microbatches} micro-batches per step on pp {config.pp}: "
+                          f"torchtitan's 1F1B schedule (torch's Schedule1F1B) needs at least as "
+                          f"many micro-batches as stages; lower mbs or raise gbs to give "
+                          f"{config.pp} or more, or emit for megatron or nemo.")
     if config.uneven:
         first, last = config.first_stage_layers or "even", config.last_stage_layers or "even"
         raise ConfigError(f"an uneven pipeline split (first stage {first}, last {last} "
