@@ -86,7 +86,8 @@ BENCHMARKS = (
               "The five power parameters fitted across chips on `datasets/reference/power` "
               "(Perseus, the GPT-3/BLOOM stage profiles, the Zeus power-limit sweeps), each "
               "source predicted by the others' fit; the H200 probe held out (its own fit beside "
-              "the cross-chip level); the MLPerf node-energy rows are never in the fit."),
+              "the cross-chip level); the MLPerf node-energy rows are never in the fit.",
+              plots=True),
     Benchmark("power-probe", "Power limit on an H200: what the probe measured",
               ("benchmarks/power_probe.py",),
               "One H200 at its 700 W limit (`datasets/probes/h200-power`, "
