@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -78,8 +79,13 @@ from advisor.perf.layout import StageLayout, stage_layout
 from advisor.perf.memory import EAGER_FRAMEWORKS, shard_groups
 from advisor.perf.power import POWER_COLUMNS, power_thermal
 from advisor.perf.recompute import Recompute
-from advisor.perf.step_comm import DataParallel, data_parallel, micro_batch_comm
-from advisor.perf.step_compute import MEMORY_EFFICIENCY, StageLayers, stage_compute
+from advisor.perf.step_comm import DataParallel, StageComm, data_parallel, micro_batch_comm
+from advisor.perf.step_compute import (
+    MEMORY_EFFICIENCY,
+    StageCompute,
+    StageLayers,
+    stage_compute,
+)
 from advisor.perf.timeline import StageTimeline, fill_drain
 
 if TYPE_CHECKING:
@@ -183,56 +189,181 @@ EAGER_GRAD_ADD_BYTES = 12.0
 (`AccumulateGrad` steals the first: read 4 + 4, write 4)."""
 
 
+@dataclass(frozen=True)
+class _Knobs:
+    """One configuration per row, as (configs × 1) columns that broadcast against stages."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    dp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    mbs: np.ndarray
+    gbs: np.ndarray
+    seq: np.ndarray
+    recompute: Recompute
+    sharding: np.ndarray
+    sp: np.ndarray
+    tp_overlap: np.ndarray
+    ep_overlap: np.ndarray
+    grad_overlap: np.ndarray
+    param_overlap: np.ndarray
+    grad_bytes: np.ndarray
+    precision: np.ndarray
+    pclass: np.ndarray
+    rows: np.ndarray
+    """Token rows of every GEMM (SP gathers the sequence)."""
+    lora: np.ndarray
+
+    @classmethod
+    def of(cls, configs: Columns) -> _Knobs:
+        tp, cp, mbs, seq = (_col(configs, k) for k in ("tp", "cp", "mbs", "seq_len"))
+        tp_overlap = _col(configs, "tp_comm_overlap", bool)
+        precision = configs["precision"]
+        return cls(
+            tp=tp, cp=cp, dp=_col(configs, "dp"), ep=_col(configs, "ep"),
+            etp=_col(configs, "etp"), mbs=mbs, gbs=_col(configs, "gbs"), seq=seq,
+            recompute=Recompute.of(configs), sharding=configs["dp_sharding"][:, None],
+            sp=_col(configs, "sequence_parallel", bool), tp_overlap=tp_overlap,
+            ep_overlap=(_col(configs, "ep_comm_overlap", bool) if "ep_comm_overlap" in configs
+                        else np.zeros_like(tp_overlap)),
+            grad_overlap=_col(configs, "overlap_grad_reduce", bool),
+            param_overlap=_col(configs, "overlap_param_gather", bool),
+            grad_bytes=np.where(_col(configs, "grad_reduce_in_fp32", bool), 4.0, 2.0),
+            precision=precision,
+            pclass=per_value(precision[:, None], PRECISIONS.__getitem__).astype(str),
+            rows=mbs * seq / cp, lora=is_lora(configs, len(tp))[:, None])
+
+    @property
+    def full(self) -> np.ndarray:
+        """FSDP: parameters, gradients and optimizer state sharded."""
+        return self.sharding == "full"
+
+    @property
+    def shard_opt(self) -> np.ndarray:
+        return self.sharding != "none"
+
+    @property
+    def microbatches(self) -> np.ndarray:
+        return self.gbs / (self.mbs * self.dp)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """One micro-batch's device work per stage (configs × pp), in seconds."""
+
+    compute: StageCompute
+    gemm: np.ndarray
+    attention: np.ndarray
+    memory: np.ndarray
+    recompute: np.ndarray
+    forward: np.ndarray
+    """The forward pass alone (what a parameter gather can hide under)."""
+
+    @property
+    def total(self) -> np.ndarray:
+        """Compute without recompute."""
+        return self.gemm + self.attention + self.memory
+
+    @property
+    def backward(self) -> np.ndarray:
+        return self.total - self.forward
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    """Each micro-batch's collectives per stage before any overlap, and the step's data-
+    parallel ones."""
+
+    comm: StageComm
+    data: DataParallel
+    fsdp: np.ndarray
+    """FSDP's (or TorchTitan's ZeRO-1 form's) gathers and reduce-scatters per micro-batch."""
+    titan_zero1: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Overlap:
+    """What overlap hid and what stays exposed, per micro-batch and stage."""
+
+    hidden: dict[str, np.ndarray]
+    tp: np.ndarray
+    cp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    fsdp: np.ndarray
+    overhead: np.ndarray
+    """The GPU waiting for the host's launches."""
+    dp_exposed: np.ndarray
+    dp_hidden: np.ndarray
+
+    @property
+    def interleaved(self) -> np.ndarray:
+        """Exposed communication between a micro-batch's kernels."""
+        return self.tp + self.cp + self.ep + self.pp + self.fsdp
+
+
 def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficiency,
           coll: CollectiveModel, layout: StageLayout, *, pp: int, vp: int,
           frameworks: np.ndarray, framework: Callable[[str], FrameworkEfficiency],
           detail: bool = False) -> dict:
-    tp, cp, dp = _col(configs, "tp"), _col(configs, "cp"), _col(configs, "dp")
-    ep, etp = _col(configs, "ep"), _col(configs, "etp")
-    mbs, gbs, seq = _col(configs, "mbs"), _col(configs, "gbs"), _col(configs, "seq_len")
-    recompute = Recompute.of(configs)
-    sharding = configs["dp_sharding"][:, None]
-    sp = _col(configs, "sequence_parallel", bool)
-    tp_overlap = _col(configs, "tp_comm_overlap", bool)
-    ep_overlap = (_col(configs, "ep_comm_overlap", bool) if "ep_comm_overlap" in configs
-                  else np.zeros_like(tp_overlap))
-    grad_overlap = _col(configs, "overlap_grad_reduce", bool)
-    param_overlap = _col(configs, "overlap_param_gather", bool)
-    grad_bytes = np.where(_col(configs, "grad_reduce_in_fp32", bool), 4.0, 2.0)
-    precision = configs["precision"]
-    pclass = per_value(precision[:, None], PRECISIONS.__getitem__).astype(str)
-    rows = mbs * seq / cp                  # token rows of every GEMM (SP gathers the sequence)
-
-    # ---- one micro-batch per stage (configs × pp): compute, then communication ---------------
+    """The step of configurations sharing one pipeline shape: compute, communication and
+    overlap, optimizer, then the stage timeline that the power model runs and the breakdown."""
+    knobs = _Knobs.of(configs)
     layers = StageLayers.of(layout, pp)
-    lora = is_lora(configs, len(tp))[:, None]
+    work = _compute(model, platform, layers, knobs, configs, eff=eff, frameworks=frameworks,
+                    framework=framework)
+    traffic = _traffic(model, platform, coll, layout, layers, knobs, configs, pp=pp, vp=vp,
+                       frameworks=frameworks)
+    work = _eager_gradient_accumulation(work, traffic.data, knobs, platform, frameworks,
+                                        pp=pp)
+    overlap = _overlap(work, traffic, knobs, layers, frameworks=frameworks, vp=vp)
+    optimizer = _optimizer_s(traffic.data, knobs, platform)
+    timeline = _timeline(work, overlap, optimizer, knobs, pp=pp, vp=vp)
+    power = power_thermal(platform, timeline, num_gpus=(knobs.tp * knobs.cp * knobs.dp)[:, 0]
+                          * pp, tokens_per_step=(knobs.gbs * knobs.seq)[:, 0], detail=detail)
+    out = _breakdown(work, overlap, optimizer, timeline, knobs, pp=pp, vp=vp)
+    out.update(power)   # step_time_s (throttled), throttle_s and the power/thermal columns
+    if detail:
+        out["timeline"] = timeline
+    return out
+
+
+def _compute(model: ModelSpec, platform: Platform, layers: StageLayers, k: _Knobs,
+             configs: Columns, *, eff: Efficiency, frameworks: np.ndarray,
+             framework: Callable[[str], FrameworkEfficiency]) -> _Work:
+    """One micro-batch's kernels per stage (`step_compute`)."""
     compute = stage_compute(model, platform, layers, eff=eff, frameworks=frameworks,
-                            framework=framework, rows=rows, tp=tp, ep=ep, etp=etp, mbs=mbs,
-                            seq=seq, sp=sp, pclass=pclass, recompute=recompute,
-                            attention=configs.get("attention"),
-                            lora=lora if lora.any() else None,
+                            framework=framework, rows=k.rows, tp=k.tp, ep=k.ep, etp=k.etp,
+                            mbs=k.mbs, seq=k.seq, sp=k.sp, pclass=k.pclass,
+                            recompute=k.recompute, attention=configs.get("attention"),
+                            lora=k.lora if k.lora.any() else None,
                             lora_targets=configs.get("lora_targets"))
-    gemm_fwd, attn_fwd = compute.gemm_fwd_s, compute.attention_fwd_s
-    mem_fwd = compute.memory_fwd_s
-    gemm_mb, attn_mb, mem_mb = compute.gemm_s, compute.attention_s, compute.memory_s
-    re_gemm, re_attn = compute.recompute_gemm_s, compute.recompute_attention_s
-    re_mem = compute.recompute_memory_s
-    compute_mb = gemm_mb + attn_mb + mem_mb
-    recompute_mb = re_gemm + re_attn + re_mem
-    comm = micro_batch_comm(model, platform, coll, layers, pp=pp, vp=vp, rows=rows, tp=tp,
-                            cp=cp, dp=dp, ep=ep, etp=etp, sp=sp, recompute=recompute,
-                            dispatcher=configs.get("moe_dispatcher"))
-    tp_all, cp_raw, mamba_cp = comm.tp_s, comm.cp_ring_s, comm.cp_mamba_s
-    ep_raw, pp_raw = comm.ep_s, comm.pp_s
-    shard = shard_groups(configs, dp * cp)
-    data = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
-                         precision=precision, grad_bytes=grad_bytes, shard=shard)
-    full = sharding == "full"
+    return _Work(compute, gemm=compute.gemm_s, attention=compute.attention_s,
+                 memory=compute.memory_s,
+                 recompute=(compute.recompute_gemm_s + compute.recompute_attention_s
+                            + compute.recompute_memory_s),
+                 forward=compute.gemm_fwd_s + compute.attention_fwd_s + compute.memory_fwd_s)
+
+
+def _traffic(model: ModelSpec, platform: Platform, coll: CollectiveModel, layout: StageLayout,
+             layers: StageLayers, k: _Knobs, configs: Columns, *, pp: int, vp: int,
+             frameworks: np.ndarray) -> _Traffic:
+    """Every collective before overlap (`step_comm`): per micro-batch and stage, and the
+    data-parallel ones per step."""
+    comm = micro_batch_comm(model, platform, coll, layers, pp=pp, vp=vp, rows=k.rows, tp=k.tp,
+                            cp=k.cp, dp=k.dp, ep=k.ep, etp=k.etp, sp=k.sp,
+                            recompute=k.recompute, dispatcher=configs.get("moe_dispatcher"))
+    shard = shard_groups(configs, k.dp * k.cp)
+    data = data_parallel(layout, platform, coll, tp=k.tp, cp=k.cp, dp=k.dp, ep=k.ep, etp=k.etp,
+                         precision=k.precision, grad_bytes=k.grad_bytes, shard=shard)
+    full, lora = k.full, k.lora
     if lora.any():
         # LoRA: only the adapters' gradients sync and only they are re-gathered after the
         # optimizer step; FSDP still gathers the frozen base before every use.
-        tuned = data_parallel(layout, platform, coll, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
-                              precision=precision, grad_bytes=grad_bytes, shard=shard,
+        tuned = data_parallel(layout, platform, coll, tp=k.tp, cp=k.cp, dp=k.dp, ep=k.ep,
+                              etp=k.etp, precision=k.precision, grad_bytes=k.grad_bytes,
+                              shard=shard,
                               trainable=stage_adapter_params(model, layout,
                                                              ranks=configs["lora_rank"],
                                                              targets=configs["lora_targets"]))
@@ -243,49 +374,59 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
             reduce_scatter_s=np.where(lora, tuned.reduce_scatter_s, data.reduce_scatter_s),
             all_gather_s=np.where(lora & ~full, tuned.all_gather_s, data.all_gather_s),
             all_reduce_s=np.where(lora, tuned.all_reduce_s, data.all_reduce_s))
-    rs, ag, ar = data.reduce_scatter_s, data.all_gather_s, data.all_reduce_s
-    shard_opt = sharding != "none"
-    m = gbs / (mbs * dp)
-    # Eager PyTorch under autocast over FP32 weights (`EAGER_FRAMEWORKS`; its workload wraps a
-    # model in FSDP only where dp > 1 and it shards fully or also splits TP/PP): each micro-
-    # batch's weight gradients come out in BF16 and are cast to FP32 (write 2 B, read 2, write
-    # 4 per trainable parameter), and every micro-batch after the first adds them to the
-    # accumulated FP32 gradients (read 4 + 4, write 4). Megatron fuses the accumulation into the
-    # weight-gradient GEMM (gradient_accumulation_fusion); a fixed cost per micro-batch the
-    # H200 campaign measured as 15 ms at either sequence length (benchmarks/campaign_check.py).
-    eager = np.isin(frameworks, EAGER_FRAMEWORKS)[:, None]
-    autocast = eager & ~((dp > 1) & (full | (tp * pp > 1)))
-    if autocast.any():
-        trainable = data.dense_params + data.expert_params
-        accumulate = np.where(autocast, trainable * (
-            EAGER_GRAD_CAST_BYTES + EAGER_GRAD_ADD_BYTES * (m - 1) / m)
-            / (platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY), 0.0)
-        mem_mb = mem_mb + accumulate
-        compute_mb = compute_mb + accumulate
-    fwd_mb = gemm_fwd + attn_fwd + mem_fwd
-    bwd_mb = compute_mb - fwd_mb
     # FSDP gathers parameters before forward and backward and reduce-scatters gradients, every
     # micro-batch, prefetching under the compute of the neighbouring layers.
-    fsdp_mb = np.where(full, 2.0 * ag + rs, 0.0)
+    fsdp = np.where(full, 2.0 * data.all_gather_s + data.reduce_scatter_s, 0.0)
     # TorchTitan 0.3.0 has no ZeRO-1: `dp_sharding optimizer` runs as FSDP2 with
     # reshard_after_forward never (the emitter's form), which gathers parameters once per step
     # but reduce-scatters gradients in every micro-batch's backward (no gradient-sync skip for
     # accumulation), where Megatron's distributed optimizer reduces once per step.
-    titan_zero1 = (frameworks[:, None] == "torchtitan") & (sharding == "optimizer")
-    fsdp_mb = np.where(titan_zero1, rs, fsdp_mb)
+    titan_zero1 = (frameworks[:, None] == "torchtitan") & (k.sharding == "optimizer")
+    fsdp = np.where(titan_zero1, data.reduce_scatter_s, fsdp)
+    return _Traffic(comm, data, fsdp, titan_zero1)
 
-    # ---- what overlap hides, per micro-batch ----------------------------------------------------
-    # One budget: communication can hide under at most OVERLAP_EFFICIENCY of the micro-batch's
-    # compute, each kind only under the kernels it overlaps with: TP under its GEMMs (when
-    # tp_comm_overlap is on), the CP ring under attention, interleaved send/recv (Megatron turns
-    # on overlap_p2p_comm whenever vp > 1; plain 1F1B waits for each transfer) and FSDP
-    # prefetch (parameter all-gathers with overlap_param_gather, gradient reduce-scatters with
-    # overlap_grad_reduce) under anything. What is left of the budget in the last micro-batch
-    # is what the data-parallel gradient sync and parameter gather can hide under.
-    budget = OVERLAP_EFFICIENCY * (compute_mb + recompute_mb)
-    fsdp_hideable = np.where(full, np.where(param_overlap, 2.0 * ag, 0.0)
-                             + np.where(grad_overlap, rs, 0.0),
-                             np.where(titan_zero1 & grad_overlap, rs, 0.0))
+
+def _eager_gradient_accumulation(work: _Work, data: DataParallel, k: _Knobs,
+                                 platform: Platform, frameworks: np.ndarray, *,
+                                 pp: int) -> _Work:
+    """`work` with eager PyTorch's gradient casts and accumulation added to the HBM-bound
+    kernels. Eager PyTorch under autocast over FP32 weights (`EAGER_FRAMEWORKS`; its workload
+    wraps a model in FSDP only where dp > 1 and it shards fully or also splits TP/PP): each
+    micro-batch's weight gradients come out in BF16 and are cast to FP32 (write 2 B, read 2,
+    write 4 per trainable parameter), and every micro-batch after the first adds them to the
+    accumulated FP32 gradients (read 4 + 4, write 4). Megatron fuses the accumulation into the
+    weight-gradient GEMM (gradient_accumulation_fusion); a fixed cost per micro-batch the H200
+    campaign measured as 15 ms at either sequence length (benchmarks/campaign_check.py)."""
+    eager = np.isin(frameworks, EAGER_FRAMEWORKS)[:, None]
+    autocast = eager & ~((k.dp > 1) & (k.full | (k.tp * pp > 1)))
+    if not autocast.any():
+        return work
+    m = k.microbatches
+    trainable = data.dense_params + data.expert_params
+    accumulate = np.where(autocast, trainable * (
+        EAGER_GRAD_CAST_BYTES + EAGER_GRAD_ADD_BYTES * (m - 1) / m)
+        / (platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY), 0.0)
+    return replace(work, memory=work.memory + accumulate)
+
+
+def _overlap(work: _Work, traffic: _Traffic, k: _Knobs, layers: StageLayers, *,
+             frameworks: np.ndarray, vp: int) -> _Overlap:
+    """What overlap hides, per micro-batch. One budget: communication can hide under at most
+    OVERLAP_EFFICIENCY of the micro-batch's compute, each kind only under the kernels it
+    overlaps with: TP under its GEMMs (when tp_comm_overlap is on), the CP ring under
+    attention, interleaved send/recv (Megatron turns on overlap_p2p_comm whenever vp > 1;
+    plain 1F1B waits for each transfer) and FSDP prefetch (parameter all-gathers with
+    overlap_param_gather, gradient reduce-scatters with overlap_grad_reduce) under anything.
+    What is left of the budget in the last micro-batch is what the data-parallel gradient sync
+    and parameter gather can hide under."""
+    comm, data, compute = traffic.comm, traffic.data, work.compute
+    rs, ag, ar = data.reduce_scatter_s, data.all_gather_s, data.all_reduce_s
+    full, titan_zero1 = k.full, traffic.titan_zero1
+    busy = work.total + work.recompute
+    budget = OVERLAP_EFFICIENCY * busy
+    fsdp_hideable = np.where(full, np.where(k.param_overlap, 2.0 * ag, 0.0)
+                             + np.where(k.grad_overlap, rs, 0.0),
+                             np.where(titan_zero1 & k.grad_overlap, rs, 0.0))
     # Without tp_comm_overlap, Megatron still hides each block's backward input-gradient
     # reduce under the weight-gradient GEMM of the same linear (`ASYNC_DGRAD_FRAMEWORKS`).
     cover, dgrad = compute.wgrad_cover_s, comm.tp_dgrad_s
@@ -294,107 +435,114 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
         for kind, count in (("attention", layers.attention), ("mlp", layers.mlp),
                             ("mamba", layers.mamba))), 0.0)
     hidden = {}
-    cp_attention = attn_mb + re_attn     # ring attention hides under the attention kernels
-    for name, raw, under in (("tp", np.where(tp_overlap, tp_all, tp_async), compute.tp_gemm_s),
-                             ("cp", cp_raw, cp_attention),
-                             ("pp", pp_raw if vp > 1 else np.zeros_like(pp_raw), compute_mb),
-                             ("ep", np.where(ep_overlap, ep_raw, 0.0),
-                              compute_mb + recompute_mb),
-                             ("fsdp", fsdp_hideable, compute_mb + recompute_mb)):
+    # ring attention hides under the attention kernels
+    cp_attention = work.attention + compute.recompute_attention_s
+    pp_raw = comm.pp_s
+    for name, raw, under in (("tp", np.where(k.tp_overlap, comm.tp_s, tp_async),
+                              compute.tp_gemm_s),
+                             ("cp", comm.cp_ring_s, cp_attention),
+                             ("pp", pp_raw if vp > 1 else np.zeros_like(pp_raw), work.total),
+                             ("ep", np.where(k.ep_overlap, comm.ep_s, 0.0), busy),
+                             ("fsdp", fsdp_hideable, busy)):
         hidden[name] = np.minimum(np.minimum(raw, OVERLAP_EFFICIENCY * under), budget)
         budget = budget - hidden[name]
-    tp_exposed = tp_all - hidden["tp"]
-    cp_exposed = cp_raw - hidden["cp"] + mamba_cp
-    pp_mb = pp_raw - hidden["pp"]
-    ep_exposed = ep_raw - hidden["ep"]
-    fsdp_exposed_mb = fsdp_mb - hidden["fsdp"]
-    device_mb = (compute_mb + recompute_mb + tp_exposed + cp_exposed + ep_exposed + pp_mb
-                 + fsdp_exposed_mb)
-    overhead_mb = np.maximum(compute.host_s - device_mb, 0.0)   # the GPU waiting for launches
-    microbatch = device_mb + overhead_mb
-    grad_sync = np.where(titan_zero1, 0.0, np.where(shard_opt, rs, ar))  # titan: per micro-batch
-    grad_hidden = np.where(grad_overlap, np.minimum(np.minimum(
-        grad_sync, OVERLAP_EFFICIENCY * bwd_mb), budget), 0.0)
+    tp = comm.tp_s - hidden["tp"]
+    cp = comm.cp_ring_s - hidden["cp"] + comm.cp_mamba_s
+    pp = pp_raw - hidden["pp"]
+    ep = comm.ep_s - hidden["ep"]
+    fsdp = traffic.fsdp - hidden["fsdp"]
+    device = busy + tp + cp + ep + pp + fsdp
+    overhead = np.maximum(compute.host_s - device, 0.0)
+    grad_sync = np.where(titan_zero1, 0.0, np.where(k.shard_opt, rs, ar))  # titan: per mb
+    grad_hidden = np.where(k.grad_overlap, np.minimum(np.minimum(
+        grad_sync, OVERLAP_EFFICIENCY * work.backward), budget), 0.0)
     budget = budget - grad_hidden
-    gather = np.where(shard_opt & ~full, ag, 0.0)
-    gather_hidden = np.where(param_overlap, np.minimum(np.minimum(
-        gather, OVERLAP_EFFICIENCY * fwd_mb), budget), 0.0)
-    dp_exposed = np.where(full, 0.0, grad_sync - grad_hidden + gather - gather_hidden)
-    dp_hidden = np.where(full, 0.0, grad_hidden + gather_hidden)
+    gather = np.where(k.shard_opt & ~full, ag, 0.0)
+    gather_hidden = np.where(k.param_overlap, np.minimum(np.minimum(
+        gather, OVERLAP_EFFICIENCY * work.forward), budget), 0.0)
+    return _Overlap(hidden, tp=tp, cp=cp, pp=pp, ep=ep, fsdp=fsdp, overhead=overhead,
+                    dp_exposed=np.where(full, 0.0, grad_sync - grad_hidden + gather
+                                        - gather_hidden),
+                    dp_hidden=np.where(full, 0.0, grad_hidden + gather_hidden))
 
-    # ---- optimizer: the Adam step streams the GPU's shard from HBM -----------------------------
-    dense_params, expert_params = data.dense_params, data.expert_params
-    local_params = dense_params + expert_params
-    opt_params = np.where(shard_opt, dense_params / data.dense_group
-                          + expert_params / data.expert_group, local_params)
-    hbm = platform.hbm_bandwidth_bytes_per_s * MEMORY_EFFICIENCY
-    optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / hbm
 
-    # ---- assemble: the slowest stage sets the pace, at its slowest GPU's clock ----------------
-    n = len(tp)
-    m1 = m[:, 0]
+def _optimizer_s(data: DataParallel, k: _Knobs, platform: Platform) -> np.ndarray:
+    """The Adam step, streaming the GPU's shard of the optimizer state from HBM."""
+    dense, expert = data.dense_params, data.expert_params
+    params = np.where(k.shard_opt, dense / data.dense_group + expert / data.expert_group,
+                      dense + expert)
+    return params * OPTIMIZER_BYTES_PER_PARAM / (platform.hbm_bandwidth_bytes_per_s
+                                                 * MEMORY_EFFICIENCY)
+
+
+def _timeline(work: _Work, ov: _Overlap, optimizer: np.ndarray, k: _Knobs, *, pp: int,
+              vp: int) -> StageTimeline:
+    """Each stage's step as the power model runs it (configs × pp)."""
+    n, m = len(k.tp), k.microbatches
+    compute = work.compute
 
     def stages(x: np.ndarray) -> np.ndarray:
         return np.broadcast_to(x, (n, pp)).astype(float)
 
-    tail_stage = stages(dp_exposed + optimizer)
-    interleaved_mb = tp_exposed + cp_exposed + ep_exposed + pp_mb + fsdp_exposed_mb
-    timeline = StageTimeline(
-        gemm_s=stages(m * (gemm_mb + re_gemm)),
-        attention_s=stages(m * (attn_mb + re_attn)),
-        memory_s=stages(m * (mem_mb + re_mem) + optimizer),
+    busy = work.total + work.recompute
+    return StageTimeline(
+        gemm_s=stages(m * (work.gemm + compute.recompute_gemm_s)),
+        attention_s=stages(m * (work.attention + compute.recompute_attention_s)),
+        memory_s=stages(m * (work.memory + compute.recompute_memory_s) + optimizer),
         # what runs under the steady stretch's compute (the DP sync hides under the last
         # micro-batch only: no part of the sustained burst)
-        hidden_comm_s=stages(m * sum(hidden.values())),
-        exposed_comm_s=stages(m * interleaved_mb + dp_exposed),
-        interleaved_comm_s=stages(m * interleaved_mb),
-        host_wait_s=stages(m * overhead_mb),
+        hidden_comm_s=stages(m * sum(ov.hidden.values())),
+        exposed_comm_s=stages(m * ov.interleaved + ov.dp_exposed),
+        interleaved_comm_s=stages(m * ov.interleaved),
+        host_wait_s=stages(m * ov.overhead),
         # 1F1B gathers a stage's waiting at the fill and drain: its micro-batches run back to
         # back in between, one sustained burst.
-        burst_s=stages(m * (compute_mb + recompute_mb)),
-        microbatch_s=stages(microbatch),
-        microbatch_compute_s=stages(compute_mb + recompute_mb),
-        tail_s=tail_stage, num_microbatches=m1, virtual_stages=vp,
+        burst_s=stages(m * busy),
+        microbatch_s=stages(busy + ov.interleaved + ov.overhead),
+        microbatch_compute_s=stages(busy),
+        tail_s=stages(ov.dp_exposed + optimizer), num_microbatches=m[:, 0], virtual_stages=vp,
         gemm_utilization=np.broadcast_to(compute.gemm_utilization, (n, pp))[:, 0],
-        gpus_per_stage=(tp * cp * dp)[:, 0])
-    world = (tp * cp * dp)[:, 0] * pp
-    power = power_thermal(platform, timeline, num_gpus=world,
-                          tokens_per_step=(gbs * seq)[:, 0], detail=detail)
+        gpus_per_stage=(k.tp * k.cp * k.dp)[:, 0])
+
+
+def _breakdown(work: _Work, ov: _Overlap, optimizer: np.ndarray, tl: StageTimeline,
+               k: _Knobs, *, pp: int, vp: int) -> dict[str, np.ndarray]:
+    """The step's components: the slowest stage sets the pace (the power model then runs it at
+    its slowest GPU's clock)."""
+    n = len(k.tp)
+    m1 = tl.num_microbatches
+    microbatch = tl.microbatch_s
     slowest = np.argmax(microbatch, axis=1)
     pick = (np.arange(n), slowest)
-    t_mb = microbatch[pick]
-    worst = np.argmax(tail_stage, axis=1)
-    tail = tail_stage[np.arange(n), worst]
-    dp_worst = stages(dp_exposed)[np.arange(n), worst]
-    fsdp_exp = fsdp_exposed_mb[pick]
+    worst = np.argmax(tl.tail_s, axis=1)
+    tail = tl.tail_s[np.arange(n), worst]
+    dp_worst = np.broadcast_to(ov.dp_exposed, (n, pp))[np.arange(n), worst]
+    compute = work.compute
 
     def per_step(x: np.ndarray) -> np.ndarray:
-        return m1 * x[pick]
+        return m1 * np.broadcast_to(x, (n, pp))[pick]
 
-    out = {
-        "compute_s": per_step(compute_mb),
-        "recompute_s": per_step(recompute_mb),
-        "tp_comm_s": per_step(tp_exposed),
-        "cp_comm_s": per_step(cp_exposed),
-        "ep_comm_s": per_step(ep_exposed),
-        "pp_comm_s": per_step(pp_mb),
-        "dp_comm_s": dp_worst + m1 * fsdp_exp,
-        "bubble_s": fill_drain(stages(microbatch), vp),
+    return {
+        "compute_s": per_step(work.total),
+        "recompute_s": per_step(work.recompute),
+        "tp_comm_s": per_step(ov.tp),
+        "cp_comm_s": per_step(ov.cp),
+        "ep_comm_s": per_step(ov.ep),
+        "pp_comm_s": per_step(ov.pp),
+        "dp_comm_s": dp_worst + per_step(ov.fsdp),
+        "bubble_s": fill_drain(microbatch, vp),
         "optimizer_s": tail - dp_worst,
-        "overhead_s": per_step(overhead_mb),
-        "gemm_s": per_step(gemm_mb + re_gemm),
-        "attention_s": per_step(attn_mb + re_attn),
-        "memory_bound_s": per_step(mem_mb + re_mem) + tail - dp_worst,
-        "hidden_comm_s": per_step(sum(hidden.values())) + dp_hidden[pick],
-        "microbatch_s": t_mb,
-        "forward_burst_s": fwd_mb[pick],
-        "gemm_utilization": timeline.gemm_utilization,
+        "overhead_s": per_step(ov.overhead),
+        "gemm_s": per_step(work.gemm + compute.recompute_gemm_s),
+        "attention_s": per_step(work.attention + compute.recompute_attention_s),
+        "memory_bound_s": per_step(work.memory + compute.recompute_memory_s) + tail - dp_worst,
+        "hidden_comm_s": (per_step(sum(ov.hidden.values()))
+                          + np.broadcast_to(ov.dp_hidden, (n, pp))[pick]),
+        "microbatch_s": microbatch[pick],
+        "forward_burst_s": np.broadcast_to(work.forward, (n, pp))[pick],
+        "gemm_utilization": tl.gemm_utilization,
         "num_microbatches": m1,
     }
-    out.update(power)   # step_time_s (throttled), throttle_s and the power/thermal columns
-    if detail:
-        out["timeline"] = timeline
-    return out
 
 
 def step_detail(model: ModelSpec, platform: Platform, configs: Columns, *,
