@@ -121,7 +121,7 @@ def plots(ref, folder) -> list[Path]:
     first so that the few points of a small source stay visible."""
     points = held_out_points(ref)
     figures = _plots.Figures(folder)
-    fig, axes = _plots.figure(2, width_in=12, height_in=6.4)
+    fig, axes = _plots.figure(2, width_in=12, height_in=5.6)
     for ax, kind, unit in ((axes[0], "power", "average power per GPU (W)"),
                            (axes[1], "time", "time ratio (to full clock or 300 W)")):
         sel = points[points["target"].str.contains(kind)]
