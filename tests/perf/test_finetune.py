@@ -112,8 +112,10 @@ def test_emitters_without_adapters_refuse_lora_and_say_why(kind):
 
 
 def _finetune_case(finetune: str, model: str = "llama3-70b", **choices):
-    job = make_job(catalog.load_model(model), catalog.load_platform("h100"), num_gpus=16,
-                   seq_len=8192, gbs=16, precision=choices.pop("precision", "fp8"),
+    platform = catalog.load_platform(choices.pop("platform", "h100"))
+    job = make_job(catalog.load_model(model), platform,
+                   num_gpus=choices.pop("gpus", 16), seq_len=8192, gbs=choices.pop("gbs", 16),
+                   precision=choices.pop("precision", "fp8"),
                    finetune=finetune, lora_rank=choices.pop("lora_rank", 16),
                    lora_targets=choices.pop("lora_targets", "attention"))
     return make_config(job, **choices), job
@@ -144,6 +146,9 @@ def nemo_recipe(tmp_path):
     ("lora", {"tp": 2, "pp": 2, "lora_rank": 8, "lora_targets": "all-linear",
               "precision": "bf16", "recompute": "full"}),
     ("full", {"tp": 8, "pp": 2, "dp_sharding": "optimizer", "precision": "bf16"}),
+    # Llama 3 8B on 8 B200 at micro-batch 2: NeMo packs only at micro-batch 1, so no packing.
+    ("lora", {"model": "llama3-8b", "platform": "b200", "gpus": 8, "gbs": 256, "mbs": 2,
+              "precision": "bf16"}),
 ])
 def test_nemo_finetune_script_builds_the_recipe_advisor_priced(finetune, choices, nemo_recipe):
     import fiddle as fdl
@@ -169,7 +174,12 @@ def test_nemo_finetune_script_builds_the_recipe_advisor_priced(finetune, choices
     strategy = recipe.trainer.strategy
     assert (strategy.tensor_model_parallel_size, strategy.pipeline_model_parallel_size,
             strategy.context_parallel_size) == (config.tp, config.pp, config.cp)
-    assert recipe.data.packed_sequence_specs.packed_sequence_size == config.seq_len
+    # NeMo's own data module, built: it refuses packed sequences above micro-batch 1
+    # (FineTuningDataModule.validate_batch_size_for_packed_sequence).
+    data = fdl.build(recipe.data)
+    assert (data.micro_batch_size, data.global_batch_size) == (config.mbs, config.gbs)
+    assert data.packed_sequence_size == (config.seq_len if config.mbs == 1 else -1)
+    assert data.dataset_kwargs.get("pad_to_max_length") is True  # seq_len tokens per sample
     assert recipe.data.seq_length == recipe.model.config.seq_length == config.seq_len
     assert recipe.optim.config.use_distributed_optimizer == (config.dp_sharding != "none")
     if finetune == "lora":

@@ -5,10 +5,11 @@ its CLI cannot set what advisor priced: NeMo-Run 0.11's parser does not resolve 
 annotations of `LoRA`'s fields (`peft.dim=16` fails with "Unsupported type: int"), and the
 fine-tuning trainer has no `DistributedDataParallelConfig` for `trainer.strategy.ddp.*` to
 land on. So advisor writes the recipe in Python: NeMo's own `finetune_recipe` with sequences
-packed to the job's length, a megatron-core DDP config, the adapter rank and targets, and
+packed to the job's length (at micro-batch 1, the only size NeMo packs at; otherwise every
+sample padded to it), a megatron-core DDP config, the adapter rank and targets, and
 every field `nemo_values` sets for pre-training, assigned on the recipe; `run.run(...,
 direct=True)` then runs it in each torchrun process. Checked by importing the script and
-reading the recipe it builds (tests/perf/test_finetune.py).
+reading the recipe it builds, data module included (tests/perf/test_finetune.py).
 """
 
 from __future__ import annotations
@@ -51,10 +52,15 @@ def nemo_finetune_script(config: ParallelConfig, job: Job) -> str:
     nodes, per_node = node_layout(job)
     factory = nemo_factory(job.model)
     peft = "'lora'" if config.finetune == "lora" else "None"
+    packed = packs(config)
     lines = [f"recipe = {factory}.finetune_recipe(",
              f"    num_nodes={nodes}, num_gpus_per_node={per_node}, peft_scheme={peft},",
-             f"    seq_length={config.seq_len}, packed_sequence=True)",
+             f"    seq_length={config.seq_len}, packed_sequence={packed})",
              f"recipe.trainer.strategy.ddp = {DDP}"]
+    if not packed:
+        # Every sample padded to seq_len: the micro-batch of mbs × seq_len tokens advisor
+        # priced (GPTSFTDataset's pad_to_max_length; unpadded, it pads to the longest sample).
+        lines.append("recipe.data.dataset_kwargs = {'pad_to_max_length': True}")
     if config.finetune == "lora":
         lines += [f"recipe.peft.dim = {config.lora_rank}",
                   f"recipe.peft.target_modules = {TARGET_MODULES[config.lora_targets]!r}"]
@@ -95,13 +101,22 @@ def nemo_finetune_command(config: ParallelConfig, job: Job) -> str:
         f"nemo.collections.llm.recipes.{factory} with a finetune_recipe.",
         "The recipe restores the base model from nemo://<Hugging Face id>: import it first "
         "(llm.import_ckpt), and swap the recipe's SQuAD data module for your dataset "
-        f"(packed to {config.seq_len} tokens, as advisor priced).",
+        + (f"(packed to {config.seq_len} tokens, as advisor priced)." if packs(config) else
+           f"(each sample padded to {config.seq_len} tokens, as advisor priced: NeMo packs "
+           f"sequences only at micro-batch 1, and this layout runs {config.mbs})."),
     ]
     if config.tp_comm_overlap:
         comments.append("tp_comm_overlap: add MegatronCommOverlapCallback(tp_comm_overlap=True) "
                         "to recipe.trainer.callbacks in the script.")
     return (shell_command(comments, [["cat", ">", shlex.quote(name), "<<'EOF'"]])
             + f"{script}EOF\n" + shell_command([], [torchrun_words(job), [shlex.quote(name)]]))
+
+
+def packs(config: ParallelConfig) -> bool:
+    """Whether the script packs sequences: NeMo packs only at micro-batch 1
+    (`FineTuningDataModule.validate_batch_size_for_packed_sequence` raises "Micro batch size
+    should be 1 when training with packed sequence")."""
+    return config.mbs == 1
 
 
 def _kind(config: ParallelConfig) -> str:
