@@ -459,7 +459,12 @@ NEMO_ONLY = {"mxfp8-moe": lambda: _case("mixtral-8x7b", 64, platform="b200", pre
                                                 recompute="selective"),
              "moe-mla-recompute-modules": lambda: _case(
                  "deepseek-v3", 256, tp=8, pp=2, ep=64, recompute="selective",
-                 recompute_modules="mla_up_proj layernorm moe_act")}
+                 recompute_modules="mla_up_proj layernorm moe_act"),
+             # The generic route: NeMo 2.7.3 has no kimi_k2 or llama2_70b recipe (the reviewer
+             # found `--factory kimi_k2`); the same architecture's recipe gets the shape.
+             "generic-kimi-k2": lambda: _case("kimi-k2", 1024, tp=8, pp=2, ep=64, etp=1),
+             "generic-llama2-70b": lambda: _case("llama2-70b", 64, tp=8, pp=2),
+             "generic-gpt3-20b": lambda: _case("gpt3-20b", 64, tp=8, pp=2)}
 
 
 @pytest.mark.parametrize("case", NEMO_CASES)
@@ -625,10 +630,115 @@ def test_nemo_command_names_the_recipe():
     config, job = CASES["dense-tp8-pp2-vp5"]()
     command = nemo_command(config, job)
     assert "nemo llm pretrain --factory llama3_70b \\\n" in command
-    assert "# --factory must name the pretrain recipe for llama3-70b" in command
+    assert "# --factory llama3_70b: NeMo 2.7.3's pretrain recipe for llama3-70b." in command
     assert "MegatronCommOverlapCallback" in command  # tp_comm_overlap is on
     assert nemo_factory(load_model("llama3.1-405b")) == "llama31_405b"
     assert nemo_factory(load_model("mixtral-8x7b")) == "mixtral_8x7b"
+
+
+#: TransformerConfig fields that give a model its shape, compared between NeMo's recipe and
+#: Megatron-LM's shape flags for the same model.
+SHAPE = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+         "num_query_groups", "kv_channels", "gated_linear_unit", "add_bias_linear",
+         "normalization", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+         "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_num_groups",
+         "moe_router_group_topk", "kv_lora_rank", "q_lora_rank", "qk_head_dim",
+         "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def _shape(tc) -> dict:
+    """`SHAPE` of a model config (built, or NeMo-Run's unbuilt one: building NeMo's Llama
+    configs needs Transformer Engine), defaults resolved as megatron-core's __post_init__
+    does."""
+    def read(name):
+        try:
+            return getattr(tc, name, None)
+        except ValueError:  # fiddle has no value for a default_factory field: the factory's
+            field = {f.name: f for f in dataclasses.fields(tc.__fn_or_cls__)}[name]
+            return field.default_factory()
+
+    out = {k: read(k) for k in SHAPE}
+    mla = out["kv_lora_rank"] is not None and hasattr(tc, "qk_head_dim")
+    if mla:  # MLA: heads are not grouped, and the head width is the MLA dims'
+        out["num_query_groups"] = out["kv_channels"] = None
+    else:
+        out.update({k: None for k in SHAPE[-5:]})
+        out["num_query_groups"] = out["num_query_groups"] or out["num_attention_heads"]
+        out["kv_channels"] = out["kv_channels"] or out["hidden_size"] // out[
+            "num_attention_heads"]
+    if out["moe_router_num_groups"] == 1:  # one group of all experts: no group limit
+        out["moe_router_num_groups"] = out["moe_router_group_topk"] = None
+    if not out["num_moe_experts"]:
+        out.update({k: None for k in SHAPE[9:16]})
+    else:
+        out["moe_ffn_hidden_size"] = out["moe_ffn_hidden_size"] or out["ffn_hidden_size"]
+    if out["num_moe_experts"] and isinstance(out["moe_layer_freq"], int):
+        out["moe_layer_freq"] = [int(i % out["moe_layer_freq"] == 0)
+                                 for i in range(out["num_layers"])]
+    out["normalization"] = str(out["normalization"]).lower()
+    return out
+
+
+def _megatron_shape(model, mcore) -> dict:
+    import torch
+
+    cls, kw = _transformer_kwargs(_parse_megatron(model_args(model, seq_len=4096), mcore),
+                                  {"vp": None, "dtype": torch.bfloat16}, mcore)
+    kw.pop("mtp_num_layers", None)
+    return _shape(cls(**kw))
+
+
+@pytest.fixture(scope="module")
+def nemo_llm():
+    pytest.importorskip("nemo.collections.llm", reason="nemo_toolkit is not installed")
+    import importlib
+
+    return importlib.import_module("nemo.collections.llm")
+
+
+def test_every_factory_the_nemo_emitter_names_is_in_the_installed_nemo(nemo_run_parse):
+    """`--factory` names only recipes NeMo 2.7.3 registers (`nemo llm pretrain` resolves each
+    one) and a fine-tuning script imports only a `finetune_recipe` NeMo has; every catalog
+    model gets one of them or a refusal."""
+    import importlib
+
+    from advisor.catalog import models
+    from advisor.explain.emit.nemo import GENERIC_BASES, NEMO_RECIPES, NO_FINETUNE_RECIPE
+
+    factories = {*NEMO_RECIPES.values(), *(f for f, _, _ in GENERIC_BASES)}
+    for factory in sorted(factories):
+        assert nemo_run_parse(factory, []).model.config is not None, factory
+        module = importlib.import_module(f"nemo.collections.llm.recipes.{factory}")
+        assert hasattr(module, "finetune_recipe") == (factory not in NO_FINETUNE_RECIPE)
+    for model in models().values():
+        try:
+            assert nemo_factory(model) in factories
+        except ConfigError as e:
+            assert "ships no recipe for" in str(e) and model.name not in NEMO_RECIPES
+
+
+@pytest.mark.parametrize("name", sorted(__import__("advisor.explain.emit.nemo", fromlist=["x"])
+                                        .NEMO_RECIPES))
+def test_nemo_recipes_build_the_model_advisor_priced(name, nemo_run_parse, mcore):
+    """Each model's own NeMo recipe has the catalog's shape: what Megatron-LM's shape flags
+    build for it."""
+    model = load_model(name)
+    recipe = nemo_run_parse(nemo_factory(model), [])
+    assert _shape(recipe.model.config) == _megatron_shape(model, mcore)
+
+
+@pytest.mark.parametrize("case", [c for c in NEMO_ONLY if c.startswith("generic-")])
+def test_nemo_generic_route_builds_the_model_advisor_priced(case, nemo_run_parse, mcore):
+    """A model NeMo ships no recipe for: the same architecture's recipe, with the overrides,
+    has the model's shape, and the command says it is the generic route."""
+    from advisor.explain.emit.nemo import NEMO_RECIPES
+
+    config, job = NEMO_ONLY[case]()
+    assert job.model.name not in NEMO_RECIPES
+    recipe = nemo_run_parse(nemo_factory(job.model), nemo_overrides(config, job))
+    assert _shape(recipe.model.config) == _megatron_shape(job.model, mcore)
+    assert recipe.model.config.rotary_base in (job.model.rope_theta, 10000)  # learned: unused
+    assert "# Generic route: NeMo 2.7.3 ships no recipe for" in nemo_command(config, job)
 
 
 def test_nemo_refuses_what_its_parser_cannot_read():

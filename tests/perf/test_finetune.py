@@ -149,6 +149,8 @@ def nemo_recipe(tmp_path):
     # Llama 3 8B on 8 B200 at micro-batch 2: NeMo packs only at micro-batch 1, so no packing.
     ("lora", {"model": "llama3-8b", "platform": "b200", "gpus": 8, "gbs": 256, "mbs": 2,
               "precision": "bf16"}),
+    # No llama2_13b recipe in NeMo 2.7.3: the generic route (llama3_8b's, with the shape set).
+    ("lora", {"model": "llama2-13b", "tp": 2, "precision": "bf16"}),
 ])
 def test_nemo_finetune_script_builds_the_recipe_advisor_priced(finetune, choices, nemo_recipe):
     import fiddle as fdl
@@ -182,6 +184,7 @@ def test_nemo_finetune_script_builds_the_recipe_advisor_priced(finetune, choices
     assert data.dataset_kwargs.get("pad_to_max_length") is True  # seq_len tokens per sample
     assert recipe.data.seq_length == recipe.model.config.seq_length == config.seq_len
     assert recipe.optim.config.use_distributed_optimizer == (config.dp_sharding != "none")
+    assert recipe.model.config.num_layers == job.model.num_layers  # the model, not the recipe's
     if finetune == "lora":
         lora = fdl.build(recipe.peft)
         assert isinstance(lora, LoRA)

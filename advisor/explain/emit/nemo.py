@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 
 from advisor.core.errors import ConfigError
 from advisor.core.interleaving import group_size
@@ -35,11 +36,121 @@ _RECOMPUTE = {"none": (None, None, None), "selective": ("selective", None, None)
               "full": ("full", "uniform", 1)}
 
 
+NEMO_RECIPES = {
+    "llama2-7b": "llama2_7b", "llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b",
+    "llama3.1-8b": "llama31_8b", "llama3.1-70b": "llama31_70b", "llama3.1-405b": "llama31_405b",
+    "llama4-scout": "llama4_e16", "mixtral-8x7b": "mixtral_8x7b", "mixtral-8x22b": "mixtral_8x22b",
+    "qwen3-8b": "qwen3_8b", "qwen3-32b": "qwen3_32b", "qwen3-30b-a3b": "qwen3_30b_a3b",
+    "qwen3-235b-a22b": "qwen3_235b_a22b", "deepseek-v3": "deepseek_v3", "gpt3-175b": "gpt3_175b",
+    "nemotron-3-8b": "nemotron3_8b", "nemotron-22b": "nemotron3_22b",
+    "nemotron-4-15b": "nemotron4_15b", "nemotron-4-340b": "nemotron4_340b",
+}
+"""Catalog model -> the NeMo 2.7.3 recipe (`nemo.collections.llm.recipes.<name>`, registered as
+`nemo llm pretrain --factory <name>`) that builds that model: the same layers, widths, heads and
+experts (tests/explain/test_emit.py builds each one with NeMo-Run and compares)."""
+
+NO_FINETUNE_RECIPE = ("gpt3_175b",)
+"""Recipes of `NEMO_RECIPES` and `GENERIC_BASES` without a `finetune_recipe` in NeMo 2.7.3."""
+
+GENERIC_BASES = (
+    ("deepseek_v3", "multi-head latent attention with routed and shared experts",
+     lambda m: m.is_mla and m.is_moe),
+    ("mixtral_8x7b", "a Llama-style MoE (RMSNorm, SwiGLU experts, RoPE, no biases)",
+     lambda m: m.is_moe and not m.is_mla and _llama_style(m)),
+    ("llama3_8b", "a Llama-style dense model (RMSNorm, SwiGLU, RoPE, no biases)",
+     lambda m: not m.is_moe and not m.is_mla and _llama_style(m)),
+    ("gpt3_175b", "a GPT-style dense model (LayerNorm, GELU, learned positions, biases)",
+     lambda m: (not m.is_moe and not m.is_mla and m.norm == "layernorm" and not m.gated_mlp
+                and m.position_embedding == "learned" and m.attention_bias and m.mlp_bias)),
+)
+"""(NeMo 2.7.3 recipe, its architecture, which models have it) for a model NeMo ships no recipe
+for: the recipe of the same architecture with the model's shape set on `model.config` (the
+generic route; the command says so)."""
+
+
+def _llama_style(model: ModelSpec) -> bool:
+    return (model.norm == "rmsnorm" and model.gated_mlp and model.position_embedding == "rope"
+            and not (model.attention_bias or model.mlp_bias or model.qkv_bias))
+
+
+@dataclass(frozen=True)
+class NemoRecipe:
+    """The NeMo 2.7.3 recipe a command names, and for the generic route what it stands in for."""
+
+    factory: str
+    generic: str = ""
+    """Empty: the model's own recipe. Else the architecture the stand-in recipe shares with the
+    model (its shape is set on `model.config`)."""
+
+
+def nemo_recipe(model: ModelSpec) -> NemoRecipe:
+    """The model's own NeMo 2.7.3 recipe (`NEMO_RECIPES`; a config.json model has none), else
+    the generic route's recipe of the same architecture (`GENERIC_BASES`).
+
+    Raises:
+        ConfigError: NeMo 2.7.3 has neither.
+    """
+    if model.name in NEMO_RECIPES and not model.path.endswith(".json"):
+        return NemoRecipe(NEMO_RECIPES[model.name])
+    for factory, architecture, fits in GENERIC_BASES:
+        if fits(model):
+            return NemoRecipe(factory, architecture)
+    raise ConfigError(f"NeMo 2.7.3 ships no recipe for {model.name}, and none of the same "
+                      f"architecture to set its shape on (advisor's generic route covers "
+                      f"{'; '.join(a for _, a, _ in GENERIC_BASES)}); emit it for megatron.")
+
+
 def nemo_factory(model: ModelSpec) -> str:
-    """The NeMo 2 recipe name this model's name suggests: llama3.1-405b -> llama31_405b. Recipe
-    names are Python identifiers, so anything else in a name (a config.json directory's
-    `$`, quotes, spaces) becomes `_`: the name is safe in a shell line and a file name."""
+    """The `--factory` name: the model's own NeMo 2.7.3 recipe, or the generic route's
+    (`nemo_recipe`); always one the installed NeMo registers."""
+    return nemo_recipe(model).factory
+
+
+def model_identifier(model: ModelSpec) -> str:
+    """The model's name as a Python identifier (llama3.1-405b -> llama31_405b): anything else
+    in a name (a config.json directory's `$`, quotes, spaces) becomes `_`, so it is safe in a
+    shell line and a file name."""
     return re.sub(r"[^a-z0-9_]", "_", model.name.lower().replace(".", "").replace("-", "_"))
+
+
+FLOAT_ROPE_BASE = ("deepseek_v3",)
+"""Generic bases whose config types `rotary_base` float (NeMo's DeepSeekConfig; GPTConfig types
+it int): NeMo-Run's parser reads the value by that type."""
+
+
+def shape_values(model: ModelSpec, factory: str) -> dict[str, object]:
+    """`model.config` fields that give the generic route's recipe (`factory`) the model's shape:
+    layers, widths, heads, RoPE base, MLA ranks and experts, as Megatron-LM's shape flags set
+    them (`megatron.model_args`). The vocabulary stays the tokenizer's, as in every NeMo
+    recipe."""
+    ffn = model.ffn_hidden_size or model.moe_ffn_hidden_size
+    values: dict[str, object] = {
+        "num_layers": model.num_layers, "hidden_size": model.hidden_size,
+        "ffn_hidden_size": ffn, "num_attention_heads": model.num_attention_heads,
+        "share_embeddings_and_output_weights": model.tied_embeddings}
+    if model.position_embedding == "rope" and model.rope_theta > 0:
+        whole = float(model.rope_theta).is_integer() and factory not in FLOAT_ROPE_BASE
+        values["rotary_base"] = int(model.rope_theta) if whole else float(model.rope_theta)
+    if model.is_mla:
+        values.update(kv_lora_rank=model.kv_lora_rank, q_lora_rank=model.q_lora_rank or None,
+                      qk_head_dim=model.qk_nope_head_dim,
+                      qk_pos_emb_head_dim=model.qk_rope_head_dim, v_head_dim=model.v_head_dim)
+    else:
+        values.update(num_query_groups=model.num_kv_heads, kv_channels=model.attention_head_dim)
+    if model.is_moe:
+        pattern = [int(s.ffn == "moe") for s in model.sublayers]
+        values.update(
+            num_moe_experts=model.num_experts, moe_router_topk=model.moe_top_k,
+            moe_ffn_hidden_size=model.moe_ffn_hidden_size,
+            moe_shared_expert_intermediate_size=model.num_shared_experts * model.shared_ffn_size
+            or None,
+            moe_layer_freq=1 if all(pattern) else pattern,
+            # Without group-limited routing: one group of every expert, the same routing
+            # (Kimi-K2's config.json says n_group 1, topk_group 1); deepseek_v3's config types
+            # these int, so NeMo-Run's parser cannot read None.
+            moe_router_num_groups=model.moe_router_num_groups or 1,
+            moe_router_group_topk=model.moe_router_group_topk or 1)
+    return {f"model.config.{k}": v for k, v in values.items()}
 
 
 def nemo_overrides(config: ParallelConfig, job: Job) -> list[str]:
@@ -69,6 +180,7 @@ def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
     """
     check_fits(config, job)
     model_args(job.model, seq_len=config.seq_len)  # the same model limits as Megatron-LM
+    recipe = nemo_recipe(job.model)
     nodes, per_node = node_layout(job)
     group = group_size(config.num_microbatches, config.pp) if config.vp > 1 else config.pp
     values: dict[str, object] = {
@@ -102,6 +214,8 @@ def nemo_values(config: ParallelConfig, job: Job) -> dict[str, object]:
         values["model.config.overlap_moe_expert_parallel_comm"] = config.ep_comm_overlap
         if config.ep_comm_overlap:
             values["model.config.moe_shared_expert_overlap"] = False
+    if recipe.generic:  # the stand-in recipe gets the model's shape
+        values.update(shape_values(job.model, recipe.factory))
     values.update(_pipeline_split(config, job))
     values.update({"data.micro_batch_size": config.mbs, "data.global_batch_size": config.gbs,
                    "data.seq_length": config.seq_len, "model.config.seq_length": config.seq_len})
@@ -137,12 +251,14 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
 
         return nemo_finetune_command(config, job)
     overrides = nemo_overrides(config, job)
-    factory = nemo_factory(job.model)
-    comments = [f"NeMo 2 (NeMo-Run CLI) for {gpus_label(job)}.",
-                f"--factory must name the pretrain recipe for {job.model.name}; "
-                f"'{factory}' is derived from the model name.",
-                "The recipe must configure trainer.strategy.ddp as a "
-                "DistributedDataParallelConfig (NeMo's LLM recipes do)."]
+    recipe = nemo_recipe(job.model)
+    factory = recipe.factory
+    comments = [f"NeMo 2 (NeMo-Run CLI) for {gpus_label(job)}."]
+    if recipe.generic:
+        comments.append(generic_note(job.model, recipe))
+    else:
+        comments.append(f"--factory {factory}: NeMo 2.7.3's pretrain recipe for "
+                        f"{job.model.name}.")
     dispatcher = token_dispatcher(job.model, config, job.platform)
     if dispatcher == "deepep":
         comments.append(DEEPEP_NOTE.format(group=config.ep * config.etp))
@@ -158,6 +274,17 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
     return shell_command(comments, [["nemo", "llm", "pretrain", "--factory",
                                      shlex.quote(factory)],
                                     *([shlex.quote(o)] for o in overrides)])
+
+
+def generic_note(model: ModelSpec, recipe: NemoRecipe) -> str:
+    """The comment that says a command takes the generic route, and what that leaves out."""
+    unmodelled = "RoPE scaling, the router's scoring" if model.is_moe else "RoPE scaling"
+    return (f"Generic route: NeMo 2.7.3 ships no recipe for {model.name}; this starts from "
+            f"{recipe.factory}'s, the same architecture ({recipe.generic}), with "
+            f"{model.name}'s layers, widths, heads{', experts' if model.is_moe else ''} and "
+            f"RoPE base set on model.config. What advisor does not model stays "
+            f"{recipe.factory}'s: {unmodelled} and the tokenizer, so the vocabulary (advisor "
+            f"priced {model.vocab_size:,}).")
 
 
 def _pipeline_split(config: ParallelConfig, job: Job) -> dict[str, object]:
@@ -250,5 +377,5 @@ def _literal(value: object) -> str:
     `literal_eval` refuses ("Failed to parse '[core_attn]' as typing.Optional[List[str]]").
     """
     if isinstance(value, list):
-        return '"[' + ",".join(f"'{v}'" for v in value) + ']"'
+        return '"[' + ",".join(f"'{v}'" if isinstance(v, str) else str(v) for v in value) + ']"'
     return "None" if value is None else str(value)

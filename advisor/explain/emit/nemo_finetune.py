@@ -19,7 +19,13 @@ import shlex
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import Job, ParallelConfig
 from advisor.explain.emit import gpus_label, node_layout, shell_command, torchrun_words
-from advisor.explain.emit.nemo import nemo_factory, nemo_values
+from advisor.explain.emit.nemo import (
+    NO_FINETUNE_RECIPE,
+    generic_note,
+    model_identifier,
+    nemo_recipe,
+    nemo_values,
+)
 
 #: advisor's LoRA targets -> NeMo's module names (`nemo.collections.llm.peft.LoRA`; its
 #: default is all four).
@@ -34,7 +40,7 @@ set from the layout below)."""
 
 def script_name(job: Job) -> str:
     """The file the script is written to (`advisor_finetune_llama3_70b.py`)."""
-    return f"advisor_finetune_{nemo_factory(job.model)}.py"
+    return f"advisor_finetune_{model_identifier(job.model)}.py"
 
 
 def nemo_finetune_script(config: ParallelConfig, job: Job) -> str:
@@ -50,7 +56,8 @@ def nemo_finetune_script(config: ParallelConfig, job: Job) -> str:
     _refuse(config, job)
     values = nemo_values(config, job)
     nodes, per_node = node_layout(job)
-    factory = nemo_factory(job.model)
+    chosen = nemo_recipe(job.model)
+    factory = chosen.factory
     peft = "'lora'" if config.finetune == "lora" else "None"
     packed = packs(config)
     lines = [f"recipe = {factory}.finetune_recipe(",
@@ -61,6 +68,8 @@ def nemo_finetune_script(config: ParallelConfig, job: Job) -> str:
         # Every sample padded to seq_len: the micro-batch of mbs × seq_len tokens advisor
         # priced (GPTSFTDataset's pad_to_max_length; unpadded, it pads to the longest sample).
         lines.append("recipe.data.dataset_kwargs = {'pad_to_max_length': True}")
+    if chosen.generic:  # the stand-in recipe would restore its own model's weights
+        lines.append(f"recipe.resume.restore_config.path = {BASE_CHECKPOINT!r}")
     if config.finetune == "lora":
         lines += [f"recipe.peft.dim = {config.lora_rank}",
                   f"recipe.peft.target_modules = {TARGET_MODULES[config.lora_targets]!r}"]
@@ -93,14 +102,17 @@ def nemo_finetune_command(config: ParallelConfig, job: Job) -> str:
     torchrun."""
     script = nemo_finetune_script(config, job)
     name = script_name(job)
-    factory = nemo_factory(job.model)
+    chosen = nemo_recipe(job.model)
+    restore = (f"set recipe.resume.restore_config.path in the script to your NeMo checkpoint "
+               f"of {job.model.name} (llm.import_ckpt)" if chosen.generic else
+               "the recipe restores the base model from nemo://<Hugging Face id>: import it "
+               "first (llm.import_ckpt)")
     comments = [
         f"NeMo 2 {_kind(config)} fine-tuning for {gpus_label(job)}: a NeMo-Run script (its "
         f"CLI cannot set LoRA's rank or targets), written here and run on every node.",
-        f"'{factory}' is derived from the model name: NeMo must ship "
-        f"nemo.collections.llm.recipes.{factory} with a finetune_recipe.",
-        "The recipe restores the base model from nemo://<Hugging Face id>: import it first "
-        "(llm.import_ckpt), and swap the recipe's SQuAD data module for your dataset "
+        generic_note(job.model, chosen) if chosen.generic else
+        f"NeMo 2.7.3's {chosen.factory} fine-tuning recipe for {job.model.name}.",
+        f"Before running: {restore}, and swap the recipe's SQuAD data module for your dataset "
         + (f"(packed to {config.seq_len} tokens, as advisor priced)." if packs(config) else
            f"(each sample padded to {config.seq_len} tokens, as advisor priced: NeMo packs "
            f"sequences only at micro-batch 1, and this layout runs {config.mbs})."),
@@ -123,8 +135,18 @@ def _kind(config: ParallelConfig) -> str:
     return "LoRA" if config.finetune == "lora" else "full"
 
 
+BASE_CHECKPOINT = "<your NeMo checkpoint of the model>"
+"""Where the generic route's script restores the base weights from: the stand-in recipe's own
+(nemo://<its Hugging Face id>) are another model's, so the user names theirs."""
+
+
 def _refuse(config: ParallelConfig, job: Job) -> None:
     model = job.model
+    factory = nemo_recipe(model).factory
+    if factory in NO_FINETUNE_RECIPE:
+        raise ConfigError(f"NeMo 2.7.3's {factory} recipe, the one for {model.name}, has no "
+                          f"finetune_recipe; fine-tune it fully with megatron, or pick a model "
+                          f"NeMo fine-tunes.")
     if config.finetune != "lora":
         return
     if model.is_mla:
