@@ -15,6 +15,7 @@ from advisor.explain.rationale import describe, settings, short
 from advisor.perf.money import electricity_usd_per_kwh
 from advisor.perf.thermal import chassis_for, inlet_temperature
 from advisor.search.compare import Comparison
+from advisor.search.engine import PRUNE_SHARE
 from advisor.search.recommend import Choice, Recommendation
 from advisor.search.why_not import LayoutVerdict
 
@@ -56,7 +57,10 @@ def _headline(rec: Recommendation, seconds: float) -> str:
             f"{'; pinned ' + pins if pins else ''}.\n"
             f"{rec.num_valid:,} valid configurations{' tried' if rec.engine == 'optuna' else ''}"
             f", {rec.num_fit:,} fit in memory, "
-            f"{rec.num_feasible:,} meet the constraints ({search}, {seconds:.1f} s)."
+            + (f"{rec.num_fit - rec.num_pruned:,} could reach {PRUNE_SHARE:.0%} of the best one's "
+               f"throughput "
+               f"(a bound rules out the rest), " if rec.num_pruned else "")
+            + f"{rec.num_feasible:,} meet the constraints ({search}, {seconds:.1f} s)."
             + (f"\nMemory: {j.platform.capacity_note()}." if j.platform.capacity_note() else ""))
 
 
@@ -217,7 +221,8 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
         "power_limit_w": j.platform.limit_w, "inlet_c": _inlet(j.platform),
         "power_semantics": POWER_SEMANTICS,
         "engine": rec.engine, "num_valid": rec.num_valid, "num_fit": rec.num_fit,
-        "num_feasible": rec.num_feasible, "num_trials": rec.num_trials,
+        "num_feasible": rec.num_feasible, "num_pruned": rec.num_pruned,
+        "num_trials": rec.num_trials,
         "study_name": rec.study_name, "seconds": round(seconds, 3),
         "choices": [{
             "rank": c.rank, "summary": c.summary, "config": c.config.to_dict(),

@@ -131,9 +131,41 @@ def feature_matrix(model: ModelSpec, platform: Platform, c: Columns,
     return x
 
 
+ANALYTICAL_FEATURES = ("microbatches_log2", "log_analytical_tokens_s", "analytical_mfu",
+                       "bubble_share", "tp_share", "cp_share", "ep_share", "pp_share",
+                       "dp_share", "recompute_share", "overhead_share", "memory_headroom",
+                       "gemm_utilization")
+"""The features read from the analytical model's answer (`TABLE_COLUMNS`); the others follow
+from the configuration, the model, the platform and the software alone."""
+
+
+def feature_box(model: ModelSpec, platform: Platform, c: Columns, *,
+                framework: str = "megatron", software: np.ndarray | str = ""
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low, high, may be missing) per feature over the configurations `c`, without running the
+    analytical model: its features are unbounded (-inf, inf) and may be missing. Every row's
+    `feature_matrix` lies in this box, so the surrogate's largest answer over it bounds theirs."""
+    n = num_rows(c)
+    unknown = {k: np.full(n, np.nan) for k in TABLE_COLUMNS}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = feature_matrix(model, platform, c, unknown, framework=framework, software=software)
+    nan = np.isnan(x)
+    missing = nan.any(axis=0)
+    known = np.where(nan, np.inf, x).min(axis=0)
+    low = np.where(nan.all(axis=0), np.nan, known)
+    high = np.where(nan.all(axis=0), np.nan, np.where(nan, -np.inf, x).max(axis=0))
+    free = np.isin(np.array(FEATURES), ANALYTICAL_FEATURES)
+    low[free], high[free], missing[free] = -np.inf, np.inf, True
+    return low, high, missing
+
+
 def _codes(values: np.ndarray, codes: dict[str, int]) -> np.ndarray:
     """`codes[value]` for every value, NaN for values not in `codes` (as `Series.map`)."""
-    return np.array([codes.get(v, np.nan) for v in values.tolist()], dtype=float)
+    values = np.asarray(values, dtype=object)
+    out = np.full(len(values), np.nan)
+    for value, code in codes.items():     # a comparison per code: no Python loop over rows
+        out[values == value] = code
+    return out
 
 
 def reference_groups(ref: Reference, calibration: Calibration

@@ -196,6 +196,35 @@ class TreeEnsemble:
             position = 2 * position + ~went_left
         return self.heap_value[trees, position]
 
+    def max_outputs(self, low: np.ndarray, high: np.ndarray, may_be_missing: np.ndarray
+                    ) -> np.ndarray:
+        """The largest prediction each target can give (targets) for any row whose features
+        lie within [low, high] (per feature; -inf/inf where unknown), NaN allowed where
+        `may_be_missing`: each tree's largest leaf among those such a row can reach, added to
+        the base score. A bound, not a prediction: every row of the box predicts at most this.
+        """
+        low = np.asarray(low, dtype=np.float32)
+        high = np.asarray(high, dtype=np.float32)
+        missing = np.asarray(may_be_missing, dtype=bool)
+        count = len(self.group)
+        reach = np.ones((count, 1), dtype=bool)
+        for level in range(self.depth):
+            nodes = (2 ** level - 1) + np.arange(2 ** level)
+            feature = self.heap_feature[:, nodes]
+            condition = self.heap_condition[:, nodes]
+            default_left = self.heap_default_left[:, nodes]
+            # A row goes left when its value is below the condition (NaN: the default way);
+            # the padding splits (condition inf) send every row left.
+            left = (low[feature] < condition) | (missing[feature] & default_left)
+            right = (high[feature] >= condition) | (missing[feature] & ~default_left)
+            nxt = np.empty((count, 2 ** (level + 1)), dtype=bool)
+            nxt[:, 0::2] = reach & left
+            nxt[:, 1::2] = reach & right
+            reach = nxt
+        best = np.where(reach, self.heap_value, -np.inf).max(axis=1)
+        return np.array([self.base_score[target] + best[self.group == target].sum()
+                         for target in range(self.num_targets)])
+
     def _xgboost_predict(self, x: np.ndarray) -> np.ndarray:
         if self._booster is None:
             self._booster = xgboost_native.load(self.raw) or _python_booster(self.raw)

@@ -31,7 +31,10 @@ class Recompute:
                  if configs.get("recompute_modules") is not None
                  else np.full(n, DEFAULT_RECOMPUTE_MODULES, dtype=object))
         selective = recompute == "selective"
-        values, which = np.unique(named.astype(str), return_inverse=True)
+        if n and (named == named[0]).all():           # one list (the common case): no sort
+            values, which = np.array([str(named[0])]), np.zeros(n, dtype=np.intp)
+        else:
+            values, which = np.unique(named.astype(str), return_inverse=True)
         listed = [set(v.split()) for v in values]
         modules = {name: selective & np.array([name in s for s in listed])[which][:, None]
                    for name in RECOMPUTE_MODULES}

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -181,6 +181,33 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     return out
 
 
+def nominal_step_s(model: ModelSpec, platform: Platform, cols: Columns, *,
+                   calibration: Calibration | None = None,
+                   framework: str = DEFAULT_FRAMEWORK) -> np.ndarray:
+    """Each configuration's step at full clock, before the power model: no power cap, no
+    slowest-of-N, thermal or degraded-node loss. Those only lengthen it (clocks at or below
+    their maximum, losses at or above zero), so `step_arrays`' `step_time_s` is never shorter:
+    a bound that costs a third of the full model (the search prunes with it)."""
+    calibration = calibration or load_calibration()
+    n = num_rows(cols)
+    frameworks = (cols["framework"].astype(str) if "framework" in cols
+                  else np.full(n, framework))
+    eff = calibration.efficiency(platform.family)
+    collectives = calibration.collectives.for_platform(platform)
+    out = np.zeros(n)
+    for pp, vp, first, last, idx in pipeline_groups(cols):
+        part = _step(model, platform, take(cols, idx), eff, collectives,
+                     stage_layout(model, pp, vp, first=first, last=last), pp=pp, vp=vp,
+                     frameworks=frameworks if idx is None else frameworks[idx],
+                     framework=functools.partial(calibration.framework, family=platform.family),
+                     power=False)
+        if idx is None:
+            out[:] = part["step_time_s"]
+        else:
+            out[idx] = part["step_time_s"]
+    return out
+
+
 EAGER_GRAD_CAST_BYTES = 8.0
 """HBM bytes per trainable parameter and micro-batch of eager autocast's gradient cast: the
 weight-gradient GEMM writes BF16 (2 B), the cast's backward reads it and writes FP32 (2 + 4)."""
@@ -306,13 +333,18 @@ class _Overlap:
 def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficiency,
           coll: CollectiveModel, layout: StageLayout, *, pp: int, vp: int,
           frameworks: np.ndarray, framework: Callable[[str], FrameworkEfficiency],
-          detail: bool = False) -> dict:
+          detail: bool = False, power: bool = True) -> dict:
     """The step of configurations sharing one pipeline shape: compute, communication and
-    overlap, optimizer, then the stage timeline that the power model runs and the breakdown."""
+    overlap, optimizer, then the stage timeline that the power model runs and the breakdown.
+    Without `power`: only the step at full clock, with no expected loss (`nominal_step_s`)."""
     knobs = _Knobs.of(configs)
     layers = StageLayers.of(layout, pp)
-    work = _compute(model, platform, layers, knobs, configs, eff=eff, frameworks=frameworks,
-                    framework=framework)
+    # Layouts that differ only in sharding, overlap or data parallelism run the same kernels:
+    # each distinct micro-batch is priced once (a space has several layouts per kernel set).
+    first, inverse = _distinct(configs, frameworks, COMPUTE_KEYS)
+    part = take(configs, first)
+    work = _expand(_compute(model, platform, layers, _Knobs.of(part), part, eff=eff,
+                            frameworks=frameworks[first], framework=framework), inverse)
     traffic = _traffic(model, platform, coll, layout, layers, knobs, configs, pp=pp, vp=vp,
                        frameworks=frameworks)
     work = _eager_gradient_accumulation(work, traffic.data, knobs, platform, frameworks,
@@ -320,13 +352,64 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     overlap = _overlap(work, traffic, knobs, layers, frameworks=frameworks, vp=vp)
     optimizer = _optimizer_s(traffic.data, knobs, platform)
     timeline = _timeline(work, overlap, optimizer, knobs, pp=pp, vp=vp)
-    power = power_thermal(platform, timeline, num_gpus=(knobs.tp * knobs.cp * knobs.dp)[:, 0]
-                          * pp, tokens_per_step=(knobs.gbs * knobs.seq)[:, 0], detail=detail)
+    if not power:
+        return {"step_time_s": timeline.step_time()}
+    thermal = power_thermal(platform, timeline, num_gpus=(knobs.tp * knobs.cp * knobs.dp)[:, 0]
+                            * pp, tokens_per_step=(knobs.gbs * knobs.seq)[:, 0], detail=detail)
     out = _breakdown(work, overlap, optimizer, timeline, knobs, pp=pp, vp=vp)
-    out.update(power)   # step_time_s (throttled), throttle_s and the power/thermal columns
+    out.update(thermal)   # step_time_s (throttled), throttle_s and the power/thermal columns
     if detail:
         out["timeline"] = timeline
     return out
+
+
+COMPUTE_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq_len", "sequence_parallel", "precision",
+                "recompute", "recompute_modules", "attention", "finetune", "lora_rank",
+                "lora_targets")
+"""The configuration columns one micro-batch's kernels depend on (`stage_compute`'s inputs,
+with the stage's layers and the framework); the rest (dp, sharding, overlap, ...) change only
+communication and the schedule."""
+
+
+def _distinct(configs: Columns, frameworks: np.ndarray, keys: tuple[str, ...]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each distinct combination of `keys` and framework, each row's
+    combination): `rows[first][inverse]` gives back every row's values."""
+    n = len(frameworks)
+    code, size = np.zeros(n, dtype=np.int64), 1
+    for values in (frameworks, *(np.asarray(configs[k]) for k in keys if k in configs)):
+        values = values.ravel()
+        if not n or (values == values[0]).all():   # one value (the common case): no code
+            continue
+        if values.dtype.kind in "biuf":
+            which = np.unique(values, return_inverse=True)[1].ravel()
+            count = int(which.max()) + 1
+        else:                                       # strings: a dict beats sorting objects
+            seen: dict = {}
+            which = np.fromiter((seen.setdefault(v, len(seen)) for v in values.tolist()),
+                                dtype=np.int64, count=n)
+            count = len(seen)
+        code, size = code * count + which, size * count
+        if size > 2 ** 40:                          # renumber before the product overflows
+            code = np.unique(code, return_inverse=True)[1].ravel()
+            size = int(code.max()) + 1
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _expand(work: _Work, inverse: np.ndarray) -> _Work:
+    """`work` priced for distinct micro-batches, back to one row per configuration."""
+    def rows(x):
+        if isinstance(x, dict):
+            return {k: rows(v) for k, v in x.items()}
+        if isinstance(x, np.ndarray) and x.ndim and x.shape[0] > 1:
+            return x[inverse]
+        return x     # one row (or a scalar): broadcasts as it is
+    compute = work.compute
+    return _Work(type(compute)(**{f.name: rows(getattr(compute, f.name))
+                                  for f in fields(compute)}),
+                 **{f.name: rows(getattr(work, f.name)) for f in fields(work)
+                    if f.name != "compute"})
 
 
 def _compute(model: ModelSpec, platform: Platform, layers: StageLayers, k: _Knobs,

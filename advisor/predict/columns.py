@@ -140,6 +140,8 @@ def table_columns(table: Table) -> dict[str, np.ndarray]:
             cols[name] = values.astype(bool)
         elif isinstance(default, int):
             cols[name] = values.astype(float).astype(int)
+        elif n and (values == values[0]).all():      # one value (the common case)
+            cols[name] = np.full(n, str(values[0]).lower(), dtype=object)
         else:   # `str(v).lower()` of every value, computed once per distinct value
             values = values.tolist()
             lower = {v: str(v).lower() for v in set(values)}

@@ -26,7 +26,7 @@ from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.core.table import Table
 from advisor.perf.columns import config_columns, full_length
 from advisor.perf.memory import memory_arrays, memory_table
-from advisor.search.objective import POWER_BOUNDS, Constraints
+from advisor.search.objective import POWER_BOUNDS, Constraints, throughput_basis
 from advisor.search.trials import (
     SearchInterrupted,
     deferred_interrupt,
@@ -49,6 +49,20 @@ MOST_TRIALS = 100_000
 DEFAULT_TRIALS = 600
 BATCH = 32
 """Trials asked before they are told: one vectorised Predictor call per batch."""
+PRUNE_ABOVE = 20_000
+"""Exhaustive searches for throughput with more fitting configurations than this predict them
+best bound first (`score_within_reach`); smaller spaces are predicted whole (fast already)."""
+PRUNE_SHARE = 0.7
+"""A configuration whose throughput bound is under this share of the best predicted throughput
+is not predicted: it cannot be among the picks (the tie rule reaches 5 % below the best), nor
+a trade-off a user would take; `recommend` says how many were left out."""
+MOST_PRUNED = 2 * EXHAUSTIVE_LIMIT
+"""Most fitting configurations an exhaustive search with a bound takes on (auto): Kimi-K2 on
+1,024 GB200 fits 168,184, which Optuna's 600 trials took longer to sample than this scores
+(benchmarks/recommend_speed.py)."""
+PRUNE_CHUNK = 4_096
+"""Configurations predicted first, best bound first, to find the best that the rest are
+pruned against."""
 
 Progress = Callable[[int, int], None]
 
@@ -70,6 +84,9 @@ class SearchResult:
     tried: Table | None = None
     """Optuna only: the configurations its trials landed on (configuration columns), so that
     a search at another power limit can re-score them instead of sampling again."""
+    num_pruned: int = 0
+    """Exhaustive only: fitting configurations never predicted, their throughput bound under
+    `PRUNE_SHARE` of the best (`score_within_reach`)."""
 
 
 @dataclass(frozen=True)
@@ -130,12 +147,25 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
                                        cols=config_columns(space)), len(space))
     fits = memory["fits"]
     fitting = space.take(fits)
-    if engine.resolve(len(fitting)) == "exhaustive":
+    # Searching for throughput, a bound on each layout's throughput lets exhaustive scoring
+    # skip the layouts that cannot come near the best, so it reaches spaces up to
+    # MOST_PRUNED (Optuna's otherwise) at the cost of a third of them.
+    bound = (predictor.throughput_bound(job.model, job.platform, fitting)
+             if objective == "throughput" and PRUNE_ABOVE < len(fitting) <= MOST_PRUNED
+             and engine.kind != "optuna" and not engine.optuna_settings()
+             and hasattr(predictor, "throughput_bound") else None)
+    if bound is not None or engine.resolve(len(fitting)) == "exhaustive":
         # The memory model's answer for the fitting rows goes with them: it runs once.
-        scored = score_configs(job, fitting, predictor=predictor, constraints=constraints,
-                               memory={k: v[fits] for k, v in memory.items()})
+        fit_memory = {k: v[fits] for k, v in memory.items()}
+        if bound is None:
+            scored, pruned = score_configs(job, fitting, predictor=predictor,
+                                           constraints=constraints, memory=fit_memory), 0
+        else:
+            scored, pruned = score_within_reach(job, fitting, bound, predictor=predictor,
+                                                constraints=constraints, memory=fit_memory,
+                                                risk=risk)
         return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
-                            num_space=len(space))
+                            num_space=len(space), num_pruned=pruned)
     return _optuna(job, space, engine, predictor=predictor, constraints=constraints,
                    objective=objective, pins=pins or {}, progress=progress, risk=risk)
 
@@ -165,6 +195,35 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
     capacity_gb = job.platform.memory_capacity_bytes / 1e9
     violations = constraints.violations(out, capacity_gb, platform=job.platform)
     return out.with_columns({f"violates_{name}": values for name, values in violations.items()})
+
+
+def score_within_reach(job: Job, configs: Table, bound: np.ndarray, *, predictor,
+                       constraints: Constraints, memory: dict[str, np.ndarray],
+                       risk: str = "expected") -> tuple[Table, int]:
+    """`score_configs` for the configurations that can come within `PRUNE_SHARE` of the best
+    throughput: predicted in chunks, highest `bound` (an upper bound on each one's predicted
+    tokens/s per GPU) first, until the next bound is under that share of the best feasible
+    prediction so far. Returns the scored rows, in `configs`' order, and how many were left
+    out."""
+    order = np.argsort(-bound, kind="stable")
+    parts, best, done = [], -np.inf, 0
+    while done < len(order) and not (parts and bound[order[done]] < PRUNE_SHARE * best):
+        # The first chunk finds a best to prune by; the next takes every row still within
+        # reach of it at once (one vectorised call, not many small ones).
+        end = (done + PRUNE_CHUNK if not parts or not np.isfinite(best) else
+               done + int(np.count_nonzero(bound[order[done:]] >= PRUNE_SHARE * best)))
+        rows = order[done:max(end, done + 1)]
+        part = score_configs(job, configs.take(rows), predictor=predictor,
+                             constraints=constraints, memory={k: v[rows] for k, v in
+                                                              memory.items()})
+        parts.append((rows, part))
+        ok = feasible(part)
+        if ok.any():
+            best = max(best, float(np.nanmax(throughput_basis(part.take(ok), risk))))
+        done += len(rows)
+    rows = np.concatenate([r for r, _ in parts])
+    back = np.argsort(rows, kind="stable")        # the space's order: ties rank as before
+    return Table.concat([p for _, p in parts]).take(back), len(order) - done
 
 
 _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",

@@ -121,6 +121,9 @@ class Recommendation:
     limit_tradeoff: list[LimitPoint] = field(default_factory=list)
     """#1 across the power limits the search tried (energy, balanced and cost objectives
     without a limit given): empty where the limit was not searched."""
+    num_pruned: int = 0
+    """Fitting layouts never predicted: their throughput bound was under `PRUNE_SHARE` of the
+    best (`engine.score_within_reach`); the trade-offs and Pareto fronts are among the rest."""
     degraded: DegradedAdvice | None = None
     """Where the job's platform marks degraded nodes: the job with them against the healthy
     nodes alone."""
@@ -252,7 +255,7 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
         ranked_table=ranked, num_trials=result.num_trials, study_name=result.study_name,
         risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk)
         + stack_notes(predictor, job),
-        searched=result.tried)
+        searched=result.tried, num_pruned=result.num_pruned)
 
 
 def moe_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
@@ -281,11 +284,13 @@ def moe_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
             pass     # a layout Megatron-Core cannot overlap: nothing to offer
     out = []
     for label, candidate in tries:
-        row = predictor.predict([(candidate, job)]).iloc[0]
+        # A Table, as the search predicts: no DataFrame (nor pandas) on recommend's path.
+        row = predictor.predict_table(job.model, job.platform,
+                                      Table(columns_of([candidate]))).row(0)
         if row["pred_error"] or not row["pred_fits"]:
             continue
         if row["pred_tokens_per_sec_per_gpu"] > 1.005 * best["pred_tokens_per_sec_per_gpu"]:
-            out.append(tradeoff(best, {**candidate.to_dict(), **row.to_dict()}, change=label))
+            out.append(tradeoff(best, {**candidate.to_dict(), **row}, change=label))
     return out
 
 

@@ -1,0 +1,85 @@
+"""Exhaustive search with a throughput bound (issue 48): layouts whose bound is under
+`PRUNE_SHARE` of the best are never predicted, and the picks are exactly those of scoring every
+layout. The bound itself holds: the analytical step at full clock is never longer than the
+power model's, and the surrogate's largest ratio over the space's feature box is never below a
+row's own."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from advisor import catalog
+from advisor.core.parallel import PARALLEL_FIELDS, Job
+from advisor.perf.columns import config_columns, full_length
+from advisor.perf.memory import memory_arrays
+from advisor.perf.step import nominal_step_s, step_arrays
+from advisor.predict.predictor import Predictor
+from advisor.search import engine
+from advisor.search.recommend import pinned_space, recommend
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return Predictor.load()
+
+
+def _fitting(job):
+    space = pinned_space(job, {})
+    memory = full_length(memory_arrays(job.model, platform=job.platform,
+                                       cols=config_columns(space)), len(space))
+    return space.take(memory["fits"])
+
+
+@pytest.mark.parametrize("model, platform, gpus", [("llama3-70b", "h200", 64),
+                                                   ("mixtral-8x22b", "h100", 128),
+                                                   ("deepseek-v3", "h100", 512)])
+def test_the_bound_is_never_below_the_prediction(predictor, model, platform, gpus):
+    job = Job(catalog.load_model(model), catalog.load_platform(platform), gpus, 4096, 512)
+    fitting = _fitting(job)
+    sample = fitting.take(np.arange(0, len(fitting), max(1, len(fitting) // 4000)))
+    cols = config_columns(sample)
+    nominal = nominal_step_s(job.model, job.platform, cols)
+    full = step_arrays(job.model, job.platform, cols)["step_time_s"]
+    assert (nominal <= full * (1 + 1e-12)).all()
+    bound = predictor.throughput_bound(job.model, job.platform, sample)
+    predicted = predictor.predict_table(job.model, job.platform, sample)
+    tps = np.asarray(predicted["pred_tokens_per_sec_per_gpu"], dtype=float)
+    assert (bound >= tps).all()
+    assert np.median(bound / tps) < 2.5          # a bound that prunes, not infinity
+
+
+def test_pruned_search_picks_what_scoring_everything_picks(predictor, monkeypatch):
+    job = Job(catalog.load_model("llama3-70b"), catalog.load_platform("h200"), 64, 8192, 256)
+    whole = recommend(job, predictor=predictor)
+    monkeypatch.setattr(engine, "PRUNE_ABOVE", 1_000)   # prune this 7,894-layout space too
+    pruned = recommend(job, predictor=predictor)
+    assert pruned.num_pruned > 0
+    assert whole.num_pruned == 0 and pruned.num_fit == whole.num_fit
+    assert [c.config for c in pruned.choices] == [c.config for c in whole.choices]
+    assert [c.prediction.tokens_per_sec_per_gpu for c in pruned.choices] == [
+        c.prediction.tokens_per_sec_per_gpu for c in whole.choices]
+    assert pruned.tradeoffs == whole.tradeoffs
+    # Every layout left out runs under the share of the best (its bound did).
+    kept = {_key(row) for row in pruned.ranked_table.rows()}
+    out = [row["pred_tokens_per_sec_per_gpu"] for row in whole.ranked_table.rows()
+           if _key(row) not in kept]
+    best = whole.choices[0].prediction.tokens_per_sec_per_gpu
+    assert out and max(out) < engine.PRUNE_SHARE * best
+
+
+def _key(row: dict) -> tuple:
+    return tuple(str(row[k]) for k in PARALLEL_FIELDS)
+
+
+def test_other_objectives_and_stacks_score_every_layout(predictor, monkeypatch):
+    """A bound on throughput says nothing about energy, and a stack calibration shifts each
+    share of the step by its own factor: both score every layout that fits."""
+    job = Job(catalog.load_model("llama3-8b"), catalog.load_platform("h100"), 16, 8192, 128)
+    monkeypatch.setattr(engine, "PRUNE_ABOVE", 10)
+    rec = recommend(job, predictor=predictor, objective="energy", search_power_limit=False)
+    assert rec.num_pruned == 0
+    assert recommend(job, predictor=predictor).num_pruned > 0
+    stacked = copy.copy(predictor)
+    monkeypatch.setattr(stacked, "stack_for", lambda platform: object())
+    assert stacked.throughput_bound(job.model, job.platform, _fitting(job)) is None
