@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,22 @@ def pytest_collection_modifyitems(config, items):
             if os.environ.get("CI"):
                 raise pytest.UsageError(f"{item.nodeid} {why} (CI installs every extra)")
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+MISSING_FILE = re.compile(r"not found|no such file|does not exist|missing data", re.I)
+"""A skip reason that says a file or data is missing: never in CI, where the repository has
+everything its tests read (the reference data is in datasets/reference)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("CI") and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if MISSING_FILE.search(reason):
+            report.outcome = "failed"
+            report.longrepr = f"skipped for missing data, which CI must not: {reason}"
 
 
 def _not_importable(module: str) -> str | None:
