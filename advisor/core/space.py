@@ -31,14 +31,12 @@ from advisor.core.parallel import (
 )
 from advisor.core.platform import Platform
 from advisor.core.table import Table
+from advisor.perf.layout import PIPELINE_EXTRA_LAYERS, end_stage_layers, stage_layer_counts
+from advisor.perf.layout import splits_evenly as layers_split_evenly
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Megatron can count the embedding and the loss as pipeline "layers"
-#: (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a
-#: split is valid when layers + 0, 1 or 2 divides evenly.
-PIPELINE_EXTRA_LAYERS = (0, 1, 2)
 
 
 def _fmt(values: list[int], limit: int = 10) -> str:
@@ -66,7 +64,7 @@ def _tp_error(model: ModelSpec, tp: int) -> str | None:
 
 def splits_evenly(model: ModelSpec, num_chunks: int) -> bool:
     """The layers (counting embedding/loss stages if needed) split into equal chunks."""
-    return any((model.num_layers + k) % num_chunks == 0 for k in PIPELINE_EXTRA_LAYERS)
+    return layers_split_evenly(model.num_layers, num_chunks)
 
 
 def vp_allowed(model: ModelSpec, pp: int, vp: int) -> bool:
@@ -93,10 +91,17 @@ def config_notes(config: ParallelConfig, model: ModelSpec, platform: Platform) -
             notes.append(f"{model.num_layers} layers split evenly over pp×vp = "
                          f"{config.pp * config.vp} only when the embedding and loss count as "
                          f"layers (--account-for-embedding/loss-in-pipeline-split)")
-        else:
+        elif config.vp == 1 and not config.uneven:
+            first, last = end_stage_layers(model.num_layers, config.pp)
+            counts = stage_layer_counts(model.num_layers, config.pp)
+            notes.append(f"{model.num_layers} layers do not split evenly over pp {config.pp}: "
+                         f"advisor prices and emits {first} layers on the first stage, "
+                         f"{counts[1]} on each middle one and {last} on the last "
+                         f"(--decoder-first/last-pipeline-num-layers {first} {last})")
+        elif not config.uneven:
             notes.append(f"{model.num_layers} layers do not split evenly over pp×vp = "
-                         f"{config.pp * config.vp}: needs an explicit "
-                         f"--pipeline-model-parallel-layout")
+                         f"{config.pp * config.vp}: no emitter writes it; use vp in "
+                         f"{_fmt(vp_choices(model, config.pp))}")
     return notes
 
 
@@ -276,8 +281,6 @@ def check_uneven(config: ParallelConfig, model: ModelSpec) -> None:
     """Megatron-Core's rules for `--decoder-first/last-pipeline-num-layers`: every stage keeps
     at least one layer, the middle stages split the rest evenly, and with a virtual pipeline
     every stage's layers split evenly over its vp chunks."""
-    from advisor.perf.layout import stage_layer_counts
-
     first, last, pp = config.first_stage_layers, config.last_stage_layers, config.pp
     rest = model.num_layers - first - last
     middle = pp - 2

@@ -9,6 +9,11 @@ import numpy as np
 
 from advisor.core.model import ModelSpec
 
+PIPELINE_EXTRA_LAYERS = (0, 1, 2)
+"""Megatron can count the embedding and the loss as pipeline "layers"
+(--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split), so a split
+is even when layers + 0, 1 or 2 divides evenly."""
+
 
 @dataclass(frozen=True)
 class StageLayout:
@@ -31,11 +36,36 @@ class StageLayout:
     """Every virtual stage got the same number of layers."""
 
 
+def splits_evenly(num_layers: int, num_chunks: int) -> bool:
+    """The layers split into equal chunks, counting the embedding and the loss as layers where
+    that helps (Megatron-Core's --account-for-embedding/loss-in-pipeline-split)."""
+    return any((num_layers + extra) % num_chunks == 0 for extra in PIPELINE_EXTRA_LAYERS)
+
+
+def end_stage_layers(num_layers: int, pp: int) -> tuple[int, int]:
+    """(first, last) stage layers of the split advisor runs and prices where `pp` stages split
+    the layers evenly in no way (`splits_evenly` false; 61 layers on PP 8): Megatron-Core's
+    `--decoder-first/last-pipeline-num-layers`, with every middle stage at the fewest layers
+    the deepest stage can hold (⌈layers / pp⌉, the even split's deepest), the rest on the two
+    end stages and the fewer on the last (it also runs the output layer and the loss): 7/8/…/8/6
+    for 61 on 8. (0, 0) where an even split exists."""
+    if pp < 3 or splits_evenly(num_layers, pp):
+        return 0, 0
+    middle = -(-num_layers // pp)
+    while middle > 1 and num_layers - (pp - 2) * middle < 2:  # each end stage needs a layer
+        middle -= 1
+    ends = num_layers - (pp - 2) * middle
+    return (ends + 1) // 2, ends // 2
+
+
 def stage_layer_counts(num_layers: int, pp: int, *, first: int = 0,
                        last: int = 0) -> list[int]:
     """Layers per pipeline stage: even (earlier stages take the spare layers), or Megatron's
     uneven split with `first` layers on the first stage and `last` on the last
-    (`--decoder-first/last-pipeline-num-layers`; 0 = even share), the rest even in between."""
+    (`--decoder-first/last-pipeline-num-layers`; 0 = even share), the rest even in between.
+    With neither given and no even split, `end_stage_layers`' split."""
+    if not (first or last) and pp > 1:
+        first, last = end_stage_layers(num_layers, pp)
     if not (first or last) or pp == 1:
         return [len(c) for c in np.array_split(np.arange(num_layers), pp)]
     if pp == 2:
@@ -59,10 +89,13 @@ def stage_layout(model: ModelSpec, pp: int, vp: int, *, first: int = 0,
                  last: int = 0) -> StageLayout:
     """Split layers into pp·vp chunks as evenly as possible (earlier chunks take the spare
     layers), or unevenly with `first`/`last` layers on the first/last stage
-    (`stage_layer_counts`); stage s runs chunks s, s+pp, s+2·pp, ... (Megatron's interleaved
-    placement), its layers spread evenly over its vp chunks."""
+    (`stage_layer_counts`; with neither and no even split, `end_stage_layers`'); stage s
+    runs chunks s, s+pp, s+2·pp, ... (Megatron's interleaved placement), its layers spread
+    evenly over its vp chunks."""
     counts = model.params
     num_chunks = pp * vp
+    if not (first or last) and vp == 1:  # no even split: the end stages take the difference
+        first, last = end_stage_layers(model.num_layers, pp)
     if first or last:
         per_stage = stage_layer_counts(model.num_layers, pp, first=first, last=last)
         sizes = [len(c) for s in range(pp)

@@ -25,7 +25,12 @@ from advisor.catalog import load_model, load_platform
 from advisor.core.errors import ConfigError
 from advisor.core.parallel import Job, ParallelConfig, make_config, make_job, token_dispatcher
 from advisor.explain.emit import EMITTERS, emit
-from advisor.explain.emit.megatron import megatron_args, megatron_command, model_args
+from advisor.explain.emit.megatron import (
+    megatron_args,
+    megatron_command,
+    model_args,
+    pipeline_split,
+)
 from advisor.explain.emit.nemo import nemo_command, nemo_factory, nemo_overrides
 from advisor.explain.emit.torchtitan import (
     LOW_PRECISION_RECIPES,
@@ -84,6 +89,10 @@ CASES = {
                                           last_stage_layers=14),
     "uneven-moe-61-pp8": lambda: _case("deepseek-v3", 512, tp=2, pp=8, ep=64,
                                        first_stage_layers=7, last_stage_layers=6),
+    # Layer counts no even split fits, split as advisor prices them (the reviewer's Kimi-K2 61
+    # layers on PP 8 of 1,024 H200: 7/8/.../8/6; Llama 3 70B's 80 on PP 7: 10/12/.../12/10).
+    "kimi-k2-61-pp8": lambda: _case("kimi-k2", 1024, tp=8, pp=8, ep=64, etp=1),
+    "dense-80-pp7": lambda: _case("llama3-70b", 56, tp=8, pp=7),
     # 5 micro-batches on PP 4 interleaved: Megatron-Core needs a group of 5 (Megatron-LM CI
     # runs PP 4 VP 3 with 5 and 10, datasets/reference/megatron_ci).
     "interleaved-5-microbatches-pp4": lambda: _case("llama3-70b", 64, gbs=10, tp=8, pp=4,
@@ -335,7 +344,7 @@ def test_megatron_flags_build_megatron_core_configs(case, mcore):
         if dispatcher == "deepep":
             assert tc.moe_flex_dispatcher_backend == "deepep"
     _check_layout(tc, config, job, mcore)
-    if config.uneven:
+    if pipeline_split(config, job.model) != (0, 0):
         _check_uneven_split(tc, config, job, mcore)
     # The model's RoPE base, not Megatron-LM's default 10000 (--rotary-base, type int).
     assert ns.get("rotary_base") == (int(model.rope_theta) if model.position_embedding == "rope"
@@ -385,10 +394,22 @@ def test_megatron_command_is_launchable():
     assert "'([0]*3+[1]*58)'" in megatron_command(moe, moe_job)  # quoted for the shell
 
 
-def test_pipeline_split_must_be_even():
-    config, job = _case("llama3-70b", 56, tp=8, pp=7)  # 80, 81, 82 layers: none divide by 7
-    with pytest.raises(ConfigError, match="do not split evenly over pp × vp = 7"):
-        megatron_args(config, job)
+def test_uneven_layer_counts_split_as_priced_and_interleave_only_where_even():
+    """80 layers on PP 7 split evenly in no way: the emitters write advisor's 10/12/.../12/10
+    split, and say so; interleaved (vp 2) they refuse, naming only the vp the space allows."""
+    from advisor.core.space import vp_choices
+
+    config, job = _case("llama3-70b", 56, gbs=14, tp=8, pp=7)  # 14 micro-batches: 2 rounds
+    args = megatron_args(config, job)
+    assert args[args.index("--decoder-first-pipeline-num-layers") + 1] == "10"
+    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "10"
+    assert "# 80 layers do not split evenly over pp 7: 10 on the first stage, 12 on each " \
+           "middle one and 10 on the last" in megatron_command(config, job)
+    assert vp_choices(job.model, 7) == [1]
+    for emitter in (megatron_args, nemo_overrides, torchtitan_args):
+        with pytest.raises(ConfigError, match=r"pp × vp = 7 × 2 stages.*with pp 7 use vp in "
+                                              r"\{1\} \(with vp 1 the end stages take"):
+            emitter(config.replace(vp=2), job)
 
 
 def test_rowwise_fp8_is_refused_where_transformer_engine_has_no_such_recipe():
@@ -433,6 +454,8 @@ def test_partial_nodes_are_refused():
 
 # ---- NeMo 2 -------------------------------------------------------------------------------
 NEMO_DATA = {"micro_batch_size", "global_batch_size", "seq_length"}  # NeMo's data modules
+#: NeMo GPTConfig fields that are GPTModel arguments in megatron-core, not TransformerConfig's.
+NEMO_MODEL_FIELDS = {"seq_length", "share_embeddings_and_output_weights"}
 
 
 def _parse_nemo(overrides: list[str]) -> dict:
@@ -495,7 +518,8 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     data = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("data.")}
     assert set(strategy) - {"fsdp"} <= _fields(ModelParallelConfig)
     assert set(ddp) <= _fields(mcore["DDP"]) and set(optim) <= _fields(OptimizerConfig)
-    assert set(model_cfg) <= _fields(mcore["TransformerConfig"]) | {"seq_length"}
+    # NeMo's GPTConfig fields beside megatron-core's (MLA's too, for the generic route).
+    assert set(model_cfg) <= _fields(mcore["MLA"]) | NEMO_MODEL_FIELDS
     assert set(split) <= _fields(mcore["TransformerConfig"])
     # NeMo's plugin fields: megatron-core ones, plus its own BF16 edge-layer knobs.
     assert set(plugin) <= _fields(mcore["TransformerConfig"]) | _fields(mcore["DDP"]) | {
@@ -509,7 +533,7 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
     cls, kw = _transformer_kwargs(shape, {"vp": None, "dtype": torch.float16 if fp16 else
                                           torch.bfloat16}, mcore)
     kw.update({k: v for k, v in strategy.items() if k != "fsdp"}, bf16=not fp16, fp16=fp16)
-    kw.update({k: v for k, v in model_cfg.items() if k != "seq_length"})
+    kw.update({k: v for k, v in model_cfg.items() if k not in NEMO_MODEL_FIELDS})
     kw.update(split)
     kw.update({k: v for k, v in plugin.items() if k.startswith("fp") and k in _fields(
         mcore["TransformerConfig"])})
@@ -542,7 +566,7 @@ def test_nemo_overrides_build_megatron_core_configs(case, mcore):
                          mcore) == config.num_microbatches
     assert data["seq_length"] == model_cfg["seq_length"] == config.seq_len
     _check_layout(tc, config, job, mcore)
-    if config.uneven:
+    if pipeline_split(config, job.model) != (0, 0):
         _check_uneven_split(tc, config, job, mcore)
 
 
@@ -613,10 +637,9 @@ def test_nemo_overrides_parse_with_nemo_run(case, route, nemo_run_parse, tmp_pat
             strategy.context_parallel_size) == (config.tp, config.pp, config.cp)
     # The recipe's own pipeline split and recompute modules do not survive (deepseek_v3
     # carries 3/2 layers on the first/last stage and mla_up_proj/layernorm recompute).
-    assert strategy.num_layers_in_first_pipeline_stage == (
-        config.first_stage_layers if config.uneven and config.first_stage_layers else None)
-    assert strategy.num_layers_in_last_pipeline_stage == (
-        config.last_stage_layers if config.uneven and config.last_stage_layers else None)
+    first, last = pipeline_split(config, job.model)
+    assert strategy.num_layers_in_first_pipeline_stage == (first or None)
+    assert strategy.num_layers_in_last_pipeline_stage == (last or None)
     assert recipe.model.config.recompute_modules == (
         config.recompute_modules.split() if config.recompute == "selective" else None)
     assert (recipe.model.config.mtp_num_layers or 0) == job.model.num_mtp_layers
@@ -770,6 +793,11 @@ TITAN_CASES = {
                                                       vp=2, ep=8, etp=1),
     # FSDP2 with pipelining, which torchtitan runs (Megatron-FSDP does not pipeline).
     "fsdp-pp2": lambda: _case("llama3-70b", 64, tp=8, pp=2, dp_sharding="full"),
+    # Uneven splits as torchtitan's stage weights: 61 layers on PP 8 (advisor's 7/8/.../8/6),
+    # 80 on PP 7 (10/12/.../12/10), and a first stage heavier than the middle ones (21/19).
+    "moe-61-pp8": lambda: _case("deepseek-v3", 512, tp=2, pp=8, ep=64, etp=1),
+    "dense-80-pp7": CASES["dense-80-pp7"],
+    "uneven-21-19-pp4": CASES["uneven-21-19-pp4"],
 }
 
 
@@ -825,7 +853,7 @@ def test_torchtitan_config_manager_loads_the_flags(case, titan):
     # The TP overlap advisor prices is torchtitan's async TP, under torch.compile.
     async_tp = config.tp > 1 and config.tp_comm_overlap
     assert loaded.compile.enable_async_tensor_parallel == async_tp
-    assert loaded.compile.enable or not async_tp
+    assert (loaded.compile.enable and "model" in loaded.compile.components) or not async_tp
     assert len(loaded.model_spec.model.layers) == job.model.num_layers  # the right recipe
     training = loaded.training
     assert (training.seq_len, training.global_batch_size) == (config.seq_len, config.gbs)
@@ -847,6 +875,13 @@ def test_torchtitan_config_manager_loads_the_flags(case, titan):
         weight = [sum(m.startswith("layers.") for m in p) + first * ("tok_embeddings" in p)
                   + last * ("lm_head" in p) for p in parts]
         assert len(set(weight)) == 1, f"uneven stages {weight}"
+        split = pipeline_split(config, job.model)
+        if split != (0, 0):  # torchtitan builds, stage by stage, the split advisor priced
+            from advisor.perf.layout import stage_layer_counts
+
+            assert [sum(m.startswith("layers.") for m in p) for p in parts] == \
+                stage_layer_counts(job.model.num_layers, config.pp, first=split[0],
+                                   last=split[1])
         schedule = _titan_schedule(loaded, config, titan)  # raises where torch refuses
         assert schedule._n_microbatches == config.num_microbatches
         assert type(schedule).__name__ == ("ScheduleInterleaved1F1B" if config.vp > 1
@@ -943,8 +978,9 @@ def test_torchtitan_refuses_what_it_cannot_express():
     config, job = _case("qwen3-30b-a3b", 32, tp=2, ep=4, etp=2)
     with pytest.raises(ConfigError, match="etp \\(2\\)"):
         torchtitan_args(config, job)
-    with pytest.raises(ConfigError, match="uneven pipeline split.*module_fqns_per_model_part"):
-        torchtitan_args(*CASES["uneven-21-19-pp4"]())
+    with pytest.raises(ConfigError, match="uneven pipeline split with vp 2.*lighten only the "
+                                          "first and the last virtual stage.*config function"):
+        torchtitan_args(*CASES["uneven-last-only-vp2"]())
     config, job = _case("qwen3-30b-a3b", 32, tp=1, ep=8, dp_sharding="full")
     torchtitan_args(config, job)   # auto: the recipe's own dispatcher
     with pytest.raises(ConfigError, match="moe_dispatcher alltoall has no torchtitan 0.3.0 "

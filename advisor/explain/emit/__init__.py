@@ -131,10 +131,11 @@ def _one_line(text: str) -> str:
 
 
 def pairs(args: list[str]) -> list[list[str]]:
-    """Group a flat argument list into shell-quoted `--flag [value]` lines."""
+    """Group a flat argument list into shell-quoted `--flag [value]` lines (a negative number
+    is a value)."""
     lines: list[list[str]] = []
     for word in args:
-        if word.startswith("-") or not lines:
+        if (word.startswith("-") and not word.lstrip("-").isdigit()) or not lines:
             lines.append([shlex.quote(word)])
         else:
             lines[-1].append(shlex.quote(word))

@@ -25,6 +25,7 @@ from advisor.explain.emit import (
     shell_command,
     torchrun_words,
 )
+from advisor.perf.layout import end_stage_layers, stage_layer_counts
 
 #: Precisions whose weights the memory model keeps only in low precision under a sharded
 #: optimizer (advisor.perf.memory.PARAM_GATHER_BYTES, MXFP8_PARAM_BYTES), and the arguments.py
@@ -75,6 +76,7 @@ def megatron_command(config: ParallelConfig, job: Job) -> str:
                 f"checkout on every node.",
                 f"Set DATA_ARGS (e.g. '--mock-data --tokenizer-type NullTokenizer --vocab-size "
                 f"{job.model.vocab_size}') and TRAIN_ARGS (e.g. '--train-iters 100 --lr 3e-4')."]
+    comments += split_note(config, job.model)
     if token_dispatcher(job.model, config, job.platform) == "deepep":
         comments.append(DEEPEP_NOTE.format(group=config.ep * config.etp))
     if config.finetune == "full":
@@ -183,19 +185,44 @@ def layer_pattern(bits: list[int]) -> str:
     return "(" + "+".join(f"[{bit}]*{n}" for bit, n in runs) + ")"
 
 
-def pipeline_extra_layers(model: ModelSpec, num_chunks: int) -> int:
-    """0, 1 (the loss stage) or 2 (embedding and loss) pipeline "layers" that make the split even.
+def pipeline_extra_layers(model: ModelSpec, pp: int, vp: int) -> int:
+    """0, 1 (the loss stage) or 2 (embedding and loss) pipeline "layers" that make the split of
+    pp × vp chunks even.
 
     Raises:
-        ConfigError: no such count exists.
+        ConfigError: no such count exists (with vp 1 `pipeline_split` splits unevenly instead).
     """
+    from advisor.core.space import vp_choices
+
     for extra in (0, 1, 2):
-        if (model.num_layers + extra) % num_chunks == 0:
+        if (model.num_layers + extra) % (pp * vp) == 0:
             return extra
+    valid = ", ".join(map(str, vp_choices(model, pp)))
     raise ConfigError(f"{model.num_layers} layers of {model.name} do not split evenly over "
-                      f"pp × vp = {num_chunks} stages, even counting the embedding and loss as "
-                      f"layers; pick pp × vp dividing {model.num_layers}, "
-                      f"{model.num_layers + 1} or {model.num_layers + 2}.")
+                      f"pp × vp = {pp} × {vp} stages, even counting the embedding and loss as "
+                      f"layers; with pp {pp} use vp in {{{valid}}} (with vp 1 the end stages "
+                      f"take the difference).")
+
+
+def pipeline_split(config: ParallelConfig, model: ModelSpec) -> tuple[int, int]:
+    """(first, last) stage layers a command sets: `config`'s uneven split, else where no even
+    split exists advisor's (`advisor.perf.layout.end_stage_layers`, the one it priced: 7/8/…/8/6
+    for 61 layers on PP 8); (0, 0) for an even split."""
+    if config.uneven:
+        return config.first_stage_layers, config.last_stage_layers
+    if config.vp == 1:
+        return end_stage_layers(model.num_layers, config.pp)
+    return 0, 0
+
+
+def split_note(config: ParallelConfig, model: ModelSpec) -> list[str]:
+    """A comment line for advisor's own uneven split (none for an even or a chosen one)."""
+    if config.uneven or pipeline_split(config, model) == (0, 0):
+        return []
+    counts = stage_layer_counts(model.num_layers, config.pp)
+    return [f"{model.num_layers} layers do not split evenly over pp {config.pp}: "
+            f"{counts[0]} on the first stage, {counts[1]} on each middle one and {counts[-1]} "
+            f"on the last (it also runs the output layer and loss), as advisor priced."]
 
 
 DISPATCHER_ARGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
@@ -218,15 +245,16 @@ def _parallel_args(config: ParallelConfig, job: Job) -> list[str]:
         group = group_size(config.num_microbatches, config.pp)
         if group != config.pp:  # micro-batches per step not a multiple of pp
             args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
-    if config.uneven:
+    first, last = pipeline_split(config, model)
+    if first or last:
         # Megatron-Core's uneven split: the named end stages, the rest even in between; it
         # cannot be combined with counting the embedding or loss as layers (TransformerConfig).
-        if config.first_stage_layers:
-            args += ["--decoder-first-pipeline-num-layers", str(config.first_stage_layers)]
-        if config.last_stage_layers:
-            args += ["--decoder-last-pipeline-num-layers", str(config.last_stage_layers)]
+        if first:
+            args += ["--decoder-first-pipeline-num-layers", str(first)]
+        if last:
+            args += ["--decoder-last-pipeline-num-layers", str(last)]
     elif config.pp > 1:
-        extra = pipeline_extra_layers(model, config.pp * config.vp)
+        extra = pipeline_extra_layers(model, config.pp, config.vp)
         # The loss stage (output GEMM + loss) is the heavier one, so it is counted first.
         if extra >= 1:
             args.append("--account-for-loss-in-pipeline-split")

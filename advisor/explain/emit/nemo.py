@@ -30,6 +30,8 @@ from advisor.explain.emit.megatron import (
     ROWWISE_REFUSAL,
     model_args,
     pipeline_extra_layers,
+    pipeline_split,
+    split_note,
 )
 
 _RECOMPUTE = {"none": (None, None, None), "selective": ("selective", None, None),
@@ -259,6 +261,7 @@ def nemo_command(config: ParallelConfig, job: Job) -> str:
     else:
         comments.append(f"--factory {factory}: NeMo 2.7.3's pretrain recipe for "
                         f"{job.model.name}.")
+    comments += split_note(config, job.model)
     dispatcher = token_dispatcher(job.model, config, job.platform)
     if dispatcher == "deepep":
         comments.append(DEEPEP_NOTE.format(group=config.ep * config.etp))
@@ -291,13 +294,12 @@ def _pipeline_split(config: ParallelConfig, job: Job) -> dict[str, object]:
     """The pipeline split, on `trainer.strategy` (the strategy copies its own values over
     `model.config` at setup); set every time, because recipes carry their own (deepseek_v3:
     3 and 2 layers on the first and last stage)."""
-    first = config.first_stage_layers or None if config.uneven else None
-    last = config.last_stage_layers or None if config.uneven else None
+    first, last = pipeline_split(config, job.model)
     # megatron-core's uneven split excludes the embedding/loss accounting.
-    extra = 0 if config.uneven or config.pp == 1 else pipeline_extra_layers(
-        job.model, config.pp * config.vp)
-    return {"trainer.strategy.num_layers_in_first_pipeline_stage": first,
-            "trainer.strategy.num_layers_in_last_pipeline_stage": last,
+    extra = 0 if first or last or config.pp == 1 else pipeline_extra_layers(
+        job.model, config.pp, config.vp)
+    return {"trainer.strategy.num_layers_in_first_pipeline_stage": first or None,
+            "trainer.strategy.num_layers_in_last_pipeline_stage": last or None,
             "trainer.strategy.account_for_loss_in_pipeline_split": extra >= 1,
             "trainer.strategy.account_for_embedding_in_pipeline_split": extra == 2}
 

@@ -23,13 +23,14 @@ from advisor.explain.emit import (
     shell_command,
     torchrun_words,
 )
-from advisor.explain.emit.megatron import pipeline_extra_layers
+from advisor.explain.emit.megatron import pipeline_extra_layers, pipeline_split, split_note
 from advisor.explain.emit.torchtitan_model import (
     CONVERTERS,
     config_module,
     function_name,
     module_name,
 )
+from advisor.perf.layout import stage_layer_counts
 
 #: advisor model -> (module, config function) of a bf16 recipe in torchtitan 0.3.0's own
 #: `torchtitan/models/*/config_registry.py` (llama3_405b is left out: it trains in float8).
@@ -112,8 +113,10 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     if config.tp > 1 and config.tp_comm_overlap:
         # The TP overlap advisor priced is torchtitan's async TP, which runs under
         # torch.compile only (CompileConfig: "Async TP requires 'model' in
-        # --compile.components and --compile.enable").
-        args += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
+        # --compile.components and --compile.enable"; deepseek_v3_671b's recipe compiles the
+        # loss alone).
+        args += ["--compile.enable", "--compile.enable_async_tensor_parallel",
+                 "--compile.components", "model,loss"]
     local_batch = config.gbs // config.dp if config.pp > 1 else config.mbs
     args += ["--training.local_batch_size", str(local_batch),
              "--training.global_batch_size", str(config.gbs),
@@ -124,16 +127,44 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
         # synchronise with the host (the recipes' default ones).
         args.append("--training.disable_cuda_graphs")
     if config.pp > 1:
-        extra = pipeline_extra_layers(job.model, config.pp * config.vp)
-        # Megatron's embedding/loss accounting as torchtitan's stage weights.
+        first_less, last_less, per_stage = stage_weights(config, job.model)
         args += ["--parallelism.pipeline_parallel_schedule",
                  "Interleaved1F1B" if config.vp > 1 else "1F1B",
                  "--parallelism.pipeline_parallel_microbatch_size", str(config.mbs),
-                 "--parallelism.pipeline_parallel_layers_per_stage",
-                 str((job.model.num_layers + extra) // (config.pp * config.vp)),
-                 "--parallelism.pipeline_parallel_first_stage_less_layers", str(int(extra == 2)),
-                 "--parallelism.pipeline_parallel_last_stage_less_layers", str(int(extra >= 1))]
+                 "--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
+                 "--parallelism.pipeline_parallel_first_stage_less_layers", str(first_less),
+                 "--parallelism.pipeline_parallel_last_stage_less_layers", str(last_less)]
     return args + [f"activation-checkpoint:{config.recompute}"]
+
+
+def stage_weights(config: ParallelConfig, model: ModelSpec) -> tuple[int, int, int]:
+    """torchtitan 0.3.0's (pipeline_parallel_first_stage_less_layers,
+    pipeline_parallel_last_stage_less_layers, pipeline_parallel_layers_per_stage) for
+    `config`'s split. torchtitan's `_generate_llm_fqn_per_model_part` gives every (virtual)
+    stage layers_per_stage layers, less the weights on the first and the last: Megatron's
+    embedding/loss accounting for an even split, and for an uneven one (`pipeline_split`) the
+    end stages' difference from the middle ones (negative where an end stage holds more).
+
+    Raises:
+        ConfigError: an uneven split with vp > 1, which the weights cannot express.
+    """
+    first, last = pipeline_split(config, model)
+    if not (first or last):
+        extra = pipeline_extra_layers(model, config.pp, config.vp)
+        return (int(extra == 2), int(extra >= 1),
+                (model.num_layers + extra) // (config.pp * config.vp))
+    if config.vp > 1:
+        raise ConfigError(f"an uneven pipeline split with vp {config.vp} (first stage "
+                          f"{first or 'even'}, last {last or 'even'} layers, each over its "
+                          f"{config.vp} virtual "
+                          f"stages) has no torchtitan 0.3.0 flags: its stage weights lighten "
+                          f"only the first and the last virtual stage, and "
+                          f"parallelism.module_fqns_per_model_part (each virtual stage's "
+                          f"modules) is set in a config function, not on the command line; "
+                          f"use vp 1, or emit for megatron or nemo.")
+    counts = stage_layer_counts(model.num_layers, config.pp, first=first, last=last)
+    per = max(counts[1:-1] or counts)
+    return per - counts[0], per - counts[-1], per
 
 
 FULL_FINETUNE_ARGS = ("--checkpoint.initial-load-path", "<base checkpoint dir>")
@@ -145,6 +176,7 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     args = torchtitan_args(config, job)
     comments = [f"TorchTitan 0.3.0 for {gpus_label(job)}; the recipe keeps its own data, "
                 f"optimizer and compile settings."]
+    comments += split_note(config, job.model)
     if config.dp_sharding == "optimizer":
         comments.append(f"dp_sharding optimizer (ZeRO-1) has no torchtitan form: written as "
                         f"FSDP that keeps parameters gathered from forward to backward "
@@ -164,7 +196,8 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     if config.tp > 1 and config.tp_comm_overlap:
         comments.append("tp_comm_overlap is torchtitan's async TP, which needs torch.compile: "
                         "both are on (--compile.enable "
-                        "--compile.enable_async_tensor_parallel); advisor prices the overlap, "
+                        "--compile.enable_async_tensor_parallel, the model compiled); advisor "
+                        "prices the overlap, "
                         "not what else compiling the model changes.")
     command = shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
                                        *pairs(args[:-1]), [shlex.quote(args[-1])]])
@@ -192,14 +225,6 @@ def _refuse(config: ParallelConfig) -> None:
                           f"torchtitan's 1F1B schedule (torch's Schedule1F1B) needs at least as "
                           f"many micro-batches as stages; lower mbs or raise gbs to give "
                           f"{config.pp} or more, or emit for megatron or nemo.")
-    if config.uneven:
-        first, last = config.first_stage_layers or "even", config.last_stage_layers or "even"
-        raise ConfigError(f"an uneven pipeline split (first stage {first}, last {last} "
-                          f"layers) has no torchtitan "
-                          f"0.3.0 flag: its stages take equal layer counts (less the embedding/"
-                          f"output weights); list each stage's modules in "
-                          f"parallelism.module_fqns_per_model_part in the TOML, or emit for "
-                          f"megatron or nemo.")
     if config.ep_comm_overlap:
         raise ConfigError("ep_comm_overlap has no torchtitan 0.3.0 flag: it cannot overlap a "
                           "micro-batch's MoE all-to-all with another's compute; turn it off, "
