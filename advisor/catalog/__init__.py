@@ -107,6 +107,8 @@ def load_platform_override(path: Path) -> Platform:
             merged[key] = value
     if "num_nics_per_node" in data and "inter_node_bandwidth_bytes_per_s" not in data:
         merged.pop("inter_node_bandwidth_bytes_per_s", None)   # derived from the NICs
+    if "tdp_w" in data and "min_power_limit_w" not in data:
+        merged.pop("min_power_limit_w", None)   # the base board's minimum, not this one's
     merged["name"] = str(data.get("name", path.stem)).lower()
     merged["aliases"] = data.get("aliases", [])
     if "chassis" not in merged and base.name in chassis_of_platforms():
@@ -155,6 +157,8 @@ def with_fields(platform: Platform, *, given_by: str, **fields) -> Platform:
     nics = "num_nics_per_node" in merged or "num_nics_per_node" in changes
     if nics and "inter_node_bandwidth_bytes_per_s" not in changes:   # derived from the NICs
         merged.pop("inter_node_bandwidth_bytes_per_s", None)
+    if "tdp_w" in changes and "min_power_limit_w" not in changes:
+        merged.pop("min_power_limit_w", None)   # the base board's minimum, not this one's
     merged.update(changes)
     merged["sources"] = {**platform.sources, **{k: given_by for k in changes}}
     return platform_from_dict(merged, path=Path(given_by))

@@ -87,6 +87,10 @@ class Platform:
     power_limit_w: float | None = None
     """The GPU power limit in force (`nvidia-smi -pl`, `amd-smi set --power-cap`); None: the
     board's default, `tdp_w`. A cluster file, `--power-limit-w` or the search sets it."""
+    min_power_limit_w: float | None = None
+    """The lowest power limit the vendor's tool sets on this part (nvidia-smi -q "Min Power
+    Limit", amd-smi static --limit "MIN_POWER"), where a public dump gives it; None:
+    `POWER_LIMIT_FLOOR_SHARE` × `tdp_w`. The highest is `tdp_w` ("Max Power Limit")."""
     inlet_c: float | None = None
     """The room's inlet air (or the coolant supply, liquid cooling) at the chassis; None: the
     chassis' default (`advisor/catalog/chassis.toml`)."""
@@ -124,6 +128,11 @@ class Platform:
     def limit_w(self) -> float:
         """The power limit in force: `power_limit_w` where set, else the board's `tdp_w`."""
         return self.power_limit_w or self.tdp_w
+
+    @property
+    def power_limit_range_w(self) -> tuple[float, float]:
+        """(lowest, highest) power limit the vendor's tool sets (`min_power_limit_w`, `tdp_w`)."""
+        return power_limit_floor_w(self.min_power_limit_w, self.tdp_w), self.tdp_w
 
     @property
     def memory_capacity_bytes(self) -> float:
@@ -285,13 +294,15 @@ def _derive_network(values: dict[str, Any], data: dict[str, Any], where: str) ->
 
 
 POWER_LIMIT_FLOOR_SHARE = 0.25
-"""The lowest power limit accepted, as a share of `tdp_w`. The vendors' tools refuse caps far
-below the board's default: nvidia-smi -q reports "Min Power Limit" 100 W of 400 W on
-A100-SXM4-40GB (0.25) and 200 W of 700 W on H100 and H200 SXM (0.29;
-github.com/thamada/nvidia-smi nvsim/H100SXMx8_smi.py, github.com/thamada/gls gls/H200_smi.py).
-Conservative: AMD's amd-smi documentation shows MI300X "MIN_POWER: 100 W" of 750 W
-(github.com/amd/MxGPU-Virtualization smi-lib/docs/how_to/amdsmi_cli_usage.md), so caps of
-100-187 W there are refused until the catalog carries each part's own minimum."""
+"""The lowest power limit accepted, as a share of `tdp_w`, for a part whose own minimum
+(`min_power_limit_w`) the catalog lacks. The vendors' tools refuse caps far below the board's
+default: nvidia-smi -q reports "Min Power Limit" 100 W of 400 W on A100-SXM4-40GB (0.25) and
+200 W of 700 W on H100 and H200 SXM (0.29; github.com/thamada/nvidia-smi
+nvsim/H100SXMx8_smi.py, github.com/thamada/gls gls/H200_smi.py), and AMD's amd-smi
+documentation shows MI300X "MIN_POWER: 100 W" of 750 W (github.com/amd/MxGPU-Virtualization
+smi-lib/docs/how_to/amdsmi_cli_usage.md): those three parts carry their own minimum, and a
+limit between 0.25 × tdp_w and a higher part minimum (175-200 W on H100) is refused, as the
+driver refuses it."""
 
 MOST_INLET_C = 60.0
 """The warmest inlet accepted. ASHRAE TC 9.9's air classes top out at A4 (45 °C allowable) and
@@ -325,22 +336,34 @@ def _check_clocks(values: dict[str, Any], where: str) -> None:
                            f"1980 MHz).")
 
 
+def power_limit_floor_w(min_power_limit_w: float | None, tdp_w: float) -> float:
+    """The lowest power limit accepted: the part's own minimum where the catalog has it, else
+    `POWER_LIMIT_FLOOR_SHARE` × `tdp_w`."""
+    return min_power_limit_w or POWER_LIMIT_FLOOR_SHARE * tdp_w
+
+
 def _check_power_limits(values: dict[str, Any], where: str) -> None:
-    """Power limits lie between the floor and the board's `tdp_w`; degraded nodes come with
-    their power limit."""
+    """Power limits lie between the part's minimum (`power_limit_floor_w`) and the board's
+    `tdp_w`, the range the vendor's tool sets; degraded nodes come with their power limit."""
     if ("degraded_nodes" in values) != ("degraded_power_w" in values):
         raise CatalogError(f"{where}: degraded_nodes and degraded_power_w go together; give "
                            f"both (how many nodes, and their GPUs' power limit) or neither.")
-    tdp = values["tdp_w"]
-    floor = POWER_LIMIT_FLOOR_SHARE * tdp
+    tdp, least = values["tdp_w"], values.get("min_power_limit_w")
+    name = values.get("name", "this platform")
+    if least is not None and least > tdp:
+        raise CatalogError(f"{where}: min_power_limit_w = {least:g} W is above tdp_w "
+                           f"({tdp:g} W); take both from nvidia-smi -q (Min/Max Power Limit) "
+                           f"or amd-smi static --limit.")
+    floor = power_limit_floor_w(least, tdp)
+    what = ("min_power_limit_w" if least is not None
+            else f"{POWER_LIMIT_FLOOR_SHARE:g} × tdp_w, no part minimum in the catalog")
     for key, unset in (("power_limit_w", "leave it out to run at tdp_w"),
                        ("degraded_power_w", "leave it and degraded_nodes out")):
         limit = values.get(key)
         if limit is not None and not floor <= limit <= tdp:
-            raise CatalogError(f"{where}: {key} = {limit:g} W is outside {floor:g}-{tdp:g} W "
-                               f"({POWER_LIMIT_FLOOR_SHARE:g} × tdp_w to tdp_w of "
-                               f"{values.get('name', 'this platform')}); set {key} within that "
-                               f"range, or {unset}.")
+            raise CatalogError(f"{where}: {key} = {limit:g} W is outside {floor:g}-{tdp:g} W, "
+                               f"the power limits {name} accepts ({what}, to tdp_w); set {key} "
+                               f"within that range, or {unset}.")
 
 
 LARGEST_QUANTITY = 1e20
@@ -375,6 +398,7 @@ PLAUSIBLE = {
     "tdp_w": (1.0, 1e5, "W"), "gemm_power_w": (1.0, 1e5, "W"), "idle_power_w": (0.1, 1e5, "W"),
     "host_power_w": (1.0, 1e6, "W"), "pue": (1.0, 3.0, "ratio"),
     "power_limit_w": (1.0, 1e5, "W"), "degraded_power_w": (1.0, 1e5, "W"),
+    "min_power_limit_w": (1.0, 1e5, "W"),
     "thermal_slowdown_c": (20.0, 150.0, "°C"), "thermal_shutdown_c": (20.0, 200.0, "°C"),
     "memory_max_c": (20.0, 150.0, "°C"), "base_clock_hz": (1e6, 1e11, "Hz"),
     "boost_clock_hz": (1e6, 1e11, "Hz"), "peak_clock_hz": (1e6, 1e11, "Hz"),

@@ -185,12 +185,12 @@ def test_slowdown_raised_past_the_base_shutdown_is_refused(tmp_path):
 
 def test_power_limit_above_tdp_is_refused(tmp_path):
     text = _refused(_cluster(tmp_path, "power_limit_w = 800"),
-                    r"power_limit_w = 800 W is outside 175-700 W")
+                    r"power_limit_w = 800 W is outside 200-700 W")
     assert "tdp_w" in text and "leave it out" in text
 
 
 def test_power_limit_below_the_floor_is_refused(tmp_path):
-    _refused(_cluster(tmp_path, "power_limit_w = 70"), r"power_limit_w = 70 W is outside 175-700")
+    _refused(_cluster(tmp_path, "power_limit_w = 70"), r"power_limit_w = 70 W is outside 200-700")
 
 
 def test_power_limit_zero_is_refused(tmp_path):
@@ -219,7 +219,7 @@ def test_degraded_nodes_need_degraded_power(tmp_path):
 
 def test_degraded_power_outside_the_power_range_is_refused(tmp_path):
     text = _refused(_cluster(tmp_path, "degraded_nodes = 1\ndegraded_power_w = 100"),
-                    r"degraded_power_w = 100 W is outside 175-700 W")
+                    r"degraded_power_w = 100 W is outside 200-700 W")
     assert "degraded_nodes out" in text
 
 
@@ -249,10 +249,17 @@ def test_cluster_file_sets_power_limit_inlet_and_degraded_nodes(tmp_path):
 
 
 def test_power_limit_range_is_inclusive(tmp_path):
-    f = _cluster(tmp_path, "power_limit_w = 175")
-    assert catalog.load_platform(str(f)).power_limit_w == 175
+    # H100: nvidia-smi's Min Power Limit 200 W to Max 700 W (min_power_limit_w, tdp_w).
+    f = _cluster(tmp_path, "power_limit_w = 200")
+    assert catalog.load_platform(str(f)).power_limit_w == 200
     f = _cluster(tmp_path, "power_limit_w = 700")
     assert catalog.load_platform(str(f)).limit_w == 700
+    f = _cluster(tmp_path, "power_limit_w = 180")  # above 0.25 × tdp_w, below the driver's
+    with pytest.raises(CatalogError, match="180 W is outside 200-700 W.*min_power_limit_w"):
+        catalog.load_platform(str(f))
+    # A part without its own minimum in the catalog: 0.25 × tdp_w (B200: 250 of 1,000 W).
+    f = _cluster(tmp_path, "power_limit_w = 250", base="b200")
+    assert catalog.load_platform(str(f)).power_limit_range_w == (250, 1000)
 
 
 @pytest.mark.parametrize("value, message", [

@@ -22,7 +22,7 @@ from unittest import mock
 import pytest
 
 from advisor.catalog import load_model, load_platform
-from advisor.core.errors import ConfigError
+from advisor.core.errors import CatalogError, ConfigError
 from advisor.core.parallel import Job, ParallelConfig, make_config, make_job, token_dispatcher
 from advisor.explain.emit import EMITTERS, emit
 from advisor.explain.emit.megatron import (
@@ -1115,3 +1115,49 @@ def test_full_finetuning_names_each_frameworks_load_flags(titan):
                                                   args[-1]])
     assert loaded.checkpoint.initial_load_path == "/ckpt/base"
     assert loaded.checkpoint.initial_load_model_only
+
+
+# ---- Power limits ---------------------------------------------------------------------------
+def test_power_limit_lines_set_what_the_driver_accepts_and_keep_it():
+    """The limit the prediction assumed, set as root with persistence mode on (the driver
+    forgets it when it unloads otherwise), inside the part's Min-Max Power Limit."""
+    from advisor.catalog import with_conditions
+
+    platform = with_conditions(load_platform("h100"), power_limit_w=500)
+    job = make_job(load_model("llama3-8b"), platform, num_gpus=8)
+    command = emit("megatron", make_config(job, tp=2), job)
+    lines = command.splitlines()
+    assert lines[1:3] == ["#   nvidia-smi -pm 1", "#   nvidia-smi -pl 500"]
+    assert "as root" in lines[0] and "h100 accepts 200-700 W" in lines[0]
+    assert "forgets it when it unloads unless persistence mode is on" in lines[3]
+    # At the board's default nothing is set.
+    default = make_job(load_model("llama3-8b"), load_platform("h100"), num_gpus=8)
+    assert "nvidia-smi" not in emit("megatron", make_config(default, tp=2), default)
+
+
+def test_power_limits_outside_the_parts_range_are_refused_with_its_minimum():
+    """180 W on H100 (the reviewer's case): nvidia-smi's Min Power Limit there is 200 W, which
+    the catalog cites; the limit is refused where it is given, and by the emitter."""
+    from advisor.catalog import with_conditions
+
+    h100 = load_platform("h100")
+    assert h100.power_limit_range_w == (200, 700)
+    assert "Min Power Limit 200.00 W" in h100.sources["min_power_limit_w"]
+    with pytest.raises(CatalogError, match="180 W is outside 200-700 W.*min_power_limit_w"):
+        with_conditions(h100, power_limit_w=180)
+    job = make_job(load_model("llama3-8b"), dataclasses.replace(h100, power_limit_w=180),
+                   num_gpus=8)
+    for kind in EMITTERS:
+        with pytest.raises(ConfigError, match="180 W power limit, outside the 200-700 W h100 "
+                                              "accepts.*--power-limit-w"):
+            emit(kind, make_config(job, tp=2), job)
+
+
+def test_searched_power_limits_stay_inside_every_parts_range():
+    from advisor.catalog import platforms
+    from advisor.search.power_limit import limits_to_try
+
+    for platform in platforms().values():
+        job = make_job(load_model("llama3-8b"), platform, num_gpus=platform.num_gpus_per_node)
+        least, most = platform.power_limit_range_w
+        assert all(least <= limit <= most for limit in limits_to_try(job)), platform.name

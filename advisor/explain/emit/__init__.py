@@ -48,22 +48,46 @@ scaling field, so a config.json model's scaling is not known to the emitters."""
 
 
 SET_POWER_LIMIT = {"nvidia": "nvidia-smi -pl {w}", "amd": "amd-smi set --power-cap {w}"}
-"""How each vendor's tool sets a GPU's power limit in watts (as root; on every node)."""
+"""How each vendor's tool sets a GPU's power limit in watts (as root; on every node):
+nvidia-smi(1) -pl needs administrator privileges and a value between the Min and Max Power
+Limit it reports."""
+
+KEEP_POWER_LIMIT = {"nvidia": "nvidia-smi -pm 1"}
+"""What keeps a power limit set: without persistence mode the NVIDIA driver releases the
+device's state when no client holds it (nvidia-persistenced(1)), and the limit with it."""
 
 
 def power_limit_comments(job: Job) -> str:
     """`#` lines saying how to set the power limit the prediction assumed, where it is not the
-    board's default (comments: the emitted command itself runs only the framework)."""
-    limit = job.platform.power_limit_w
-    if limit is None or limit == job.platform.tdp_w:
+    board's default (comments: the emitted command itself runs only the framework).
+
+    Raises:
+        ConfigError: the limit is outside the range the vendor's tool sets on the part
+            (`Platform.power_limit_range_w`).
+    """
+    platform = job.platform
+    limit = platform.power_limit_w
+    if limit is None or limit == platform.tdp_w:
         return ""
-    how = SET_POWER_LIMIT.get(job.platform.vendor)
+    least, most = platform.power_limit_range_w
+    if not least <= limit <= most:
+        raise ConfigError(f"the prediction assumes a {limit:.0f} W power limit, outside the "
+                          f"{least:.0f}-{most:.0f} W {platform.name} accepts (the vendor's "
+                          f"tool refuses it); predict at a limit in that range "
+                          f"(--power-limit-w).")
+    how = SET_POWER_LIMIT.get(platform.vendor)
     if how is None:
         return f"# Predicted with every GPU's power limit at {limit:.0f} W.\n"
+    keep = KEEP_POWER_LIMIT.get(platform.vendor)
+    lost = (" The limit needs root, and the driver forgets it when it unloads unless "
+            "persistence mode is on (the first line)." if keep else " The limit needs root.")
     return (f"# Predicted with every GPU's power limit at {limit:.0f} W (board default "
-            f"{job.platform.tdp_w:.0f} W): before launching, on every node, as root:\n"
-            f"#   {how.format(w=f'{limit:.0f}')}\n"
-            f"# (and back to {job.platform.tdp_w:.0f} W after the job).\n")
+            f"{platform.tdp_w:.0f} W; {platform.name} accepts {least:.0f}-{most:.0f} W): "
+            f"before launching, on every node, as root:\n"
+            + (f"#   {keep}\n" if keep else "")
+            + f"#   {how.format(w=f'{limit:.0f}')}\n"
+            f"#{lost} Back to {platform.tdp_w:.0f} W after the job "
+            f"({how.format(w=f'{platform.tdp_w:.0f}')}).\n")
 
 
 def check_fits(config: ParallelConfig, job: Job, framework: str = "megatron") -> None:
