@@ -3,6 +3,8 @@ power, why it might throttle."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import ParallelConfig, recompute_label, token_dispatcher
 from advisor.core.platform import Platform
@@ -143,6 +145,23 @@ def checked_clock_remedies(prediction: Breakdown, model: ModelSpec | None,
     return [(what, gain) for gain, what in sorted(out.values(), reverse=True)]
 
 
+def _degraded_cause(prediction: Breakdown, model: ModelSpec, platform: Platform) -> str:
+    """The biggest loss where degraded nodes set the pace (most of the clocks' loss is theirs):
+    named as the cause, with what restoring their limit is predicted to give back."""
+    p = prediction.power
+    healthy = dataclasses.replace(platform, degraded_nodes=None, degraded_power_w=None)
+    after = predict_config(model, healthy, prediction.config)
+    gain = after.step.tokens_per_sec_per_gpu / prediction.step.tokens_per_sec_per_gpu - 1.0
+    nodes = platform.degraded_nodes
+    return (f"Biggest loss: {nodes} degraded node{'s' if nodes != 1 else ''} held at "
+            f"{platform.degraded_power_w:.0f} W set{'s' if nodes == 1 else ''} the pace "
+            f"({p.degraded_loss:.0%} of the step: the stage on "
+            f"{'it' if nodes == 1 else 'them'} runs at the lower limit and the synchronous "
+            f"step waits for it). To cut it: restore the node's power limit (+{gain:.1%} "
+            f"throughput with every node healthy) or run without it (recommend, given the "
+            f"same degraded nodes, compares the job on the healthy ones).")
+
+
 def _best(found: dict, key: str) -> float:
     return found[key][0] if key in found else -1.0
 
@@ -182,7 +201,10 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
     lines.append("Where the time goes: " + "; ".join(shown) + ".")
     waste = [(k, v) for k, v in parts if k not in ("compute_s", "optimizer_s")
              and v / s.step_time_s >= 0.05]
-    if waste:
+    if waste and waste[0][0] == "throttle_s" and p.degraded_loss > (
+            waste[0][1] / s.step_time_s - p.degraded_loss):
+        lines.append(_degraded_cause(prediction, model, platform))
+    elif waste:
         k, v = waste[0]
         lines.append(f"Biggest loss: {LABELS[k]} ({v / s.step_time_s:.0%} of the step). To cut "
                      f"it: {_advice(k, prediction, platform, moe=model.is_moe, model=model)}.")

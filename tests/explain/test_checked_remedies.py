@@ -44,3 +44,23 @@ def test_a_remedy_is_named_exactly_when_applying_it_raises_throughput():
         for what, config in changes.items():
             gain = predict_config(MODEL, CAPPED, config).step.tokens_per_sec_per_gpu / base - 1
             assert (what in named) == (gain > 0.001), (layout, what, gain)
+
+
+def test_a_degraded_node_that_sets_the_pace_is_named_as_the_cause():
+    """One node of 64 H100 held at 350 W: its stage sets the pace, so the biggest loss is that
+    node, not the clocks in general (issue 47), and restoring it is predicted with the change
+    applied."""
+    h100 = load_platform("h100")
+    degraded = with_conditions(h100, degraded_nodes=1, degraded_power_w=350)
+    job = make_job(MODEL, degraded, num_gpus=64)
+    b = predict_config(MODEL, degraded, make_config(job, tp=4, pp=4))
+    line = next(x for x in explain(b, MODEL, degraded) if x.startswith("Biggest loss"))
+    assert line.startswith("Biggest loss: 1 degraded node held at 350 W sets the pace"), line
+    healthy = predict_config(MODEL, h100, b.config).step.tokens_per_sec_per_gpu
+    gain = healthy / b.step.tokens_per_sec_per_gpu - 1
+    assert f"(+{gain:.1%} throughput with every node healthy)" in line
+    assert "cooler inlet" not in line
+    # Without the degraded node the clocks' loss is explained as before.
+    plain = predict_config(MODEL, h100, b.config)
+    line = next(x for x in explain(plain, MODEL, h100) if x.startswith(("Biggest", "Compute")))
+    assert "degraded" not in line
