@@ -7,13 +7,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from advisor.catalog import with_conditions
+from advisor.core.errors import AdvisorError
 from advisor.core.knobs import LABEL, knob_values
 from advisor.core.knobs import NAMES as KNOBS
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import recompute_label, token_dispatcher
 from advisor.core.platform import Platform
+from advisor.core.space import config_from_row, validate
 from advisor.core.table import Table
-from advisor.perf.analytical import Breakdown
+from advisor.perf.analytical import Breakdown, predict_config
+from advisor.perf.thermal import chassis_for, inlet_temperature
 
 Row = Mapping[str, object]
 """One configuration's values by column: a `Table.row`, a dict, or a pandas Series."""
@@ -228,27 +232,58 @@ def contributions_in_words(contributions: Row, limit: int = 3, *,
             + " (surrogate SHAP contributions)")
 
 
-def thermal_remedies(row: Row, platform: Platform) -> list[str]:
-    """What lowers this layout's hottest temperature, only where it applies to it."""
+RISK_MIN_DROP = 0.01
+"""A thermal remedy is named only where it lowers the predicted risk by more than a point."""
+LOWER_LIMIT_SHARE = 0.85
+"""The lower power limit a thermal remedy tries: 85 % of the limit in force (within the range
+the vendor's tool sets)."""
+
+
+def thermal_remedies(row: Row, platform: Platform, model: ModelSpec) -> list[str]:
+    """What lowers this layout's thermal risk: each change predicted with it applied (the
+    analytical model), named with the risk it leaves and what it costs in throughput; a change
+    that does not lower the risk is not named."""
+    config = config_from_row(row)
+    base = predict_config(model, platform, config)
+    tries = []
+    if config.mbs > 1:
+        tries.append((f"micro-batch 1 instead of {config.mbs} (shorter bursts: Go et al. "
+                      f"MICRO'25 finding 3)", config.replace(mbs=1), platform))
+    if config.tp_comm_overlap or config.overlap_grad_reduce or config.overlap_param_gather:
+        tries.append(("no compute/communication overlap (overlap heats: finding 4)",
+                      config.replace(tp_comm_overlap=False, overlap_grad_reduce=False,
+                                     overlap_param_gather=False), platform))
+    low, _ = platform.power_limit_range_w
+    limit = max(low, round(platform.limit_w * LOWER_LIMIT_SHARE / 10.0) * 10.0)
+    if limit < platform.limit_w:
+        tries.append((f"a {limit:.0f} W power limit", config,
+                      with_conditions(platform, power_limit_w=limit, given_by="a remedy")))
+    inlet = inlet_temperature(chassis_for(platform), platform) - 5.0
+    tries.append((f"a 5 °C cooler inlet ({inlet:.0f} °C)", config,
+                  with_conditions(platform, inlet_c=inlet, given_by="a remedy")))
     out = []
-    if int(row["mbs"]) > 1:
-        out.append(f"micro-batch 1 instead of {int(row['mbs'])} (shorter bursts, lower peaks: "
-                   f"Go et al. MICRO'25 finding 3)")
-    if bool(row.get("tp_comm_overlap", False)) or bool(row.get("overlap_grad_reduce", False)):
-        out.append("turning off compute/communication overlap (overlap heats: finding 4)")
-    if int(row["pp"]) > 1:
-        out.append("an uneven pipeline split that lightens the hot rear-slot stages "
-                   "(`advisor explain` shows the placement)")
-    out.append(f"a power limit below {platform.limit_w:.0f} W (--power-limit-w)")
-    out.append("a cooler inlet (--inlet-c gives the room's)")
+    for what, changed, where in tries:
+        try:
+            validate(changed, model, where, num_gpus=changed.world_size)
+            after = predict_config(model, where, changed)
+        except AdvisorError:
+            continue
+        if (base.memory.fits and not after.memory.fits) or (
+                after.power.throttle_risk > base.power.throttle_risk - RISK_MIN_DROP):
+            continue
+        cost = after.step.tokens_per_sec_per_gpu / base.step.tokens_per_sec_per_gpu - 1.0
+        out.append(f"{what} (risk {after.power.throttle_risk:.0%}, {cost:+.1%} throughput)")
     return out
 
 
-def thermal_warning(row: Row, platform: Platform) -> str:
-    """The thermal risk in words, with the remedies that apply to this layout."""
+def thermal_warning(row: Row, platform: Platform, model: ModelSpec) -> str:
+    """The thermal risk in words, with the remedies that lower it for this layout."""
+    remedies = thermal_remedies(row, platform, model)
     return (f"thermal risk {float(row['pred_throttle_risk']):.0%}: that likely a GPU of the job "
             f"reaches its {platform.thermal_slowdown_c:.0f} °C slowdown point and clocks down; "
-            f"lowered by {_join(thermal_remedies(row, platform))}")
+            + (f"lowered by {'; '.join(remedies)}" if remedies else
+               "no change tried here (micro-batch 1, no overlap, a lower power limit, a cooler "
+               "inlet) is predicted to lower it"))
 
 
 def warnings(row: Row, platform: Platform, model: ModelSpec, *,
@@ -262,7 +297,7 @@ def warnings(row: Row, platform: Platform, model: ModelSpec, *,
                    f"{' or uneven expert routing' if model.is_moe else ''} could run out of "
                    f"memory")
     if float(row["pred_throttle_risk"]) >= HIGH_THROTTLE_RISK:
-        out.append(thermal_warning(row, platform))
+        out.append(thermal_warning(row, platform, model))
     if not bool(row.get("pred_calibrated", True)):
         out.append(f"{platform.family} is uncalibrated: no measured run calibrated it, so "
                    f"throughput and MFU use the calibrated families' average efficiencies; "
