@@ -106,7 +106,9 @@ def check_fits(config: ParallelConfig, job: Job, framework: str = "megatron") ->
 LORA_HINTS = {
     "megatron": "Megatron-LM's pretrain_gpt.py has no LoRA flags (adapters come from NeMo or "
                 "Megatron-Bridge PEFT)",
-    "torchtitan": "torchtitan 0.3.0 has no LoRA/PEFT path",
+    "torchtitan": "torchtitan 0.3.0's LoRAConverter ships only in a debug-model recipe "
+                  "(llama3_debugmodel_float8_emulate_lora) and advisor writes no LoRA config "
+                  "module for it",
 }
 
 

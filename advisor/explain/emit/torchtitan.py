@@ -29,6 +29,7 @@ from advisor.explain.emit.torchtitan_model import (
     config_module,
     function_name,
     module_name,
+    nvfp4_error,
 )
 from advisor.perf.layout import stage_layer_counts
 
@@ -69,7 +70,8 @@ class TitanRecipe:
 
 def torchtitan_recipe(model: ModelSpec, precision: str = "bf16") -> TitanRecipe:
     """torchtitan 0.3.0's recipe for `model` in `precision` (bf16, or a float8/MXFP8 recipe the
-    version ships), else a config module advisor writes for a Llama-architecture model.
+    version ships), else a config module advisor writes for a Llama-architecture model (bf16,
+    or with torchtitan's own fp8-row, MXFP8 or NVFP4 converter: `CONVERTERS`).
 
     Raises:
         ConfigError: neither a shipped recipe nor a written module can train it.
@@ -108,6 +110,8 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
     refuse_lora("torchtitan", config)
     recipe = torchtitan_recipe(job.model, config.precision)
     _refuse(config)
+    if config.precision == "nvfp4" and nvfp4_error(job.model, config.tp):
+        raise ConfigError(nvfp4_error(job.model, config.tp))
     args = ["--module", recipe.module, "--config", recipe.function]
     args += _degrees(config, job)
     if config.tp > 1 and config.tp_comm_overlap:
@@ -226,9 +230,9 @@ def _refuse(config: ParallelConfig) -> None:
                           f"many micro-batches as stages; lower mbs or raise gbs to give "
                           f"{config.pp} or more, or emit for megatron or nemo.")
     if config.ep_comm_overlap:
-        raise ConfigError("ep_comm_overlap has no torchtitan 0.3.0 flag: it cannot overlap a "
-                          "micro-batch's MoE all-to-all with another's compute; turn it off, "
-                          "or emit for megatron or nemo.")
+        raise ConfigError("ep_comm_overlap, Megatron-Core's overlap of one micro-batch's MoE "
+                          "all-to-all with another's compute (the one advisor priced), has no "
+                          "torchtitan 0.3.0 flag; turn it off, or emit for megatron or nemo.")
     if config.moe_dispatcher != "auto":
         raise ConfigError(f"moe_dispatcher {config.moe_dispatcher} has no torchtitan 0.3.0 "
                           f"flag: the model spec in the recipe picks its token dispatcher; "

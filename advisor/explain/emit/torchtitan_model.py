@@ -5,8 +5,9 @@ by `--module <importable module> --config <function>` (`torchtitan.config.Config
 any fully qualified module). For a Llama-architecture model (RMSNorm, SwiGLU, RoPE, GQA, no
 biases) advisor writes that module: torchtitan's own llama3 builders with the model's shape from
 advisor's catalog (or its config.json), registered as a new llama3 flavour, inside the shipped
-llama3 recipe's optimizer, data and checkpoint settings; FP8 (tensorwise) and MXFP8 add
-torchtitan's own torchao converters, as its llama3_405b and llama3_8b_mxfp8 recipes do. RoPE
+llama3 recipe's optimizer, data and checkpoint settings; FP8 (rowwise), MXFP8 and NVFP4 add
+torchtitan's own torchao converters, as its llama3_405b, llama3_8b_mxfp8 and
+llama3_debugmodel_nvfp4 recipes do. RoPE
 takes the model's `rope_theta` (catalog or config.json) and, for Llama 3.1, its "llama3"
 frequency scaling; an unknown base is said in a comment, never guessed.
 """
@@ -19,11 +20,35 @@ from advisor.core.errors import ConfigError
 from advisor.core.model import ModelSpec
 from advisor.explain.emit import LLAMA3_SCALED_MODELS
 
-#: advisor precision -> the converter torchtitan 0.3.0's llama3 recipes use for it.
+#: advisor precision -> the converter torchtitan 0.3.0's llama3 recipes use for it (NVFP4: its
+#: llama3_debugmodel_nvfp4, every in-layer Linear converted and the lm_head left in bf16).
 CONVERTERS = {
     "fp8-row": "Float8LinearConverter.Config(filter_fqns=['lm_head'], model_compile_enabled=True)",
     "mxfp8": "MXFP8LinearConverter.Config(model_compile_enabled=True)",
+    "nvfp4": "NVFP4LinearConverter.Config(fqns=['layers'], model_compile_enabled=True)",
 }
+
+NVFP4_BLOCK = 128
+"""torchao's NVFP4 kernels need every local GEMM dimension to be a multiple of 128
+(torchtitan 0.3.0 components/quantization/nvfp4.py `_NVFP4_BLOCK`: NVFP4Linear.Config refuses
+the model's dimensions, the kernel the per-rank ones after TP)."""
+
+
+def nvfp4_error(model: ModelSpec, tp: int) -> str | None:
+    """Why torchtitan's NVFP4 Linears cannot run `model`'s in-layer GEMMs at `tp`, or None."""
+    qkv = (model.num_attention_heads + 2 * model.num_kv_heads) * model.attention_head_dim
+    dims = {"the hidden size": model.hidden_size,
+            f"the fused QKV projection's width over tp {tp}": qkv // tp,
+            f"the attention output's input over tp {tp}":
+                model.num_attention_heads * model.attention_head_dim // tp,
+            f"the MLP width over tp {tp}": (model.ffn_hidden_size or 0) // tp}
+    bad = {what: n for what, n in dims.items() if n % NVFP4_BLOCK}
+    if not bad:
+        return None
+    what, n = next(iter(bad.items()))
+    return (f"precision nvfp4: torchtitan 0.3.0's NVFP4LinearConverter runs torchao's kernels, "
+            f"which need every local GEMM dimension to be a multiple of {NVFP4_BLOCK}, and "
+            f"{what} of {model.name} is {n}; pick another tp, or emit for megatron or nemo.")
 
 
 LLAMA_FAMILIES = ("llama", "mistral")
@@ -48,11 +73,12 @@ def function_name(model: ModelSpec) -> str:
     return re.sub(r"\W", "_", model.name).strip("_").lower()
 
 
-def architecture_refusal(model: ModelSpec, gaps: list[str]) -> str:
+def architecture_refusal(model: ModelSpec, gaps: list[str], precision: str = "bf16") -> str:
     """One sentence: why torchtitan cannot train `model` here, and what to do instead."""
-    return (f"torchtitan 0.3.0 has no recipe for {model.name} and advisor writes one only for "
-            f"Llama-architecture models, which {model.name} is not ({'; '.join(gaps)}): emit it "
-            f"for megatron or nemo instead.")
+    recipe = "recipe" if precision == "bf16" else f"{precision} recipe"
+    return (f"torchtitan 0.3.0 has no {recipe} for {model.name} and advisor writes one only "
+            f"for Llama-architecture models, which {model.name} is not ({'; '.join(gaps)}): "
+            f"emit it for megatron or nemo instead.")
 
 
 def llama_architecture_gaps(model: ModelSpec) -> list[str]:
@@ -106,7 +132,7 @@ def config_module(model: ModelSpec, precision: str) -> str:
     """
     gaps = llama_architecture_gaps(model)
     if gaps:
-        raise ConfigError(architecture_refusal(model, gaps))
+        raise ConfigError(architecture_refusal(model, gaps, precision))
     if precision not in ("bf16", *CONVERTERS):
         raise ConfigError(f"precision {precision} has no torchtitan 0.3.0 converter advisor "
                           f"can write (it writes {', '.join(CONVERTERS)} and bf16); use one of "
@@ -118,6 +144,8 @@ def config_module(model: ModelSpec, precision: str) -> str:
     compile_line = ("    # torchao's converters need the model compiled (as the shipped "
                     "recipes set).\n    config.compile = CompileConfig(enable=True, "
                     "components=['model'])\n" if precision in CONVERTERS else "")
+    if precision == "nvfp4":  # as torchtitan's llama3_debugmodel_nvfp4 sets it
+        compile_line += '    config.parallelism.spmd_backend = "spmd_types"\n'
     # Plain words only in the docstring (a config.json directory's name could hold quotes).
     name = re.sub(r"[^\w.+ -]", "_", model.display_name or model.name)
     origin = "the model's config.json" if model.path.endswith(".json") else "advisor's catalog"
@@ -130,7 +158,11 @@ The shape comes from {origin}; the comment above ROPE says where its RoPE settin
 """
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
-from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter
+from torchtitan.components.quantization import (
+    Float8LinearConverter,
+    MXFP8LinearConverter,
+    NVFP4LinearConverter,
+)
 from torchtitan.config import CompileConfig
 from torchtitan.models import llama3
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
