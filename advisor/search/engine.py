@@ -147,9 +147,9 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
                                        cols=config_columns(space)), len(space))
     fits = memory["fits"]
     fitting = space.take(fits)
-    # Searching for throughput, a bound on each layout's throughput lets exhaustive scoring
-    # skip the layouts that cannot come near the best, so it reaches spaces up to
-    # MOST_PRUNED (Optuna's otherwise) at the cost of a third of them.
+    # Searching for throughput, an upper bound on each layout's throughput (about a third of
+    # a prediction's cost) lets exhaustive scoring skip the layouts that cannot come near the
+    # best, so it takes on spaces up to MOST_PRUNED, which would otherwise go to Optuna.
     bound = (predictor.throughput_bound(job.model, job.platform, fitting)
              if objective == "throughput" and PRUNE_ABOVE < len(fitting) <= MOST_PRUNED
              and engine.kind != "optuna" and not engine.optuna_settings()
