@@ -4,11 +4,16 @@ power, why it might throttle."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
+from advisor.catalog import with_conditions
+from advisor.core.errors import AdvisorError
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import ParallelConfig, recompute_label, token_dispatcher
 from advisor.core.platform import Platform
+from advisor.core.space import validate
 from advisor.perf.analytical import Breakdown, predict_config
+from advisor.perf.thermal import chassis_for, inlet_temperature
 
 LABELS = {
     "compute_s": "compute (GEMMs, attention, elementwise)",
@@ -102,10 +107,6 @@ def checked_clock_remedies(prediction: Breakdown, model: ModelSpec | None,
     """(remedy, predicted throughput gain) for each change that may lower the clocks' loss of
     this layout, predicted by the analytical model with the change applied; only those above
     `REMEDY_MIN_GAIN`. Without the model, none (nothing can be checked)."""
-    from advisor.catalog import with_conditions
-    from advisor.core.errors import AdvisorError
-    from advisor.core.space import validate
-    from advisor.perf.thermal import chassis_for, inlet_temperature
 
     if model is None:
         return []
@@ -130,12 +131,7 @@ def checked_clock_remedies(prediction: Breakdown, model: ModelSpec | None,
                 tries.append((f"an uneven split with {per - shift} layers on the first and last "
                               f"stages", split, platform))
     out: dict[str, tuple[float, str]] = {}
-    for what, config, where in tries:
-        try:
-            validate(config, model, where, num_gpus=config.world_size)
-            after = predict_config(model, where, config)
-        except AdvisorError:
-            continue
+    for what, after in predicted_changes(model, tries):
         if not after.memory.fits:
             continue
         gain = after.step.tokens_per_sec_per_gpu / base - 1.0
@@ -160,6 +156,19 @@ def _degraded_cause(prediction: Breakdown, model: ModelSpec, platform: Platform)
             f"step waits for it). To cut it: restore the node's power limit (+{gain:.1%} "
             f"throughput with every node healthy) or run without it (recommend, given the "
             f"same degraded nodes, compares the job on the healthy ones).")
+
+
+def predicted_changes(model: ModelSpec, tries: list[tuple[str, ParallelConfig, Platform]]
+                      ) -> Iterator[tuple[str, Breakdown]]:
+    """(what, the analytical prediction with it applied) for each change in `tries` (what,
+    the changed layout, where it runs) that the configuration rules allow."""
+
+    for what, config, where in tries:
+        try:
+            validate(config, model, where, num_gpus=config.world_size)
+            yield what, predict_config(model, where, config)
+        except AdvisorError:
+            continue
 
 
 def _best(found: dict, key: str) -> float:
@@ -244,7 +253,6 @@ def explain(prediction: Breakdown, model: ModelSpec, platform: Platform) -> list
 def _throttle_line(p, platform, prediction) -> str:
     """Name the mechanisms and the expected losses: bursts against the power cap, overlap
     heating, bubbles, the rear-slot straggler, the slowest of N GPUs, thermal slowdown."""
-    from advisor.perf.thermal import chassis_for, inlet_temperature
 
     chassis = chassis_for(platform)
     row = chassis.row[p.straggler_slot] if p.straggler_slot < chassis.num_slots else "front"

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from advisor.catalog import with_conditions
-from advisor.core.errors import AdvisorError
 from advisor.core.knobs import LABEL, knob_values
 from advisor.core.knobs import NAMES as KNOBS
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import recompute_label, token_dispatcher
 from advisor.core.platform import Platform
-from advisor.core.space import config_from_row, validate
+from advisor.core.space import config_from_row
 from advisor.core.table import Table
+from advisor.explain.bottlenecks import predicted_changes
 from advisor.perf.analytical import Breakdown, predict_config
 from advisor.perf.thermal import chassis_for, inlet_temperature
 
@@ -262,12 +262,7 @@ def thermal_remedies(row: Row, platform: Platform, model: ModelSpec) -> list[str
     tries.append((f"a 5 °C cooler inlet ({inlet:.0f} °C)", config,
                   with_conditions(platform, inlet_c=inlet, given_by="a remedy")))
     out = []
-    for what, changed, where in tries:
-        try:
-            validate(changed, model, where, num_gpus=changed.world_size)
-            after = predict_config(model, where, changed)
-        except AdvisorError:
-            continue
+    for what, after in predicted_changes(model, tries):
         if (base.memory.fits and not after.memory.fits) or (
                 after.power.throttle_risk > base.power.throttle_risk - RISK_MIN_DROP):
             continue

@@ -49,7 +49,7 @@ two and assembles the step.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -143,19 +143,12 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     """`step_table`'s columns, from and to arrays."""
     calibration = calibration or load_calibration()
     n = num_rows(cols)
-    frameworks = (cols["framework"].astype(str) if "framework" in cols
-                  else np.full(n, framework))
     eff = calibration.efficiency(platform.family)
-    collectives = calibration.collectives.for_platform(platform)
     columns = COMPONENTS + PHASES + POWER_COLUMNS + (
         "step_time_s", "microbatch_s", "num_microbatches", "forward_burst_s",
         "gemm_utilization")
     out = {c: np.zeros(n) for c in columns}
-    for pp, vp, first, last, idx in pipeline_groups(cols):
-        part = _step(model, platform, take(cols, idx), eff, collectives,
-                     stage_layout(model, pp, vp, first=first, last=last), pp=pp, vp=vp,
-                     frameworks=frameworks if idx is None else frameworks[idx],
-                     framework=functools.partial(calibration.framework, family=platform.family))
+    for idx, part in _by_pipeline_shape(model, platform, cols, calibration, framework):
         for c, v in part.items():
             if idx is None:
                 out[c][:] = v
@@ -188,24 +181,31 @@ def nominal_step_s(model: ModelSpec, platform: Platform, cols: Columns, *,
     slowest-of-N, thermal or degraded-node loss. Those only lengthen it (clocks at or below
     their maximum, losses at or above zero), so `step_arrays`' `step_time_s` is never shorter:
     a bound that costs a third of the full model (the search prunes with it)."""
-    calibration = calibration or load_calibration()
+    out = np.zeros(num_rows(cols))
+    for idx, part in _by_pipeline_shape(model, platform, cols,
+                                        calibration or load_calibration(), framework,
+                                        power=False):
+        out[slice(None) if idx is None else idx] = part["step_time_s"]
+    return out
+
+
+def _by_pipeline_shape(model: ModelSpec, platform: Platform, cols: Columns,
+                       calibration: Calibration, framework: str, *, power: bool = True
+                       ) -> Iterator[tuple[np.ndarray | None, dict]]:
+    """`_step` for the configurations of each pipeline shape (pp, vp, end stages) in `cols`:
+    (their rows, None for all, and its columns)."""
     n = num_rows(cols)
     frameworks = (cols["framework"].astype(str) if "framework" in cols
                   else np.full(n, framework))
     eff = calibration.efficiency(platform.family)
     collectives = calibration.collectives.for_platform(platform)
-    out = np.zeros(n)
     for pp, vp, first, last, idx in pipeline_groups(cols):
-        part = _step(model, platform, take(cols, idx), eff, collectives,
-                     stage_layout(model, pp, vp, first=first, last=last), pp=pp, vp=vp,
-                     frameworks=frameworks if idx is None else frameworks[idx],
-                     framework=functools.partial(calibration.framework, family=platform.family),
-                     power=False)
-        if idx is None:
-            out[:] = part["step_time_s"]
-        else:
-            out[idx] = part["step_time_s"]
-    return out
+        yield idx, _step(model, platform, take(cols, idx), eff, collectives,
+                         stage_layout(model, pp, vp, first=first, last=last), pp=pp, vp=vp,
+                         frameworks=frameworks if idx is None else frameworks[idx],
+                         framework=functools.partial(calibration.framework,
+                                                     family=platform.family),
+                         power=power)
 
 
 EAGER_GRAD_CAST_BYTES = 8.0
