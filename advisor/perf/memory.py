@@ -244,6 +244,33 @@ def memory_table(model: ModelSpec, *, platform: Platform, configs: pd.DataFrame)
                         index=configs.index)
 
 
+NOT_READ = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")
+"""Configuration columns the memory model does not read (overlap changes when communication
+runs, not what is held; `ep_comm_overlap` does hold one more chunk and is read): layouts that
+differ only in these take the same memory (`space_memory`)."""
+
+
+def space_memory(model: ModelSpec, *, platform: Platform, cols: Columns
+                 ) -> dict[str, np.ndarray]:
+    """`memory_arrays` (heaviest stage) for a configuration space, each run of neighbouring rows
+    that differ only in `NOT_READ` computed once (`space_table` puts a layout's overlap on and
+    off side by side: half the work)."""
+    n = num_rows(cols)
+    same = np.ones(max(n - 1, 0), dtype=bool)
+    for key, values in cols.items():
+        if key not in NOT_READ:
+            values = np.asarray(values)
+            same &= values[1:] == values[:-1]
+    first = np.concatenate([[True], ~same]) if n else np.zeros(0, dtype=bool)
+    if first.all():
+        return memory_arrays(model, platform=platform, cols=cols)
+    which = np.cumsum(first) - 1
+    part = memory_arrays(model, platform=platform,
+                         cols={k: v[first] for k, v in cols.items()})
+    return {k: v[which] if np.ndim(v) and len(v) == int(first.sum()) else v
+            for k, v in part.items()}
+
+
 def memory_arrays(model: ModelSpec, *, platform: Platform, cols: Columns,
                   stage: str = "heaviest", framework: str | None = None
                   ) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from advisor.core.knobs import overlap
 from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.core.table import Table
 from advisor.perf.columns import config_columns, full_length
-from advisor.perf.memory import memory_arrays, memory_table
+from advisor.perf.memory import memory_table, space_memory
 from advisor.search.objective import POWER_BOUNDS, Constraints, throughput_basis
 from advisor.search.trials import (
     SearchInterrupted,
@@ -143,8 +143,8 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
     """Score `space` (a `space_table` with `pins` applied) as `engine` says (default:
     `SearchEngine()`, auto)."""
     engine = engine or SearchEngine()
-    memory = full_length(memory_arrays(job.model, platform=job.platform,
-                                       cols=config_columns(space)), len(space))
+    memory = full_length(space_memory(job.model, platform=job.platform,
+                                      cols=config_columns(space)), len(space))
     fits = memory["fits"]
     fitting = space.take(fits)
     # Searching for throughput, an upper bound on each layout's throughput (about a third of
