@@ -136,7 +136,9 @@ def guard(fn: F) -> F:
         except OSError as e:
             if e.filename is None or os.environ.get("ADVISOR_DEBUG") == "1":
                 raise
-            print(f"error: {shown(os.fsdecode(e.filename))}: {e.strerror or e}.", file=sys.stderr)
+            name = (os.fsdecode(e.filename) if isinstance(e.filename, (str, bytes))
+                    else str(e.filename))
+            print(f"error: {shown(name)}: {e.strerror or e}.", file=sys.stderr)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]

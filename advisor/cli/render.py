@@ -244,7 +244,7 @@ def recommendation_json(rec: Recommendation, *, launch: str | None, emitter: str
                    else None),
         "layout": None if layout is None else {
             "layout": layout.layout, "rank": layout.rank, "exact_rank": layout.exact_rank,
-            "gap": layout.gap, "why": layout.why,
+            "rank_at_least": layout.at_least, "gap": layout.gap, "why": layout.why,
             "configuration": (None if layout.best_variant is None else
                               describe(layout.best_variant, j.model)),
             "tokens_per_sec_per_gpu": (None if layout.best_variant is None else _clean(

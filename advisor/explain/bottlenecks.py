@@ -153,9 +153,10 @@ def _degraded_cause(prediction: Breakdown, model: ModelSpec, platform: Platform)
             f"{platform.degraded_power_w:.0f} W set{'s' if nodes == 1 else ''} the pace "
             f"({p.degraded_loss:.0%} of the step: the stage on "
             f"{'it' if nodes == 1 else 'them'} runs at the lower limit and the synchronous "
-            f"step waits for it). To cut it: restore the node's power limit (+{gain:.1%} "
-            f"throughput with every node healthy) or run without it (recommend, given the "
-            f"same degraded nodes, compares the job on the healthy ones).")
+            f"step waits for it). To cut it: restore {'its' if nodes == 1 else 'their'} power "
+            f"limit (+{gain:.1%} throughput with every node healthy) or run without "
+            f"{'it' if nodes == 1 else 'them'} (recommend, given the same degraded nodes, "
+            f"compares the job on the healthy ones).")
 
 
 def predicted_changes(model: ModelSpec, tries: list[tuple[str, ParallelConfig, Platform]]

@@ -116,10 +116,9 @@ class ThroughputSurrogate:
     def p50_bound(self, low: np.ndarray, high: np.ndarray, may_be_missing: np.ndarray) -> float:
         """The largest median ratio (measured / analytical) any row whose `FEATURES` lie in
         [low, high] can get (`TreeEnsemble.max_outputs`): the median of the sorted quantile
-        outputs is at most the median of their maxima. A little above it, for float32 sums
-        taken in another order."""
+        outputs is at most the median of their maxima."""
         most = np.sort(self.trees.max_outputs(low, high, may_be_missing))
-        return float(np.exp(most[QUANTILES.index(0.5)] + 1e-5))
+        return float(np.exp(most[QUANTILES.index(0.5)]))
 
     def contributions(self, features: pd.DataFrame) -> pd.DataFrame:
         """SHAP values of the median model: how much each feature moves log(measured /

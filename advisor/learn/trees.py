@@ -201,8 +201,8 @@ class TreeEnsemble:
         """The largest prediction each target can give (targets) for any row whose features
         lie within [low, high] (per feature; -inf/inf where unknown), NaN allowed where
         `may_be_missing`: each tree's largest leaf among those such a row can reach, added to
-        the base score. A bound, not a prediction: every row of the box predicts at most this.
-        """
+        the base score, plus the float32 sum's worst rounding. A bound, not a prediction:
+        every row of the box predicts at most this."""
         low = np.asarray(low, dtype=np.float32)
         high = np.asarray(high, dtype=np.float32)
         missing = np.asarray(may_be_missing, dtype=bool)
@@ -221,9 +221,15 @@ class TreeEnsemble:
             nxt[:, 0::2] = reach & left
             nxt[:, 1::2] = reach & right
             reach = nxt
-        best = np.where(reach, self.heap_value, -np.inf).max(axis=1)
-        return np.array([self.base_score[target] + best[self.group == target].sum()
-                         for target in range(self.num_targets)])
+        best = np.where(reach, self.heap_value, -np.inf).max(axis=1).astype(np.float64)
+        out = np.empty(self.num_targets)
+        for target in range(self.num_targets):
+            leaves, base = best[self.group == target], float(self.base_score[target])
+            # XGBoost adds in float32, in tree order: allow that sum's worst rounding.
+            slack = (len(leaves) + 1) * np.finfo(np.float32).eps * (
+                abs(base) + np.abs(leaves).sum())
+            out[target] = base + leaves.sum() + slack
+        return out
 
     def _xgboost_predict(self, x: np.ndarray) -> np.ndarray:
         if self._booster is None:

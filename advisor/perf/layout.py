@@ -51,6 +51,8 @@ def end_stage_layers(num_layers: int, pp: int) -> tuple[int, int]:
     for 61 on 8. (0, 0) where an even split exists."""
     if pp < 3 or splits_evenly(num_layers, pp):
         return 0, 0
+    if pp > num_layers:
+        raise ValueError(f"{pp} pipeline stages for {num_layers} layers: every stage needs one")
     middle = -(-num_layers // pp)
     while middle > 1 and num_layers - (pp - 2) * middle < 2:  # each end stage needs a layer
         middle -= 1

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from advisor.core.errors import AdvisorError, ConfigError, first_line
+from advisor.core.knobs import LAYOUT, overlap
 from advisor.core.knobs import SEARCH_ORDER as KNOBS
-from advisor.core.knobs import overlap
 from advisor.core.parallel import PARALLEL_FIELDS, RECOMPUTE, Job
 from advisor.core.table import Table
 from advisor.perf.columns import config_columns, full_length
@@ -139,7 +139,7 @@ class SearchEngine:
 def search(job: Job, *, predictor, constraints: Constraints, objective: str,
            space: Table, pins: dict | None = None,
            engine: SearchEngine | None = None, progress: Progress | None = None,
-           risk: str = "expected") -> SearchResult:
+           risk: str = "expected", top: int = 5) -> SearchResult:
     """Score `space` (a `space_table` with `pins` applied) as `engine` says (default:
     `SearchEngine()`, auto)."""
     engine = engine or SearchEngine()
@@ -163,7 +163,7 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
         else:
             scored, pruned = score_within_reach(job, fitting, bound, predictor=predictor,
                                                 constraints=constraints, memory=fit_memory,
-                                                risk=risk)
+                                                risk=risk, top=top)
         return SearchResult(scored, "exhaustive", num_valid=len(space), num_fit=len(fitting),
                             num_space=len(space), num_pruned=pruned)
     return _optuna(job, space, engine, predictor=predictor, constraints=constraints,
@@ -171,7 +171,8 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
 
 
 def score_configs(job: Job, configs: Table, *, predictor, constraints: Constraints,
-                  memory: dict[str, np.ndarray] | None = None) -> Table:
+                  memory: dict[str, np.ndarray] | None = None, all_refused: bool = True
+                  ) -> Table:
     """`configs` with the Predictor's columns and one `violates_*` column per constraint
     (`memory`: the memory model's columns for `configs`, where the caller ran it)."""
     if configs.empty:
@@ -182,7 +183,7 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
                                         configs.select(PARALLEL_FIELDS), breakdown=True,
                                         memory=memory)
     errors = predicted["pred_error"]
-    if (errors != "").all():
+    if all_refused and (errors != "").all():
         # The space holds valid layouts only: all of them refused is the job's or the
         # platform's problem (a cluster file naming an unknown chassis, say), not theirs.
         raise AdvisorError(f"no layout of {job.model.name} on {job.platform.name} could be "
@@ -199,23 +200,29 @@ def score_configs(job: Job, configs: Table, *, predictor, constraints: Constrain
 
 def score_within_reach(job: Job, configs: Table, bound: np.ndarray, *, predictor,
                        constraints: Constraints, memory: dict[str, np.ndarray],
-                       risk: str = "expected") -> tuple[Table, int]:
+                       risk: str = "expected", top: int = 5) -> tuple[Table, int]:
     """`score_configs` for the configurations that can come within `PRUNE_SHARE` of the best
-    throughput: predicted in chunks, highest `bound` (an upper bound on each one's predicted
-    tokens/s per GPU) first, until the next bound is under that share of the best feasible
-    prediction so far. Returns the scored rows, in `configs`' order, and how many were left
-    out."""
+    throughput: predicted highest `bound` (an upper bound on each one's predicted tokens/s per
+    GPU) first, until the next bound is under that share of the best feasible prediction so
+    far, and at least `top` distinct layouts (`knobs.LAYOUT`) have a feasible variant above
+    it (else the rest are predicted too: the picks are always those of scoring everything).
+    Returns the scored rows, in `configs`' order, and how many were left out."""
     order = np.argsort(-bound, kind="stable")
     parts, best, done = [], -np.inf, 0
-    while done < len(order) and not (parts and bound[order[done]] < PRUNE_SHARE * best):
+    while done < len(order):
+        cut = PRUNE_SHARE * best
+        if parts and bound[order[done]] < cut:
+            if _layouts_above(parts, cut, risk) >= top:
+                break
+            cut = -np.inf                 # too few layouts within reach: predict the rest
         # The first chunk finds a best to prune by; the next takes every row still within
         # reach of it at once (one vectorised call, not many small ones).
-        end = (done + PRUNE_CHUNK if not parts or not np.isfinite(best) else
-               done + int(np.count_nonzero(bound[order[done:]] >= PRUNE_SHARE * best)))
+        end = (done + PRUNE_CHUNK if not parts or not np.isfinite(cut) else
+               done + int(np.count_nonzero(bound[order[done:]] >= cut)))
         rows = order[done:max(end, done + 1)]
         part = score_configs(job, configs.take(rows), predictor=predictor,
-                             constraints=constraints, memory={k: v[rows] for k, v in
-                                                              memory.items()})
+                             constraints=constraints, all_refused=False,
+                             memory={k: v[rows] for k, v in memory.items()})
         parts.append((rows, part))
         ok = feasible(part)
         if ok.any():
@@ -223,7 +230,23 @@ def score_within_reach(job: Job, configs: Table, bound: np.ndarray, *, predictor
         done += len(rows)
     rows = np.concatenate([r for r, _ in parts])
     back = np.argsort(rows, kind="stable")        # the space's order: ties rank as before
-    return Table.concat([p for _, p in parts]).take(back), len(order) - done
+    scored = Table.concat([p for _, p in parts]).take(back)
+    if np.isnan(np.asarray(scored["pred_tokens_per_sec_per_gpu"], dtype=float)).all():
+        # Every row refused: predicting one again raises score_configs' error with its reason.
+        score_configs(job, configs.take(order[:1]), predictor=predictor,
+                      constraints=constraints)
+    return scored, len(order) - done
+
+
+def _layouts_above(parts: list[tuple[np.ndarray, Table]], cut: float, risk: str) -> int:
+    """Distinct layouts with a feasible variant whose throughput basis is at least `cut`."""
+    keys = set()
+    for _, part in parts:
+        ok = feasible(part)
+        ok[ok] = throughput_basis(part.take(ok), risk) >= cut
+        above = part.take(ok)
+        keys.update(zip(*(above[k].tolist() for k in LAYOUT), strict=True))
+    return len(keys)
 
 
 _PREDICTED = ("pred_tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu_p10",

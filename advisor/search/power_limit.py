@@ -43,8 +43,11 @@ class LimitPoint:
 
 
 def limits_to_try(job: Job) -> list[float]:
-    """The limits searched for `job`'s platform, the board's first."""
-    return [round(share * job.platform.tdp_w) for share in LIMIT_SHARES]
+    """The limits searched for `job`'s platform, the board's first; none under the lowest its
+    vendor's tool sets (`Platform.power_limit_range_w`: a cluster file may raise it)."""
+    low, _ = job.platform.power_limit_range_w
+    tried = [round(share * job.platform.tdp_w) for share in LIMIT_SHARES]
+    return [w for w in tried if w >= low] or [round(job.platform.tdp_w)]
 
 
 def at_limits(job: Job, rows: Table, predictor) -> Table:

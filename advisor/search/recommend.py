@@ -215,7 +215,8 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
     else:
         engine = SearchEngine("exhaustive")
     result = search(job, predictor=predictor, constraints=constraints, objective=objective,
-                    space=space, pins=pins, engine=engine, progress=progress, risk=risk)
+                    space=space, pins=pins, engine=engine, progress=progress, risk=risk,
+                    top=top)
     scored = result.scored
     tried = (f"Optuna's {result.num_trials} trials ({result.num_valid} valid layouts of "
              f"{result.num_space:,}) found none that " if result.engine == "optuna" else "")

@@ -18,7 +18,7 @@ from advisor.core.knobs import LAYOUT, overlap
 from advisor.core.parallel import DP_SHARDING, PARALLEL_FIELDS, RECOMPUTE, sharding_name
 from advisor.core.table import Table
 from advisor.explain.rationale import describe, tradeoff
-from advisor.search.engine import feasible, score_configs, violation_columns
+from advisor.search.engine import PRUNE_SHARE, feasible, score_configs, violation_columns
 from advisor.search.objective import TIE_TOLERANCE, rank
 from advisor.search.recommend import Recommendation, pinned_space
 
@@ -71,6 +71,9 @@ class LayoutVerdict:
     why: str
     best_variant: dict | None = None
     """The layout's best-scoring variant (recompute, sharding, overlap chosen by advisor)."""
+    at_least: bool = False
+    """The rank is a floor: the layout runs under `PRUNE_SHARE` of #1, where the search did
+    not predict every layout (`Recommendation.num_pruned`), so more may rank above it."""
 
     def describe(self, model) -> str:
         """`tp4 pp4 vp5 cp2 ranks #3, 2.1 % behind #1 (best variant: ..., 1,234 tokens/s per
@@ -78,8 +81,9 @@ class LayoutVerdict:
         text = _show(self.layout)
         if self.rank is None or self.best_variant is None:
             return f"{text} is not a candidate: {self.why}."
-        head = (f"{text} ranks #{self.rank}" + (f" (#{self.exact_rank} counting VP and "
-                f"micro-batch variants)" if self.exact_rank != self.rank else ""))
+        head = (f"{text} ranks #{self.rank}" + (" or lower" if self.at_least else "")
+                + (f" (#{self.exact_rank} counting VP and micro-batch variants)"
+                   if self.exact_rank != self.rank else ""))
         variant = (f"best variant {describe(self.best_variant, model)}, "
                    f"{float(self.best_variant['pred_tokens_per_sec_per_gpu']):,.0f} tokens/s "
                    f"per GPU")
@@ -132,7 +136,9 @@ def rank_layout(rec: Recommendation, layout: dict, *, predictor) -> LayoutVerdic
                     f"layout wins")
         elif rec.risk == "averse":
             why += " (on the pessimistic p10 the ranking uses)"
-    return LayoutVerdict(layout, position, exact, gap, why, best_variant=own)
+    # Under the share of #1 the search left layouts unpredicted: some of them may rank above.
+    floor = bool(rec.num_pruned) and float(own["score"]) < PRUNE_SHARE * float(best["score"])
+    return LayoutVerdict(layout, position, exact, gap, why, best_variant=own, at_least=floor)
 
 
 def _matching(ranked: Table, pins: dict) -> int:

@@ -140,14 +140,16 @@ def test_the_largest_output_over_a_box_bounds_every_row_in_it():
     low, high = np.nanmin(x, axis=0), np.nanmax(x, axis=0)
     missing = np.isnan(x).any(axis=0)
     most = trees.max_outputs(low, high, missing)
-    assert (trees.predict(x) <= most + 1e-5).all()
+    assert (trees.predict(x) <= most).all()
     point = x[:1].copy()
     point[0, np.isnan(point[0])] = 0.0
     exact = trees.max_outputs(point[0], point[0], np.zeros(trees.num_features, dtype=bool))
-    assert np.allclose(exact, trees.predict(point)[0], atol=1e-5)
+    assert (exact >= trees.predict(point)[0]).all()
+    assert np.allclose(exact, trees.predict(point)[0], atol=1e-3)   # float32 slack only
     gap = np.full((1, trees.num_features), np.nan)
-    assert np.allclose(trees.max_outputs(gap[0], gap[0], np.ones(trees.num_features, bool)),
-                       trees.predict(gap)[0], atol=1e-5)
+    unknown = trees.max_outputs(gap[0], gap[0], np.ones(trees.num_features, bool))
+    assert (unknown >= trees.predict(gap)[0]).all()
+    assert np.allclose(unknown, trees.predict(gap)[0], atol=1e-3)
     # Wider boxes never bound lower.
     assert (trees.max_outputs(np.full_like(low, -np.inf), np.full_like(high, np.inf),
                               np.ones_like(missing)) >= most - 1e-6).all()

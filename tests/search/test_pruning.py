@@ -5,6 +5,7 @@ power model's, and the surrogate's largest ratio over the space's feature box is
 row's own."""
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -83,3 +84,28 @@ def test_other_objectives_and_stacks_score_every_layout(predictor, monkeypatch):
     stacked = copy.copy(predictor)
     monkeypatch.setattr(stacked, "stack_for", lambda platform: object())
     assert stacked.throughput_bound(job.model, job.platform, _fitting(job)) is None
+
+
+def test_too_few_layouts_within_reach_and_the_rest_are_predicted(predictor, monkeypatch):
+    """With the share at 99.9 % of the best only #1's layout would be within reach: the search
+    then predicts the rest, so the other four picks are still those of scoring everything."""
+    job = Job(catalog.load_model("llama3-70b"), catalog.load_platform("h200"), 64, 8192, 256)
+    whole = recommend(job, predictor=predictor)
+    monkeypatch.setattr(engine, "PRUNE_ABOVE", 1_000)
+    monkeypatch.setattr(engine, "PRUNE_SHARE", 0.999)
+    pruned = recommend(job, predictor=predictor)
+    assert [c.config for c in pruned.choices] == [c.config for c in whole.choices]
+
+
+def test_the_power_limit_search_stays_above_the_tool_s_floor():
+    """A cluster whose cards refuse limits under 400 W (a cluster file may say so): the
+    energy search never tries one below it."""
+    from advisor.catalog import with_fields
+    from advisor.search.power_limit import limits_to_try
+
+    h100 = catalog.load_platform("h100")
+    floored = with_fields(h100, min_power_limit_w=400.0, given_by="test")
+    job = Job(catalog.load_model("llama3-8b"), floored, 8, 8192, 128)
+    tried = limits_to_try(job)
+    assert tried and min(tried) >= 400 and tried[0] == round(h100.tdp_w)
+    assert min(limits_to_try(dataclasses.replace(job, platform=h100))) < 400

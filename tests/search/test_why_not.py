@@ -90,3 +90,21 @@ def test_a_layout_ahead_on_score_but_behind_on_a_tie_says_so(rec8b):
     behind = LayoutVerdict({"tp": 8}, rank=9, exact_rank=9, gap=0.12, why="from it, Y",
                            best_variant=row)
     assert "ranks #9, 12.0% behind #1" in behind.describe(rec8b.job.model)
+
+
+def test_a_layout_under_the_pruned_share_ranks_at_least_so_low(predictor, monkeypatch):
+    """Where the search left layouts under 70 % of #1 unpredicted, a layout down there is
+    ranked among the predicted ones only: its rank is a floor and says so."""
+    from advisor.search import engine
+
+    monkeypatch.setattr(engine, "PRUNE_ABOVE", 100)
+    job = make_job(load_model("llama3-8b"), load_platform("h100"), num_gpus=16)
+    rec = recommend(job, predictor=predictor)
+    assert rec.num_pruned > 0
+    slow = rank_layout(rec, {"tp": 8, "pp": 2, "mbs": 1, "recompute": "full"},
+                       predictor=predictor)
+    fast = rank_layout(rec, {k: getattr(rec.choices[0].config, k) for k in LAYOUT},
+                       predictor=predictor)
+    assert not fast.at_least
+    assert slow.gap > 1 / engine.PRUNE_SHARE - 1 and slow.at_least     # 52 % behind #1
+    assert f"ranks #{slow.rank} or lower" in slow.describe(job.model)
