@@ -15,7 +15,7 @@ from advisor.core.parallel import recompute_label, token_dispatcher
 from advisor.core.platform import Platform
 from advisor.core.space import config_from_row
 from advisor.core.table import Table
-from advisor.explain.bottlenecks import predicted_changes
+from advisor.explain.bottlenecks import COOLER_INLET_C, predicted_changes
 from advisor.perf.analytical import Breakdown, predict_config
 from advisor.perf.thermal import chassis_for, inlet_temperature
 
@@ -258,8 +258,8 @@ def thermal_remedies(row: Row, platform: Platform, model: ModelSpec) -> list[str
     if limit < platform.limit_w:
         tries.append((f"a {limit:.0f} W power limit", config,
                       with_conditions(platform, power_limit_w=limit, given_by="a remedy")))
-    inlet = inlet_temperature(chassis_for(platform), platform) - 5.0
-    tries.append((f"a 5 °C cooler inlet ({inlet:.0f} °C)", config,
+    inlet = inlet_temperature(chassis_for(platform), platform) - COOLER_INLET_C
+    tries.append((f"a {COOLER_INLET_C:.0f} °C cooler inlet ({inlet:.0f} °C)", config,
                   with_conditions(platform, inlet_c=inlet, given_by="a remedy")))
     out = []
     for what, after in predicted_changes(model, tries):
