@@ -12,7 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import JsonOpt, emit_json, guard, make_console
+from advisor.cli.common import (
+    MEASURED_POWER_SEMANTICS,
+    JsonOpt,
+    emit_json,
+    guard,
+    make_console,
+)
 from advisor.core.errors import AdvisorError
 
 
@@ -142,6 +148,7 @@ def collect(
                    "preflight": checked.__dict__ if checked else None,
                    "planned": [s.run_id for s in report.planned],
                    "reasons": report.reasons,
+                   "power_semantics": MEASURED_POWER_SEMANTICS,
                    "results": [r.__dict__ for r in report.results]})
         return
     out = make_console()

@@ -77,7 +77,14 @@ POWER_SEMANTICS = {
     "avg_power_w": "mean per GPU over the step, never above the limit",
     "peak_power_w": "highest 50 ms NVML instantaneous sample per GPU; may exceed the limit "
                     "briefly"}
-"""What the power figures of every JSON output mean (recommend, compare, predict, explain)."""
+"""What the predicted power figures of every JSON output mean (recommend and its power-limit
+search, compare, predict, predict --input on each row, explain)."""
+
+MEASURED_POWER_SEMANTICS = {
+    "avg_power_w": "mean per GPU of each GPU's time-weighted mean over the measured window",
+    "peak_power_w": "largest NVML sample of any GPU (instantaneous where the driver has it, "
+                    "else its running average) at telemetry_hz; may exceed the limit briefly"}
+"""What the measured power figures of `collect`'s JSON mean (`collectors.telemetry.summary`)."""
 
 
 def _etp_option():

@@ -213,6 +213,9 @@ def predict(input: Annotated[Path | None, typer.Option(
             for k, v in rec.items():
                 if isinstance(v, float) and math.isnan(v):
                     rec[k] = None
+            # on every row, not once above them: the output stays a list of rows, each of
+            # which a scheduler can read (or forward) alone
+            rec["power_semantics"] = POWER_SEMANTICS
         emit_json(records)
         return
     errors = int((frame["pred_error"] != "").sum())

@@ -316,17 +316,3 @@ def test_an_output_in_a_missing_directory_says_why(tmp_path):
     r = run("predict", "--input", str(rows), "--analytical", "--output",
             str(tmp_path / "missing" / "o.csv"))
     assert r.exit_code == 2 and "cannot write (" in r.stderr and "(None)" not in r.stderr
-
-
-@pytest.mark.parametrize("command", [
-    ["predict", "-m", "llama3-8b", "-g", "8", "-p", "h100"],
-    ["explain", "-m", "llama3-8b", "-g", "8", "-p", "h100"],
-    ["recommend", "-m", "llama3-8b", "-g", "8", "-p", "h100"],
-    ["compare", "-m", "llama3-8b", "--platforms", "h100:8,h200:8"],
-])
-def test_every_json_output_says_what_its_power_figures_mean(command):
-    result = run(*command, "--json")
-    assert result.exit_code == 0, result.output
-    semantics = json.loads(result.stdout)["power_semantics"]
-    assert "never above the limit" in semantics["avg_power_w"]
-    assert "may exceed the limit" in semantics["peak_power_w"]
