@@ -5,7 +5,9 @@ computed from.
 matplotlib (the `plot` extra) is imported only when a figure is drawn, so the scripts run
 without it when no figure is asked for. `Figures.save` writes `<name>.png` and lists it, with
 its alt text, in `figures.json`, which `docs/generate_validation.py` reads to embed the figures
-in the validation page, in the order they were saved.
+in the validation page, in the order they were saved. The PNGs are stored with a palette of
+`PALETTE` colours (Pillow, which matplotlib needs): a third of the bytes of the RGBA that
+matplotlib writes, the colours as drawn.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ MARKERS = "osD^vP*Xph<>"
 BAND_PCT = 20.0
 """The ± lines drawn beside y = x on predicted-against-measured plots (percent)."""
 INDEX = "figures.json"
+PALETTE = 256
 
 
 def pyplot():
@@ -51,11 +54,23 @@ class Figures:
         path = self.folder / f"{name}.png"
         fig.savefig(path, dpi=DPI, bbox_inches="tight")
         plt.close(fig)
+        _palette(path)
         self.saved = [s for s in self.saved if s["file"] != path.name] + [
             {"file": path.name, "alt": alt}]
         (self.folder / INDEX).write_text(json.dumps(self.saved, indent=1, ensure_ascii=False)
                                          + "\n", encoding="utf-8")
         return path
+
+
+def _palette(path: Path) -> None:
+    """`path` rewritten as a palette PNG of `PALETTE` colours (octree: the few flat colours of
+    a plot survive exactly)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        quantized = image.convert("RGB").quantize(colors=PALETTE,
+                                                  method=Image.Quantize.FASTOCTREE)
+    quantized.save(path, optimize=True)
 
 
 def figure(panels: int = 1, *, width_in: float = WIDTH_IN, height_in: float = 5.5,
