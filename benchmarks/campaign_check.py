@@ -4,10 +4,13 @@ clock, then the errors and how well the model orders the runs.
 
     python benchmarks/campaign_check.py                                  # datasets/campaigns/*
     python benchmarks/campaign_check.py datasets/campaigns/h200-single.parquet
+    python benchmarks/campaign_check.py --plots DIR     # ...and a figure (PNG) per campaign
 
 The measured clock is the mean of NVML samples over the measured steps, gaps included; the
 predicted one is the capped clock of the slowest GPU while it computes (their trend is what the
 power model's GEMM demand, in proportion to how well fed the tensor cores are, has to follow).
+`--plots DIR` draws each campaign's table (`plots`, matplotlib): predicted against measured
+throughput, memory, average power and clock per run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import _plots
 import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
@@ -28,7 +32,14 @@ from advisor.predict.rows import predict_frame
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "datasets" / "campaigns"
 
 
-def check(path: Path) -> dict[str, float]:
+PANELS = (("tokens_per_sec_per_gpu", "pred_tokens_per_sec_per_gpu", "tokens/s per GPU"),
+          ("peak_mem_gb", "pred_alloc_gb", "peak memory (GB)"),
+          ("avg_power_w", "pred_avg_power_w", "average power (W)"),
+          ("mean_sm_clock_mhz", "pred_clock_mhz", "SM clock (MHz)"))
+"""The figure's panels: measured column, predicted column, what they are."""
+
+
+def check(path: Path, figures: _plots.Figures | None = None) -> dict[str, float]:
     frame = pd.read_parquet(path)
     frame = frame[frame["status"] == "ok"].reset_index(drop=True)
     out = predict_frame(frame)
@@ -83,15 +94,53 @@ def check(path: Path) -> dict[str, float]:
     if "clock_mape" in summary:
         print(f"SM clock: MAPE {summary['clock_mape']:.1%}, Kendall τ "
               f"{summary['clock_tau']:.2f}")
+    if figures is not None:
+        plots(out, path.stem, figures)
     return summary
 
 
-def main() -> None:
+def plots(runs: pd.DataFrame, name: str, figures: _plots.Figures) -> Path:
+    """The figure of `--plots` for one campaign (`runs`: the rows of its table): predicted
+    against measured throughput, memory, average power and SM clock, one colour per sequence
+    length and recompute setting, with each panel's MAPE."""
+    plt = _plots.pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(10, 10.6))
+    group = "seq " + runs["seq_len"].astype(str) + ", recompute " + runs["recompute"].astype(str)
+    order = sorted(group.unique())
+    for ax, (measured, predicted, unit) in zip(axes.ravel(), PANELS, strict=True):
+        ok = runs[measured].notna() & runs[predicted].notna()
+        if not ok.any():
+            ax.set_axis_off()
+            continue
+        m, p = runs.loc[ok, measured].astype(float), runs.loc[ok, predicted].astype(float)
+        _plots.predicted_vs_measured(ax, m, p, group[ok], unit=unit, log=False, order=order,
+                                     size=30)
+        ax.set_title(f"{unit}: MAPE {np.mean(np.abs(p / m - 1)):.1%}", fontsize=10)
+        if ax.get_legend():
+            ax.get_legend().remove()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False,
+               title="micro-batch 1-8 in each group (runs)", title_fontsize=8)
+    fig.suptitle(f"Campaign {name}: {len(runs)} runs on {runs['gpu'].iloc[0]}, predicted by the "
+                 f"analytical model (nothing fitted to them)\nmemory: measured peak allocated "
+                 f"against the predicted allocated bytes (no reserve)", fontsize=10)
+    fig.subplots_adjust(bottom=0.12, top=0.92, hspace=0.3, wspace=0.3)
+    return figures.save(fig, f"campaign-{name}",
+                        f"Predicted against measured tokens/s per GPU, peak memory, average "
+                        f"power and SM clock of the {len(runs)} runs of campaign {name}, one "
+                        f"colour per sequence length and recompute setting, with the y = x "
+                        f"and ±20 % lines")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("datasets", nargs="*", type=Path)
-    args = parser.parse_args()
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also write a figure (PNG) per campaign into DIR (needs matplotlib)")
+    args = parser.parse_args(argv)
+    figures = _plots.Figures(args.plots) if args.plots else None
     for path in args.datasets or sorted(CAMPAIGNS.glob("*.parquet")):
-        check(path)
+        check(path, figures)
 
 
 if __name__ == "__main__":

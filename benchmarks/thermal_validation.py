@@ -3,9 +3,12 @@
     python benchmarks/thermal_validation.py            # every fitted figure, checks, subsets
     python benchmarks/thermal_validation.py --write    # ...and rewrite the values in
                                                        # advisor/catalog/thermal_fit.toml
+    python benchmarks/thermal_validation.py --plots DIR    # ...and the figure (PNG) in DIR
 
 Method and sources: `advisor/perf/thermal_fit.py` and the [sources] of thermal_fit.toml. The
 checks printed besides the fit (other estimators of the same constants) are not shipped.
+`--plots DIR` draws the fit's rows (`plots`, matplotlib): fitted against measured temperature per
+run and slot, and the subset check's slowest GPU, predicted and measured, against N.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+import _plots
 import numpy as np
 import pandas as pd
 
@@ -90,12 +94,56 @@ def node_checks(t: pd.DataFrame, pooled: tf.NodeSpread) -> None:
               f"{s.sigma_node_run_c:9.2f}  {s.num_nodes:5d} {s.num_runs:4d}")
 
 
-def main() -> int:
+def plots(training: pd.DataFrame, sizes, predicted, measured, at_cap, folder: Path
+          ) -> list[Path]:
+    """The figure of `--plots`: each training run's mean temperature against the fit of part 1
+    (a + R × mean power + the slot's offset), per slot, and part 3's subset check: the slowest
+    of N GPUs against the median, predicted and measured (all GPUs and at-cap GPUs), against
+    N."""
+    coef, _, _, residual = tf.fit_temperature(training)
+    measured_c = training["mean_temp"].to_numpy()
+    slot = "slot " + training["device"].astype(int).astype(str)
+    figures = _plots.Figures(folder)
+    fig, axes = _plots.figure(2, width_in=11, height_in=6.2)
+    sd = {s: float(np.std(residual[(slot == s).to_numpy()])) for s in sorted(slot.unique())}
+    labels = {s: f"{s} ({int((slot == s).sum())}; residual SD {v:.1f} C)" for s, v in sd.items()}
+    _plots.predicted_vs_measured(axes[0], measured_c, measured_c - residual, slot,
+                                 unit="run-mean temperature (C)", labels=labels, log=False,
+                                 band_pct=None, size=8, alpha=0.5)
+    _plots.legend_below(axes[0], title="slot in the 4-GPU node (runs; residual SD)", ncol=2)
+    axes[0].set_title(f"1. Temperature = a + R × power + slot offset: {len(training)} runs\n"
+                      f"(R = {coef[1]:.4f} C/W; the scatter: GPU to GPU and run to run)",
+                      fontsize=10)
+    ax = axes[1]
+    pct = {name: 100 * np.expm1(np.asarray(v)) for name, v in (
+        ("predicted (sigma of the spread, E[max of N])", predicted),
+        ("measured, all GPUs", measured), ("measured, GPUs at the cap", at_cap))}
+    for (name, values), style in zip(pct.items(), ("-o", "--s", ":D"), strict=True):
+        ax.plot(sizes, values, style, label=name, markersize=5)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(sizes), [str(int(n)) for n in sizes])
+    ax.set_xlabel("GPUs in the job, N")
+    ax.set_ylabel("slowest of N against the median GPU (% more time)")
+    ax.grid(True, alpha=0.3)
+    _plots.legend_below(ax)
+    ax.set_title("3. Slowest of N (4000 random subsets of the SGEMM fleet each)", fontsize=10)
+    return [figures.save(fig, "thermal-fit-and-slowest",
+                         f"Left: fitted against measured mean temperature of {len(training)} V100 "
+                         f"training runs (a + R × power + slot offset), one colour per slot, "
+                         f"with y = x. Right: how much slower the slowest of N GPUs is than the "
+                         f"median, predicted from the fitted spread and measured on random "
+                         f"subsets (all GPUs and at-cap GPUs), for N = "
+                         f"{', '.join(str(int(n)) for n in sizes)}")]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE,
                         help="the thermal reference folder (default: datasets/reference/thermal)")
     parser.add_argument("--write", action="store_true", help="write the fit to thermal_fit.toml")
-    args = parser.parse_args()
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also write the figure (PNG) into DIR (needs matplotlib)")
+    args = parser.parse_args(argv)
     if not args.reference.is_dir():
         print(f"error: {args.reference} not found; pass --reference", file=sys.stderr)
         return 2
@@ -181,6 +229,9 @@ def main() -> int:
                    "measured_all": measured, "measured_at_cap": at_cap}
         write_tables({"fitted": fitted, "inputs": inputs, "subset_check": subsets})
         print(f"wrote {THERMAL_TOML}")
+    if args.plots:
+        for path in plots(t, sizes, predicted, measured, at_cap, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
