@@ -6,6 +6,7 @@
     python benchmarks/calibrate.py --no-mlperf    # published runs only
     python benchmarks/calibrate.py --gate         # only the refit gate (about 6 minutes)
     python benchmarks/calibrate.py --gate --plots DIR   # ...and its figures (PNG) in DIR
+    python benchmarks/calibrate.py --no-loso --plots DIR   # the in-sample fit's figures
 
 The refit gate (`advisor.learn.gate`): every run with cross-validation prints leave-one-series-out
 error per platform family × precision × dense/MoE beside the baseline recorded in
@@ -13,7 +14,8 @@ error per platform family × precision × dense/MoE beside the baseline recorded
 worse by more than 1 point, unless `--accept "why"` says why (the reason goes in the commit);
 `--update-baseline` records this run as the new baseline. `--plots DIR` draws the gate's
 held-out predictions (`gate_plots`, matplotlib): predicted against measured per series, the
-error by GPU count, and the share of runs inside the analytical p10-p90 band.
+error by GPU count, and the share of runs inside the analytical p10-p90 band; without `--gate`
+also the first two for the in-sample fit (`fit-*.png`).
 
 Fits (1) the collective α–β constants to vTrain's NCCL all-reduce tables and (2) each platform
 family's efficiencies to `datasets/reference/published_runs.csv` and the MLPerf Training
@@ -103,7 +105,8 @@ def main() -> int:
                         help=f"record this run's cells in {BASELINE.relative_to(ROOT)}")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
     parser.add_argument("--plots", type=Path, metavar="DIR",
-                        help="also draw the refit gate's held-out predictions into DIR (PNG; "
+                        help="also draw the in-sample fit's predictions and (with the "
+                             "cross-validation) the refit gate's held-out ones into DIR (PNG; "
                              "needs matplotlib)")
     args = parser.parse_args()
     if args.gate and args.no_loso:
@@ -139,6 +142,9 @@ def main() -> int:
     rows = ref.rows
     in_sample = predict_reference(ref, fitted)
     _print("in-sample error (tokens/s/GPU, %)", error_table(rows, in_sample, None))
+    if args.plots:
+        for path in gate_plots(rows, in_sample, None, args.plots, prefix="fit", how=IN_SAMPLE):
+            print(f"wrote {path}", file=sys.stderr)
 
     vtrain = load_vtrain(args.vtrain / "ground_truth_single.csv")
     zero, _ = score_vtrain(vtrain, predict_vtrain(vtrain, fitted))
@@ -303,20 +309,28 @@ def _series_label(series: str) -> str:
     return " ".join(words).rstrip("'")
 
 
+HELD_OUT = ("Leave-one-series-out", "Held-out error",
+            "each publication series held out whole, refitted on the others, predicted")
+IN_SAMPLE = ("In sample", "In-sample error", "every run fitted at once, each predicted by that fit")
+"""How `gate_plots` names its predictions: title, error's name, how they were made."""
+
+
 def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | None,
-               folder: Path) -> list[Path]:
+               folder: Path, *, prefix: str = "gate",
+               how: tuple[str, str, str] = HELD_OUT) -> list[Path]:
     """The refit gate's figures from its leave-one-series-out predictions: predicted against
     measured tokens/s/GPU per publication series, the signed error per GPU-count bin (the
     bins of `gate.scale_table`), and the share of runs inside the analytical p10-p90 band
     (predicted × exp(±`half_width`): the calibration's `loso_series_p80_abs_log_error`) per
-    platform family and per series."""
+    platform family and per series. With `how=IN_SAMPLE` and no `half_width`, the first two
+    for the in-sample fit (`<prefix>-*.png`)."""
     predicted = predicted.reindex(rows.index)
     ok = predicted.notna().to_numpy() & rows["measured"].gt(0).to_numpy()
     rows, predicted = rows[ok], predicted[ok]
     measured = rows["measured"]
     series = rows["series"].map(_series_label)
     figures = _plots.Figures(folder)
-    held = "each publication series held out whole, refitted on the others, predicted"
+    title, error, held = how
     ratio = predicted / measured
     ape = (ratio - 1).abs() * 100
     order = series.value_counts().index.tolist()
@@ -326,12 +340,12 @@ def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | Non
     _plots.predicted_vs_measured(ax, measured, predicted, series, order=order, labels=labels,
                                  unit="tokens/s per GPU")
     _plots.legend_below(ax, title="publication series (runs; MAPE)", ncol=2)
-    ax.set_title(f"Leave-one-series-out: {held}\n{len(rows)} runs, MAPE {ape.mean():.1f} %, "
+    ax.set_title(f"{title}: {held}\n{len(rows)} runs, MAPE {ape.mean():.1f} %, "
                  f"median {ape.median():.1f} %", fontsize=10)
-    paths = [figures.save(fig, "gate-predicted-vs-measured",
+    paths = [figures.save(fig, f"{prefix}-predicted-vs-measured",
                           f"Predicted against measured tokens/s per GPU (log-log) of {len(rows)} "
-                          f"runs, each publication series held out whole, one colour and "
-                          f"marker per series, with the y = x and ±20 % lines")]
+                          f"runs, {held}, one colour and marker per publication series, with "
+                          f"the y = x and ±20 % lines")]
 
     edges = list(gate.GPU_COUNT_BINS)
     bin_labels = [f"{lo}-{hi - 1}" if hi < 10**9 else f"{lo}+"
@@ -341,12 +355,12 @@ def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | Non
     _plots.box_by_bin(ax, (ratio - 1) * 100, bins, order=bin_labels,
                       ylabel="predicted / measured − 1 (%)")
     ax.set_xlabel("GPUs in the job (runs)")
-    ax.set_title(f"Held-out error by GPU count ({held})\n> 0: predicted too fast; box "
+    ax.set_title(f"{error} by GPU count ({held})\n> 0: predicted too fast; box "
                  "p25-p75 with the median, whiskers p10-p90, each run a dot", fontsize=10)
-    paths.append(figures.save(fig, "gate-error-by-gpus",
-                              "Held-out error of tokens/s per GPU (predicted / measured − 1, %) "
-                              "by the job's GPU count, each publication series held out whole: "
-                              "median, p25-p75 box, p10-p90 whiskers and every run"))
+    paths.append(figures.save(fig, f"{prefix}-error-by-gpus",
+                              f"{error} of tokens/s per GPU (predicted / measured − 1, %) by the "
+                              f"job's GPU count, {held}: median, p25-p75 box, p10-p90 whiskers "
+                              f"and every run"))
 
     if half_width:
         inside = np.abs(np.log(ratio)) <= half_width
@@ -364,7 +378,7 @@ def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | Non
                           f"loso_series_p80_abs_log_error, the 80th percentile\nof these runs' "
                           f"|log error| at the last refit (so about 80 % overall by construction; "
                           f"the split is not)", fontsize=10)
-        paths.append(figures.save(fig, "gate-band-coverage",
+        paths.append(figures.save(fig, f"{prefix}-band-coverage",
                                   f"Share of runs whose measured tokens/s per GPU lies inside the "
                                   f"analytical p10-p90 band (predicted × exp(±{half_width:.3f})) "
                                   f"with each series held out, per platform family and per "

@@ -1,6 +1,7 @@
 """How fast does advisor learn a new stack from a few of its runs?
 
     python benchmarks/few_shot.py [--k 0 2 4 8] [--seeds 5] [--json FILE] [--tables FILE]
+                                  [--plots DIR]
 
 Each publication series of the bundled published and MLPerf runs (`datasets/published.parquet`,
 `datasets/mlperf.parquet`) is held out in turn: the calibration is refitted without it, as for
@@ -20,6 +21,7 @@ of their best layout, and the mean regret.
 
 Only the analytical model with the stack's factors is scored: the learned surrogate is not
 retrained per draw here (`advisor train --stack` fits the same factors, then trains it).
+`--plots DIR` draws the summary's rows against k (`plots`, matplotlib).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import _plots  # noqa: E402
 from _checkout import head  # noqa: E402
 
 from advisor.data.dataset import load  # noqa: E402
@@ -50,6 +53,8 @@ from advisor.perf.calibration import load_calibration  # noqa: E402
 
 JOB = ("model", "num_gpus", "precision", "seq_len", "gbs")
 REGRET_GOAL = 0.02
+BAND_PROMISE = 0.8
+"""The share of runs a p10-p90 band should hold."""
 
 
 def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
@@ -106,7 +111,7 @@ def score(picked: np.ndarray, tokens, share, measured, jobs, models, moe, spread
             "inside": int(inside.sum()), "scored": int(rest.sum()), "regrets": regrets}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--k", type=int, nargs="+", default=[0, 2, 4, 8])
     parser.add_argument("--seeds", type=int, default=5)
@@ -115,7 +120,9 @@ def main() -> int:
                         help="reuse the held-out step terms from this file if it exists, else "
                              "write them there (the refits take minutes; the strategies "
                              "seconds)")
-    args = parser.parse_args()
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also write the figure (PNG) into DIR (needs matplotlib)")
+    args = parser.parse_args(argv)
     started = time.time()
     frame = pd.concat([load(ROOT / "datasets" / f) for f in ("published.parquet",
                                                                "mlperf.parquet")],
@@ -166,6 +173,9 @@ def main() -> int:
     print(f"\n{summary['stacks'].max()} of {rows['stack'].nunique()} stacks (a held-out series "
           f"on one platform) have more than {max(args.k)} runs; per k and strategy, over them:")
     print(summary.to_string(index=False))
+    if args.plots:
+        for path in plots(pd.DataFrame(results), summary, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
     print(f"\n{time.time() - started:.0f} s")
     if args.json:
         args.json.write_text(json.dumps({"commit": head(), "summary": summary.to_dict("records")},
@@ -189,6 +199,50 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
                     "mean regret %": round(100 * float(regrets.mean()), 2)
                     if len(regrets) else np.nan})
     return pd.DataFrame(out)
+
+
+def plots(results: pd.DataFrame, summary: pd.DataFrame, folder: Path) -> list[Path]:
+    """The figure of `--plots`: the rows of `summary` against k, one line per strategy (k = 0,
+    no run measured, starts both): median MAPE over stacks (shaded: the stacks' p25-p75),
+    p10-p90 coverage against the 80 % it promises, and the share of jobs within the regret
+    goal."""
+    figures = _plots.Figures(folder)
+    fig, axes = _plots.figure(3, width_in=13, height_in=4.6)
+    start = summary[summary["strategy"] == "none"]
+    per_stack = results.groupby(["k", "strategy", "stack"])["mape"].mean()
+    regret = f"regret <= {REGRET_GOAL:.0%} %"
+    for strategy, style in (("targeted", "-o"), ("random", "--s")):
+        rows = pd.concat([start, summary[summary["strategy"] == strategy]]).sort_values("k")
+        line = axes[0].plot(rows["k"], rows["median MAPE %"], style, label=strategy)[0]
+        spread = [per_stack.loc[(k, s)].quantile([0.25, 0.75]).to_numpy()
+                  for k, s in zip(rows["k"], rows["strategy"], strict=True)]
+        axes[0].fill_between(rows["k"], [q[0] for q in spread], [q[1] for q in spread],
+                             color=line.get_color(), alpha=0.12, linewidth=0)
+        axes[1].plot(rows["k"], rows["p10-p90 coverage %"], style, label=strategy)
+        axes[2].plot(rows["k"], rows[regret], style, label=strategy)
+    axes[1].axhline(100 * BAND_PROMISE, color="black", linestyle="--", linewidth=1,
+                    label=f"promised: {BAND_PROMISE:.0%}")
+    titles = ("median MAPE over stacks (%)\nshaded: the stacks' p25-p75",
+              "runs inside the p10-p90 band (%)", f"jobs within {REGRET_GOAL:.0%} of their "
+              f"best layout (%)")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("runs of the stack measured, k")
+        ax.set_xticks(sorted(summary["k"].unique()))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylim(bottom=0)
+    axes[1].set_ylim(0, 100)
+    axes[2].set_ylim(0, 100)
+    fig.suptitle(f"A new stack learned from k of its runs: {int(summary['stacks'].max())} "
+                 f"stacks (a held-out series on one platform), scored on their other runs; "
+                 f"random and targeted: {results['seed'].nunique()} seeds", fontsize=10)
+    fig.subplots_adjust(top=0.8, wspace=0.3)
+    return [figures.save(fig, "few-shot-against-k",
+                         "Against the number k of a stack's runs measured, for the targeted and "
+                         "random choices: the median MAPE over stacks on the runs not measured, "
+                         "the share of those runs inside the p10-p90 band against the 80 % it "
+                         "promises, and the share of jobs within 2 % of their best layout")]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 `datasets/reference` measured in several layouts: Kendall τ between predicted and measured
 throughput, and top-1 regret.
 
-    python benchmarks/layout_ranking.py [--reference DIR] [--analytical] [--jobs]
+    python benchmarks/layout_ranking.py [--reference DIR] [--analytical] [--jobs] [--plots DIR]
 
 A job is one model on one platform and GPU count with one global batch, sequence length and
 precision, measured in at least two distinct layouts (TP, PP, CP, EP, VP, micro-batch,
@@ -37,7 +37,9 @@ the spread of their layouts' own repeated runs (an MLPerf layout run by several 
 on its own system: a regret inside that spread is a difference between systems, not layouts).
 Each job over that goal is then shown with its fastest
 measured layout and advisor's pick, and how far the model misjudged each (measured /
-predicted), grouped by source and pick.
+predicted), grouped by source and pick. `--plots DIR` draws the rows of those tables (`plots`,
+matplotlib): predicted against measured throughput of every layout per source, and each job's
+top-1 regret per source against the 5 % goal.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import _plots
 import numpy as np
 import pandas as pd
 
@@ -324,6 +327,52 @@ def collect(reference: Path, predictor, *, across_releases: bool = False) -> pd.
     return pd.concat([p[keep] for p in parts], ignore_index=True)
 
 
+def plots(table: pd.DataFrame, jobs: pd.DataFrame, folder: Path) -> list[Path]:
+    """The figures of `--plots`: predicted against measured tokens/s/GPU of every layout of a
+    ranked job (`layouts`; those predicted not to fit or refused have no point), one colour per
+    source, and each job's top-1 regret (`rank_jobs`) per source against `REGRET_GOAL`."""
+    figures = _plots.Figures(folder)
+    ranked = table.merge(jobs[["source", "job"]], left_on=["source_set", "job"],
+                         right_on=["source", "job"])
+    drawn = ranked[ranked[PREDICTED] > 0]
+    order = list(jobs["source"].unique())
+    tau = jobs.groupby("source")["kendall_tau"].median()
+    labels = {s: f"{s} ({int((drawn['source'] == s).sum())} layouts; median τ {tau[s]:.2f})"
+              for s in order}
+    fig, (ax,) = _plots.figure(height_in=7.6)
+    _plots.predicted_vs_measured(ax, drawn[MEASURED], drawn[PREDICTED], drawn["source"],
+                                 unit="tokens/s per GPU", labels=labels, order=order, size=12,
+                                 alpha=0.6)
+    _plots.legend_below(ax, title="source (layouts of ranked jobs; median Kendall τ per job)",
+                        ncol=2)
+    ax.set_title(f"Every layout of the {len(jobs)} jobs measured in two or more layouts\n"
+                 f"({len(ranked) - len(drawn)} predicted not to fit or refused: not drawn)",
+                 fontsize=10)
+    paths = [figures.save(fig, "ranking-predicted-vs-measured",
+                          f"Predicted against measured tokens/s per GPU (log-log) of the "
+                          f"{len(drawn)} layouts of jobs measured in two or more layouts, one "
+                          f"colour per source, with the y = x and ±20 % lines")]
+    ok = jobs.groupby("source")["top1_regret_pct"].apply(
+        lambda r: f"{int((r <= 100 * REGRET_GOAL).sum())}/{len(r)}")
+    names = {s: f"{s}\n{ok[s]} ≤ {REGRET_GOAL:.0%}" for s in order}
+    fig, (ax,) = _plots.figure(height_in=4.8)
+    _plots.box_by_bin(ax, jobs["top1_regret_pct"], jobs["source"].map(names),
+                      order=[names[s] for s in order], ylabel="top-1 regret (%)")
+    ax.axhline(100 * REGRET_GOAL, color="tab:red", linestyle="--", linewidth=1,
+               label=f"goal: {REGRET_GOAL:.0%}")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel("source: jobs within the goal (jobs)")
+    ax.set_title("Top-1 regret per job: how much faster the best-measured layout ran than "
+                 "advisor's pick\nbox p25-p75 with the median, whiskers p10-p90, each job a dot",
+                 fontsize=10)
+    paths.append(figures.save(fig, "ranking-regret-by-source",
+                              f"Top-1 regret (%) of the {len(jobs)} jobs measured in two or more "
+                              f"layouts, per source, against the {REGRET_GOAL:.0%} goal: median, "
+                              f"p25-p75 box, p10-p90 whiskers and every job"))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, default=REFERENCE_DIR)
@@ -333,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="published and MLPerf jobs pool their releases (see above)")
     parser.add_argument("--jobs", action="store_true", help="print every job, not only MoE "
                         "jobs and those over the regret goal")
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="also write the figures (PNG) into DIR (needs matplotlib)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from advisor import Predictor
@@ -356,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(line.rstrip() for line in picked.to_string().splitlines()))
     print("\n## summary\n")
     print(summary(jobs).round(3).to_string())
+    if args.plots:
+        for path in plots(table, jobs, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
