@@ -68,19 +68,20 @@ BENCHMARKS = (
               "XLA's measured GEMM tables (`datasets/reference/gemm`: 375 shapes each on H100, "
               "B200, MI300X and the MI350 series), the shipped parameters' error on every table "
               "(overall and on training-sized shapes), and torch's best matmul per device "
-              "(MAMF) against the model at that shape, which no fit saw."),
+              "(MAMF) against the model at that shape, which no fit saw.", plots=True),
     Benchmark("collectives", "Collectives: against measured collective tables",
               ("benchmarks/collective_check.py",),
               "Collectives inside each platform's NVLink or xGMI domain: the constants fitted on "
               "A100's NCCL tables (what every platform used before) against each platform's own "
               "fit to XLA's collective tables (all-reduce, all-gather, reduce-scatter, "
-              "all-to-all; groups of 2-8 GPUs per host, 4-72 in GB200/GB300 NVL72)."),
+              "all-to-all; groups of 2-8 GPUs per host, 4-72 in GB200/GB300 NVL72).",
+              plots=True),
     Benchmark("calibration", "Analytical model: calibration fit (in-sample)",
               ("benchmarks/calibrate.py", "--no-loso"),
               "The per-family efficiencies fitted to the published and MLPerf runs and the "
               "in-sample error of tokens/s per GPU, plus the vTrain single-node scores. The "
               "honest (held-out) error needs the full run without `--no-loso`; its last result "
-              "is quoted on the [validation page](index.md#quoted-slow-benchmarks)."),
+              "is quoted on the [validation page](index.md#quoted-slow-benchmarks).", plots=True),
     Benchmark("power", "Power model: fitted on measured power, each source held out",
               ("benchmarks/power_validation.py",),
               "The five power parameters fitted across chips on `datasets/reference/power` "
@@ -101,12 +102,13 @@ BENCHMARKS = (
               "recompute × sequence length of a Llama-3-8B cut to 8 layers, PyTorch eager), "
               "predicted by the analytical model, which was fitted to none of them: throughput, "
               "memory, average power and SM clock per run, then the errors, Kendall τ and the "
-              "top-1 regret. The measured clock is the mean of NVML samples, gaps included."),
+              "top-1 regret. The measured clock is the mean of NVML samples, gaps included.",
+              plots=True),
     Benchmark("thermal", "Thermal forms: fitted on the V100 fleet",
               ("benchmarks/thermal_validation.py",),
               "Temperature against power per slot, the clock's fall with temperature at the "
               "cap, and the GPU-to-GPU spreads behind the slowest-of-N loss, fitted on "
-              "`datasets/reference/thermal`."),
+              "`datasets/reference/thermal`.", plots=True),
     Benchmark("expected-loss", "Expected losses: do power and heat change a decision?",
               ("benchmarks/expected_loss.py",),
               "For two jobs, the expected losses (power cap, slowest of N, heat) of the top "
@@ -130,7 +132,7 @@ BENCHMARKS = (
               "the models they measured are fitted to them (the fit of training with "
               "`--stack`, its prior sized by the other series) and its other runs predicted: "
               "median MAPE over stacks, p10-p90 coverage, and top-1 regret per job measured "
-              "in two or more layouts. About 5 minutes."),
+              "in two or more layouts. About 5 minutes.", plots=True),
     Benchmark("wall-energy", "Energy at the wall: the power limit the energy objective chooses",
               ("benchmarks/wall_energy.py",),
               "recommend --objective energy for Llama 3 70B on 64 H100, then its power-limit "
@@ -149,7 +151,7 @@ BENCHMARKS = (
               "each job over 5 % with its fastest measured layout and advisor's pick and how "
               "far the model misjudged each (measured / predicted); then a summary per source. "
               "The Megatron-LM tests are correctness tests of tiny models, mostly bound by "
-              "software overhead; read their regrets with that in mind."),
+              "software overhead; read their regrets with that in mind.", plots=True),
     Benchmark("space-memory", "Configuration space and memory model: speed",
               ("benchmarks/space_memory.py",),
               "Whole spaces enumerated and memory-checked: valid and fitting counts, and "
