@@ -95,7 +95,8 @@ BENCHMARKS = (
               "`collectors/power_probe.py`): per phase the settled speed, clock, power and "
               "temperature; GEMM speed against time since a burst began; the window after which "
               "the cap acts; per duty cycle the share of the cap's loss escaped, measured and "
-              "as the model's window rule predicts; the kernel power ratios it measures."),
+              "as the model's window rule predicts; the kernel power ratios it measures.",
+              plots=True),
     Benchmark("campaign", "Our own GPU campaigns against the model",
               ("benchmarks/campaign_check.py",),
               "Every campaign in `datasets/campaigns` (so far 16 runs on one H200: micro-batch × "

@@ -47,6 +47,7 @@ def _run(script: str, folder: Path) -> str:
                           "collectives-error-by-size.png"]),
     ("thermal_validation", ["thermal-fit-and-slowest.png"]),
     ("campaign_check", ["campaign-h200-single.png"]),
+    ("power_probe", ["power-probe-escaped-and-clock.png"]),
     ("layout_ranking", ["ranking-predicted-vs-measured.png", "ranking-regret-by-source.png"]),
 ])
 def test_plots_flag_writes_the_figures_beside_the_tables(script, files, tmp_path):
