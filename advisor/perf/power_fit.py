@@ -104,7 +104,7 @@ def read_probe(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
             json.loads((folder / "device.json").read_text()))
 
 
-def _settled(kernels: pd.DataFrame, samples: pd.DataFrame, phase: str, begin: float,
+def settled_half(kernels: pd.DataFrame, samples: pd.DataFrame, phase: str, begin: float,
              end: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A probe phase's kernels and NVML samples in its second half, where the cap has settled."""
     half = begin + (end - begin) / 2
@@ -123,7 +123,7 @@ def load_probe(folder: Path) -> pd.DataFrame:
     rows = []
     for phase, (kernel, kind) in PROBE_KERNELS.items():
         begin, end = spans[phase]
-        settled, s = _settled(kernels, samples, phase, begin, end)
+        settled, s = settled_half(kernels, samples, phase, begin, end)
         m, n, k = PROBE_SHAPES.get(kernel, (8192, 8192, 8192))
         rows.append({"kernel": kernel, "kind": kind, "m": m, "n": n, "k": k,
                      "utilization": flop[phase] / cold[kernel] / best,
@@ -138,7 +138,7 @@ def phase_table(kernels: pd.DataFrame, samples: pd.DataFrame, facts: dict) -> pd
     clock, NVML instantaneous and 1-s average power, temperature, share of samples capped."""
     rows = []
     for name, begin, end in facts["spans"]:
-        k, s = _settled(kernels, samples, name, begin, end)
+        k, s = settled_half(kernels, samples, name, begin, end)
         moved = k.flop.sum() if k.flop.sum() else k.bytes.sum()
         rows.append({"phase": name, "speed": moved / k.duration_s.sum() / 1e12 if len(k) else
                      np.nan, "sm_mhz": s.sm_clock_mhz.mean(),
@@ -275,13 +275,20 @@ def predict_probe(p: PowerParams, d: pd.DataFrame,
     `power.phase_demand` draws it for GEMMs of that utilization or fused attention, from the
     chip's best-fed GEMM power `best_w` (None: the cross-chip `busy_share` × design)."""
     design = d["design_w"].to_numpy()
+    phi = p.capped_clock(p.static_share * design, probe_demand(p, d, best_w),
+                         d["limit_w"].to_numpy())
+    return p.slowdown(phi), phi
+
+
+def probe_demand(p: PowerParams, d: pd.DataFrame, best_w: float | None = None) -> np.ndarray:
+    """Full-clock demand (W) of each probe kernel, as `power.phase_demand` draws it (see
+    `predict_probe`)."""
+    design = d["design_w"].to_numpy()
     best = p.busy_share * design if best_w is None else np.full(len(d), best_w)
     shape = p.gemm_power_shape(d["m"].to_numpy(float), d["n"].to_numpy(float),
                                d["k"].to_numpy(float))
     gemm = p.gemm_demand(design, d["utilization"].to_numpy() * shape, best)
-    demand = np.where(d["kind"].to_numpy() == "attention", best * p.attention_ratio, gemm)
-    phi = p.capped_clock(p.static_share * design, demand, d["limit_w"].to_numpy())
-    return p.slowdown(phi), phi
+    return np.where(d["kind"].to_numpy() == "attention", best * p.attention_ratio, gemm)
 
 
 def probe_errors(p: PowerParams, probe: pd.DataFrame,
