@@ -220,10 +220,13 @@ def recommend(
     start = time.perf_counter()
     try:
         with _progress(enabled=not json_out) as progress:
+            # The layouts the launch command's framework runs (torchtitan: torch's
+            # interleaving rule), so #1 is one its emitter writes.
             rec = run(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
                       top=top, predictor=predictor, progress=progress,
                       engine=SearchEngine(search, trials=trials, storage=storage,
-                                          study_name=study_name, seed=seed))
+                                          study_name=study_name, seed=seed),
+                      framework=emit or "megatron")
     except SearchInterrupted as stop:
         typer.echo(f"interrupted: {interrupted_message(stop)}", err=True)
         raise typer.Exit(code=130) from None

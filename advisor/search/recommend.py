@@ -129,6 +129,9 @@ class Recommendation:
     nodes alone."""
     searched: Table | None = field(default=None, repr=False)
     """Optuna only: the layouts its trials landed on (`SearchResult.tried`)."""
+    framework: str = "megatron"
+    """The framework whose rules the space follows (`space_table(framework=)`): with
+    torchtitan, only the micro-batch counts torch's interleaved schedule runs."""
 
     @property
     def ranked(self) -> pd.DataFrame:
@@ -149,22 +152,26 @@ class Recommendation:
 def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected",
               constraints: Constraints | None = None, pins: dict | None = None, top: int = 5,
               predictor=None, engine: SearchEngine | None = None, progress=None,
-              search_power_limit: bool = True) -> Recommendation:
+              search_power_limit: bool = True, framework: str = "megatron") -> Recommendation:
     """Search `job`'s space and return the `top` distinct layouts (see module docstring),
     ranked on the expected (median) prediction, or on the pessimistic p10 with
-    `risk="averse"`. For the energy, balanced and cost objectives the GPU power limit is a
-    knob too (`advisor.search.power_limit`) unless the job's platform sets one or
-    `search_power_limit` is False: the layouts are then those of the best limit, and
-    `limit_tradeoff` shows #1 across the limits tried. Where the job's platform marks degraded
-    nodes, `degraded` says whether leaving them out is faster."""
+    `risk="averse"`. The space holds the layouts `framework` runs (`space_table`; the launch
+    command's framework: torchtitan interleaves only micro-batch counts torch's schedule
+    divides into equal rounds, where Megatron-Core groups others). For the energy, balanced
+    and cost objectives the GPU power limit is a knob too (`advisor.search.power_limit`)
+    unless the job's platform sets one or `search_power_limit` is False: the layouts are then
+    those of the best limit, and `limit_tradeoff` shows #1 across the limits tried. Where the
+    job's platform marks degraded nodes, `degraded` says whether leaving them out is
+    faster."""
     predictor = predictor or Predictor.load()
     rec = _recommend(job, objective=objective, risk=risk, constraints=constraints, pins=pins,
-                     top=top, predictor=predictor, engine=engine, progress=progress)
+                     top=top, predictor=predictor, engine=engine, progress=progress,
+                     framework=framework)
     advice = route_around(
         job, rec.choices[0].prediction.tokens_per_sec_per_gpu * job.num_gpus,
         recommend_job=lambda healthy: _recommend(
             healthy, objective=objective, risk=risk, constraints=constraints, pins={}, top=1,
-            predictor=predictor, engine=engine, progress=None))
+            predictor=predictor, engine=engine, progress=None, framework=framework))
     rec = dataclasses.replace(rec, degraded=advice)
     if not (search_power_limit and objective in LIMIT_OBJECTIVES
             and job.platform.power_limit_w is None):
@@ -182,7 +189,7 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
             job.platform, power_limit_w=limit, given_by="the search"))
         rec = _recommend(limited, objective=objective, risk=risk, constraints=constraints,
                          pins=pins, top=top, predictor=predictor, engine=engine,
-                         progress=progress, space=board_rec.searched)
+                         progress=progress, space=board_rec.searched, framework=framework)
         if board_rec.searched is not None:
             rec = dataclasses.replace(
                 rec, engine=board_rec.engine, num_trials=board_rec.num_trials,
@@ -200,9 +207,10 @@ def recommend(job: Job, *, objective: str = "throughput", risk: str = "expected"
 
 def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints | None,
                pins: dict | None, top: int, predictor, engine: SearchEngine | None,
-               progress, space: Table | None = None) -> Recommendation:
-    """One search of `job`'s (pinned) space, or, given `space` (layouts an Optuna search
-    already landed on), an exhaustive scoring of those."""
+               progress, space: Table | None = None,
+               framework: str = "megatron") -> Recommendation:
+    """One search of `job`'s (pinned) space as `framework` runs it, or, given `space`
+    (layouts an Optuna search already landed on), an exhaustive scoring of those."""
     check_objective(objective)
     check_risk(risk)
     if top < 1:
@@ -211,7 +219,7 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
     pins = dict(pins or {})
     predictor = predictor or Predictor.load()
     if space is None:
-        space = pinned_space(job, pins)
+        space = pinned_space(job, pins, framework=framework)
     else:
         engine = SearchEngine("exhaustive")
     result = search(job, predictor=predictor, constraints=constraints, objective=objective,
@@ -256,7 +264,7 @@ def _recommend(job: Job, *, objective: str, risk: str, constraints: Constraints 
         ranked_table=ranked, num_trials=result.num_trials, study_name=result.study_name,
         risk=risk, ranking=ranking_notes(ranked, job, objective=objective, risk=risk)
         + stack_notes(predictor, job),
-        searched=result.tried, num_pruned=result.num_pruned)
+        searched=result.tried, num_pruned=result.num_pruned, framework=framework)
 
 
 def moe_what_ifs(best: dict, job: Job, predictor, pins: dict) -> list[str]:
@@ -415,9 +423,10 @@ def _dispatcher_pin(value: object, job: Job) -> str:
     return name
 
 
-def pinned_space(job: Job, pins: dict) -> Table:
-    """The job's valid configurations with `pins` applied; a pin that leaves nothing is a
-    `ConfigError` naming the pin and the values the others allow."""
+def pinned_space(job: Job, pins: dict, *, framework: str = "megatron") -> Table:
+    """The job's valid configurations as `framework` runs them (`space_table`) with `pins`
+    applied; a pin that leaves nothing is a `ConfigError` naming the pin and the values the
+    others allow."""
     unknown = sorted(set(pins) - set(PINNABLE))
     if unknown:
         raise ConfigError(f"cannot pin {', '.join(unknown)}; pinnable knobs: "
@@ -432,7 +441,7 @@ def pinned_space(job: Job, pins: dict) -> Table:
         pins["moe_dispatcher"] = _dispatcher_pin(pins["moe_dispatcher"], job)
     space = space_table(job, pins={k: pins[k] for k in ("recompute_modules", "ep_comm_overlap",
                                                         "moe_dispatcher", "dp_shard_size")
-                                   if k in pins})
+                                   if k in pins}, framework=framework)
     if space.empty:
         raise Infeasible(empty_space_message(job))
     applied: list[str] = []

@@ -113,7 +113,7 @@ def rank_layout(rec: Recommendation, layout: dict, *, predictor) -> LayoutVerdic
     if "dp" not in pins and {"tp", "pp", "cp"} <= set(pins):
         pins["dp"] = job.num_gpus // (pins["tp"] * pins["pp"] * pins["cp"])
     try:
-        variants = pinned_space(job, pins)
+        variants = pinned_space(job, pins, framework=rec.framework)
     except AdvisorError as e:
         return LayoutVerdict(layout, None, None, None, f"outside the valid space: {e}")
     scored = score_configs(job, variants, predictor=predictor, constraints=rec.constraints)

@@ -46,6 +46,21 @@ def test_recommend_emits_launch_commands(emitter, flag):
     assert flag in r.stdout
 
 
+def test_recommend_emit_torchtitan_ranks_what_torchtitan_runs():
+    """--emit torchtitan searches with torch's interleaving rule: on PP 6 with 128
+    micro-batches Megatron's #1 interleaves (VP 21, in Megatron-Core's groups), which torch's
+    21 rounds cannot; torchtitan's #1 is the layout its command launches, with no fallback."""
+    job = ["-m", "405b", "-g", "384", "-p", "h200", "--gbs", "1024", "--pp", "6", "--tp", "8",
+           "--mbs", "1", "--top", "1", "--json", "--emit"]
+    megatron = json.loads(run("recommend", *job, "megatron").stdout)["choices"][0]["config"]
+    assert megatron["vp"] > 1
+    r = run("recommend", *job, "torchtitan")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["launch"]["note"] == "" and data["choices"][0]["config"]["vp"] == 1
+    assert "--parallelism.pipeline_parallel_schedule 1F1B" in data["launch"]["command"]
+
+
 def test_recommend_constraints_and_pins_from_flags():
     pinned = [*JOB, "--json", "--tp", "8", "--no-overlap", "--memory-margin", "0.1"]
     free = json.loads(run("recommend", *pinned, "--top", "50").stdout)["choices"]

@@ -10,10 +10,12 @@ from advisor.catalog import load_model, load_platform, with_conditions
 from advisor.core.errors import AdvisorError, ConfigError
 from advisor.core.parallel import make_job
 from advisor.core.space import validate
+from advisor.explain.emit.torchtitan import torchtitan_args
 from advisor.perf.memory import estimate_memory
 from advisor.predict.predictor import Predictor
 from advisor.search.objective import Constraints
 from advisor.search.recommend import Infeasible, recommend, smallest_fitting_gpus
+from advisor.search.why_not import rank_layout
 
 
 @pytest.fixture(scope="module")
@@ -330,3 +332,25 @@ def test_an_expected_thermal_loss_bound_trades_throughput_only_for_heat_that_cos
     assert "expected thermal loss" in " ".join(moved.constraints.describe())
     with pytest.raises(ConfigError, match="share of throughput"):
         Constraints(max_thermal_loss=1.5)
+
+
+def test_recommend_for_torchtitan_ranks_only_layouts_its_schedule_runs(predictor):
+    """Llama 3.1 405B on PP 6 with 128 micro-batches per step (the reviewer's PP 6 case):
+    Megatron-Core interleaves them in groups, and its #1 is interleaved; torch's
+    ScheduleInterleaved1F1B runs them in 128 // 6 = 21 rounds, which must divide 128, so
+    torchtitan refuses that layout. Searched for torchtitan, the space holds only what torch
+    runs and #1 emits."""
+    job = make_job(load_model("llama3.1-405b"), load_platform("h200"), num_gpus=384, gbs=1024)
+    pins = {"pp": 6, "tp": 8, "mbs": 1}
+    megatron = recommend(job, pins=pins, top=1, predictor=predictor).choices[0].config
+    assert megatron.vp > 1 and megatron.num_microbatches == 128
+    with pytest.raises(ConfigError, match="21 rounds of equal size"):
+        torchtitan_args(megatron, job)
+    rec = recommend(job, pins=pins, top=3, predictor=predictor, framework="torchtitan")
+    assert rec.framework == "torchtitan"
+    for choice in rec.choices:
+        validate(choice.config, job.model, job.platform, num_gpus=384, framework="torchtitan")
+        torchtitan_args(choice.config, job)
+    # Asked why not Megatron's pick, the answer follows the same rules.
+    verdict = rank_layout(rec, {"vp": megatron.vp}, predictor=predictor)
+    assert verdict.rank is None and "outside the valid space" in verdict.why
