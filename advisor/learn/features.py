@@ -78,6 +78,20 @@ def feature_matrix(model: ModelSpec, platform: Platform, c: Columns,
                    software: np.ndarray | str = "") -> np.ndarray:
     """`group_features` as a (configurations × FEATURES) array, from arrays."""
     n = num_rows(c)
+    columns = _feature_columns(model, platform, c, table, framework=framework,
+                               software=software)
+    x = np.empty((n, len(FEATURES)))
+    for j, name in enumerate(FEATURES):
+        x[:, j] = columns[name]
+    return x
+
+
+def _feature_columns(model: ModelSpec, platform: Platform, c: Columns,
+                     table: Mapping[str, np.ndarray], *, framework: np.ndarray | str,
+                     software: np.ndarray | str) -> dict[str, np.ndarray | float]:
+    """Each of `FEATURES` for the configurations `c`: an array, or one number shared by all
+    (the model's and the platform's)."""
+    n = num_rows(c)
     gpus = c["tp"] * c["pp"] * c["cp"] * c["dp"]
     step = table["step_time_s"]
     params = model.params
@@ -125,10 +139,7 @@ def feature_matrix(model: ModelSpec, platform: Platform, c: Columns,
         "gemm_utilization": table["gemm_utilization"],
         "log2_tokens_per_microbatch": np.log2(c["mbs"] * c["seq_len"] / c["cp"]),
     }
-    x = np.empty((n, len(FEATURES)))
-    for j, name in enumerate(FEATURES):
-        x[:, j] = np.asarray(out[name], dtype=float)
-    return x
+    return {name: np.asarray(out[name], dtype=float) for name in FEATURES}
 
 
 ANALYTICAL_FEATURES = ("microbatches_log2", "log_analytical_tokens_s", "analytical_mfu",
@@ -139,24 +150,69 @@ ANALYTICAL_FEATURES = ("microbatches_log2", "log_analytical_tokens_s", "analytic
 from the configuration, the model, the platform and the software alone."""
 
 
-def feature_box(model: ModelSpec, platform: Platform, c: Columns, *,
-                framework: str = "megatron", software: np.ndarray | str = ""
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(low, high, may be missing) per feature over the configurations `c`, without running the
-    analytical model: its features are unbounded (-inf, inf) and may be missing. Every row's
-    `feature_matrix` lies in this box, so the surrogate's largest answer over it bounds theirs."""
+BOX_KEYS = ("tp", "pp", "vp", "ep")
+"""`feature_boxes` gives each combination of these its own box: the surrogate's bound over
+all of a space's layouts at once is about twice the largest ratio any of them gets."""
+AT_MOST_NOMINAL = ("log_analytical_tokens_s", "analytical_mfu", "bubble_share", "tp_share",
+                   "cp_share", "ep_share", "pp_share", "dp_share", "recompute_share",
+                   "overhead_share")
+"""Analytical features the power model can only lower: rates (a longer step) and each
+component's share of the step (the same component over a longer step)."""
+
+
+def feature_boxes(model: ModelSpec, platform: Platform, c: Columns,
+                  nominal: Mapping[str, np.ndarray], *, framework: str = "megatron",
+                  software: np.ndarray | str = ""
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(each row's box, low, high, may be missing: boxes × FEATURES) for the configurations
+    `c`, from their analytical step at full clock (`nominal`: `step.nominal_arrays`, with the
+    memory model's `total_bytes` and `capacity_bytes` where known). Every row's
+    `feature_matrix` lies in its box (one per combination of `BOX_KEYS`): the configuration,
+    model, platform and software features and the micro-batch count and GEMM utilization are
+    the row's own; the power model can only lower the rates and shares (`AT_MOST_NOMINAL`),
+    so those run from -inf to the nominal ones; without memory the headroom is unbounded. The
+    surrogate's largest answer over a box bounds its rows'."""
     n = num_rows(c)
-    unknown = {k: np.full(n, np.nan) for k in TABLE_COLUMNS}
+    table = {k: nominal.get(k, np.full(n, np.nan)) for k in TABLE_COLUMNS}
     with np.errstate(invalid="ignore", divide="ignore"):
-        x = feature_matrix(model, platform, c, unknown, framework=framework, software=software)
-    nan = np.isnan(x)
-    missing = nan.any(axis=0)
-    known = np.where(nan, np.inf, x).min(axis=0)
-    low = np.where(nan.all(axis=0), np.nan, known)
-    high = np.where(nan.all(axis=0), np.nan, np.where(nan, -np.inf, x).max(axis=0))
-    free = np.isin(np.array(FEATURES), ANALYTICAL_FEATURES)
-    low[free], high[free], missing[free] = -np.inf, np.inf, True
-    return low, high, missing
+        columns = _feature_columns(model, platform, c, table, framework=framework,
+                                   software=software)
+    code = np.zeros(n, dtype=np.int64)
+    for key in BOX_KEYS:
+        values = c[key].astype(np.int64)
+        if n and values.max() >= 2 ** 15:   # 15 bits each fit four in an int64
+            values = np.unique(values, return_inverse=True)[1].ravel()
+        code = code * 2 ** 15 + values
+    order = np.argsort(code, kind="stable")
+    first = np.r_[True, np.diff(code[order]) != 0]
+    starts = np.flatnonzero(first)
+    box = np.empty(n, dtype=np.int64)
+    box[order] = np.cumsum(first) - 1
+    shape = (len(starts), len(FEATURES))
+    low, high = np.empty(shape), np.empty(shape)
+    missing, never = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    for j, name in enumerate(FEATURES):
+        values = columns[name]
+        if values.ndim == 0 or not n:     # one value for every row (the model's, say)
+            low[:, j] = high[:, j] = values if values.ndim == 0 else np.nan
+            missing[:, j] = never[:, j] = np.isnan(low[0, j]) if len(starts) else False
+            continue
+        part = values[order]
+        low[:, j] = np.fmin.reduceat(part, starts)      # fmin/fmax skip NaN
+        high[:, j] = np.fmax.reduceat(part, starts)
+        gaps = np.isnan(part)
+        if gaps.any():
+            missing[:, j] = np.logical_or.reduceat(gaps, starts)
+            never[:, j] = np.logical_and.reduceat(gaps, starts)
+    # A feature no row of a box has: NaN bounds (only the missing branch); one a rate or
+    # share leaves undefined (a step of zero): anything.
+    names = np.array(FEATURES)
+    undefined = never & np.isin(names, AT_MOST_NOMINAL)
+    low[:, np.isin(names, AT_MOST_NOMINAL)] = -np.inf
+    if "total_bytes" not in nominal:
+        undefined[:, names == "memory_headroom"] = True
+    low[undefined], high[undefined], missing[undefined] = -np.inf, np.inf, True
+    return box, low, high, missing
 
 
 def _codes(values: np.ndarray, codes: dict[str, int]) -> np.ndarray:

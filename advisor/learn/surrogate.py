@@ -113,12 +113,14 @@ class ThroughputSurrogate:
         return {"p10": np.exp(low), "p50": np.exp(mid), "p90": np.exp(high),
                 "supported": supported, "extrapolation": outside & supported}
 
-    def p50_bound(self, low: np.ndarray, high: np.ndarray, may_be_missing: np.ndarray) -> float:
+    def p50_bound(self, low: np.ndarray, high: np.ndarray, may_be_missing: np.ndarray
+                  ) -> np.ndarray:
         """The largest median ratio (measured / analytical) any row whose `FEATURES` lie in
         [low, high] can get (`TreeEnsemble.max_outputs`): the median of the sorted quantile
-        outputs is at most the median of their maxima."""
-        most = np.sort(self.trees.max_outputs(low, high, may_be_missing))
-        return float(np.exp(most[QUANTILES.index(0.5)]))
+        outputs is at most the median of their maxima. One box (features) gives a 0-d array,
+        (boxes × features) one bound per box."""
+        most = np.sort(self.trees.max_outputs(low, high, may_be_missing), axis=-1)
+        return np.exp(most[..., QUANTILES.index(0.5)])
 
     def contributions(self, features: pd.DataFrame) -> pd.DataFrame:
         """SHAP values of the median model: how much each feature moves log(measured /

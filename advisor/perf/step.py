@@ -147,25 +147,9 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     columns = COMPONENTS + PHASES + POWER_COLUMNS + (
         "step_time_s", "microbatch_s", "num_microbatches", "forward_burst_s",
         "gemm_utilization")
-    out = {c: np.zeros(n) for c in columns}
-    for idx, part in _by_pipeline_shape(model, platform, cols, calibration, framework):
-        for c, v in part.items():
-            if idx is None:
-                out[c][:] = v
-            else:
-                out[c][idx] = v
-    tokens = cols["gbs"].astype(float) * cols["seq_len"].astype(float)
+    out = _gather(_by_pipeline_shape(model, platform, cols, calibration, framework), columns, n)
+    out.update(_rates(model, platform, cols, out["step_time_s"]))
     world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
-    out["tokens_per_sec_per_gpu"] = tokens / out["step_time_s"] / world
-    flops = per_value(cols["seq_len"], lambda s: model_flops_per_token(model, int(s)))
-    lora = is_lora(cols, n)
-    if lora.any():
-        # The work a frozen base does: no weight-gradient GEMMs (a third of their FLOPs).
-        cores = per_value(cols["seq_len"], lambda s: core_flops_per_token(model, int(s)))
-        flops = np.where(lora, flops - (flops / 3.0 - cores), flops)
-    out["tflops_per_gpu"] = out["tokens_per_sec_per_gpu"] * flops / 1e12
-    peak = per_value(cols["precision"], lambda p: platform.peak_flops(PRECISIONS[p]))
-    out["mfu"] = out["tflops_per_gpu"] * 1e12 / peak
     out["calibrated"] = np.full(n, eff.calibrated)
     out["samples_per_mj"] = cols["gbs"].astype(float) / (
         out["avg_power_w"] * out["step_time_s"] * world / 1e6)
@@ -174,19 +158,56 @@ def step_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
     return out
 
 
-def nominal_step_s(model: ModelSpec, platform: Platform, cols: Columns, *,
+NOMINAL_COLUMNS = tuple(c for c in COMPONENTS if c != "throttle_s") + (
+    "step_time_s", "num_microbatches", "gemm_utilization", "tokens_per_sec_per_gpu", "mfu")
+"""What `nominal_arrays` gives: the step, its breakdown and its rates at full clock."""
+
+
+def nominal_arrays(model: ModelSpec, platform: Platform, cols: Columns, *,
                    calibration: Calibration | None = None,
-                   framework: str = DEFAULT_FRAMEWORK) -> np.ndarray:
-    """Each configuration's step at full clock, before the power model: no power cap, no
-    slowest-of-N, thermal or degraded-node loss. Those only lengthen it (clocks at or below
-    their maximum, losses at or above zero), so `step_arrays`' `step_time_s` is never shorter:
-    a bound that costs a third of the full model (the search prunes with it)."""
-    out = np.zeros(num_rows(cols))
-    for idx, part in _by_pipeline_shape(model, platform, cols,
-                                        calibration or load_calibration(), framework,
-                                        power=False):
-        out[slice(None) if idx is None else idx] = part["step_time_s"]
+                   framework: str = DEFAULT_FRAMEWORK) -> dict[str, np.ndarray]:
+    """`step_arrays`' `NOMINAL_COLUMNS` at full clock, before the power model: no power cap,
+    slowest-of-N, thermal or degraded-node loss. Those only lengthen the step (clocks at or
+    below their maximum, losses at or above zero) and change none of its components, so
+    `step_arrays`' `step_time_s` is never shorter, its rates never higher and each component's
+    share of the step never larger: bounds at a third of the full model's cost (the search
+    prunes with them)."""
+    out = _gather(_by_pipeline_shape(model, platform, cols, calibration or load_calibration(),
+                                     framework, power=False),
+                  NOMINAL_COLUMNS[:-2], num_rows(cols))
+    return out | _rates(model, platform, cols, out["step_time_s"])
+
+
+def _gather(parts: Iterator[tuple[np.ndarray | None, dict]], columns: tuple[str, ...],
+            n: int) -> dict[str, np.ndarray]:
+    """`columns` of every pipeline shape's part, back in the rows' order."""
+    out = {c: np.zeros(n) for c in columns}
+    for idx, part in parts:
+        for c in columns:
+            if idx is None:
+                out[c][:] = part[c]
+            else:
+                out[c][idx] = part[c]
     return out
+
+
+def _rates(model: ModelSpec, platform: Platform, cols: Columns, step_s: np.ndarray
+           ) -> dict[str, np.ndarray]:
+    """Tokens/s per GPU, TFLOP/s per GPU and MFU of steps taking `step_s`."""
+    n = num_rows(cols)
+    tokens = cols["gbs"].astype(float) * cols["seq_len"].astype(float)
+    world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
+    tokens_per_s = tokens / step_s / world
+    flops = per_value(cols["seq_len"], lambda s: model_flops_per_token(model, int(s)))
+    lora = is_lora(cols, n)
+    if lora.any():
+        # The work a frozen base does: no weight-gradient GEMMs (a third of their FLOPs).
+        cores = per_value(cols["seq_len"], lambda s: core_flops_per_token(model, int(s)))
+        flops = np.where(lora, flops - (flops / 3.0 - cores), flops)
+    tflops = tokens_per_s * flops / 1e12
+    peak = per_value(cols["precision"], lambda p: platform.peak_flops(PRECISIONS[p]))
+    return {"tokens_per_sec_per_gpu": tokens_per_s, "tflops_per_gpu": tflops,
+            "mfu": tflops * 1e12 / peak}
 
 
 def _by_pipeline_shape(model: ModelSpec, platform: Platform, cols: Columns,
@@ -336,7 +357,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
           detail: bool = False, power: bool = True) -> dict:
     """The step of configurations sharing one pipeline shape: compute, communication and
     overlap, optimizer, then the stage timeline that the power model runs and the breakdown.
-    Without `power`: only the step at full clock, with no expected loss (`nominal_step_s`)."""
+    Without `power`: the step at full clock, with no expected loss, and its breakdown
+    (`nominal_arrays`)."""
     knobs = _Knobs.of(configs)
     layers = StageLayers.of(layout, pp)
     # Layouts that differ only in sharding, overlap or data parallelism run the same kernels:
@@ -353,7 +375,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
     optimizer = _optimizer_s(traffic.data, knobs, platform)
     timeline = _timeline(work, overlap, optimizer, knobs, pp=pp, vp=vp)
     if not power:
-        return {"step_time_s": timeline.step_time()}
+        return {"step_time_s": timeline.step_time(),
+                **_breakdown(work, overlap, optimizer, timeline, knobs, pp=pp, vp=vp)}
     thermal = power_thermal(platform, timeline, num_gpus=(knobs.tp * knobs.cp * knobs.dp)[:, 0]
                             * pp, tokens_per_step=(knobs.gbs * knobs.seq)[:, 0], detail=detail)
     out = _breakdown(work, overlap, optimizer, timeline, knobs, pp=pp, vp=vp)

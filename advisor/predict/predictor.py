@@ -221,27 +221,31 @@ class Predictor:
         out["pred_assumed"] = cols["assumed"]
         return Table(out, num_rows=len(configs))
 
-    def throughput_bound(self, model, platform, configs: Table) -> np.ndarray | None:
+    def throughput_bound(self, model, platform, configs: Table, *,
+                         memory: Mapping[str, np.ndarray] | None = None) -> np.ndarray | None:
         """An upper bound on `predict_table`'s tokens/s per GPU for every configuration (a
         `Table` as `space_table` gives them), at about a third of its cost: the analytical
-        step at full clock (`nominal_step_s`: the power model only slows it) times the largest
-        ratio the surrogate can give any of them (`ThroughputSurrogate.p50_bound`, over the
-        box their features lie in). None where no such bound holds: a stack calibration
-        (its factors shift each share of the step) or per-row conditions."""
-        from advisor.learn.features import feature_box
-        from advisor.perf.step import nominal_step_s
+        step at full clock (`nominal_arrays`: the power model only slows it) times the largest
+        ratio the surrogate can give any configuration sharing its tensor, pipeline and expert
+        split (`ThroughputSurrogate.p50_bound` over `feature_boxes`). `memory`: the memory
+        model's columns for these rows, where the caller ran it. None where no such bound
+        holds: a stack calibration (its factors shift each share of the step) or per-row
+        conditions."""
+        from advisor.learn.features import feature_boxes
+        from advisor.perf.step import nominal_arrays
 
         if self.stack_for(platform) is not None or any(c in configs for c in OVERRIDABLE):
             return None
         cols = _default_etp(model, table_columns(configs))
         perf_cols = {k: v for k, v in cols.items() if k not in _BOOKKEEPING}
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            step = nominal_step_s(model, platform, perf_cols, calibration=self.calibration)
-        world = (cols["tp"] * cols["pp"] * cols["cp"] * cols["dp"]).astype(float)
-        bound = cols["gbs"] * cols["seq_len"] / step / world
+            nominal = nominal_arrays(model, platform, perf_cols, calibration=self.calibration)
+        bound = nominal["tokens_per_sec_per_gpu"]
         if self.surrogate is not None:
-            low, high, missing = feature_box(model, platform, cols, software=cols["software"])
-            bound = bound * max(1.0, self.surrogate.p50_bound(low, high, missing))
+            known = {k: memory[k] for k in ("total_bytes", "capacity_bytes")} if memory else {}
+            box, low, high, missing = feature_boxes(model, platform, cols, nominal | known,
+                                                    software=cols["software"])
+            bound = bound * np.maximum(1.0, self.surrogate.p50_bound(low, high, missing))[box]
         return np.where(np.isfinite(bound), bound, np.inf)
 
     def contributions(self, model, platform, configs: pd.DataFrame, *,

@@ -147,16 +147,16 @@ def search(job: Job, *, predictor, constraints: Constraints, objective: str,
                                       cols=config_columns(space)), len(space))
     fits = memory["fits"]
     fitting = space.take(fits)
+    # The memory model's answer for the fitting rows goes with them: it runs once.
+    fit_memory = {k: v[fits] for k, v in memory.items()}
     # Searching for throughput, an upper bound on each layout's throughput (about a third of
     # a prediction's cost) lets exhaustive scoring skip the layouts that cannot come near the
     # best, so it takes on spaces up to MOST_PRUNED, which would otherwise go to Optuna.
-    bound = (predictor.throughput_bound(job.model, job.platform, fitting)
+    bound = (predictor.throughput_bound(job.model, job.platform, fitting, memory=fit_memory)
              if objective == "throughput" and PRUNE_ABOVE < len(fitting) <= MOST_PRUNED
              and engine.kind != "optuna" and not engine.optuna_settings()
              and hasattr(predictor, "throughput_bound") else None)
     if bound is not None or engine.resolve(len(fitting)) == "exhaustive":
-        # The memory model's answer for the fitting rows goes with them: it runs once.
-        fit_memory = {k: v[fits] for k, v in memory.items()}
         if bound is None:
             scored, pruned = score_configs(job, fitting, predictor=predictor,
                                            constraints=constraints, memory=fit_memory), 0

@@ -11,7 +11,7 @@ import xgboost as xgb
 
 from advisor.core.errors import AdvisorError
 from advisor.learn import xgboost_native
-from advisor.learn.trees import NUMPY_ROWS, TreeEnsemble, TreeModelError
+from advisor.learn.trees import BOXES_AT_ONCE, NUMPY_ROWS, TreeEnsemble, TreeModelError
 from advisor.predict.predictor import bundled_models_dir
 
 
@@ -153,3 +153,18 @@ def test_the_largest_output_over_a_box_bounds_every_row_in_it():
     # Wider boxes never bound lower.
     assert (trees.max_outputs(np.full_like(low, -np.inf), np.full_like(high, np.inf),
                               np.ones_like(missing)) >= most - 1e-6).all()
+
+
+def test_many_boxes_at_once_bound_as_each_alone():
+    """(boxes × features) gives each box's own bound, across `BOXES_AT_ONCE` chunks, and a
+    row's own box (a point) is its prediction."""
+    _, trees = _bundled()
+    x = _rows(BOXES_AT_ONCE + 7, trees.num_features, seed=5, missing=0.0)
+    low, high = x - 0.5, x + 0.5
+    missing = np.zeros_like(x, dtype=bool)
+    together = trees.max_outputs(low, high, missing)
+    assert together.shape == (len(x), trees.num_targets)
+    alone = np.array([trees.max_outputs(low[i], high[i], missing[i]) for i in range(len(x))])
+    assert np.array_equal(together, alone)
+    assert (together >= trees.predict(x)).all()
+    assert np.allclose(trees.max_outputs(x, x, missing), trees.predict(x), atol=1e-3)

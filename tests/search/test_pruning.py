@@ -1,8 +1,8 @@
 """Exhaustive search with a throughput bound (issue 48): layouts whose bound is under
 `PRUNE_SHARE` of the best are never predicted, and the picks are exactly those of scoring every
 layout. The bound itself holds: the analytical step at full clock is never longer than the
-power model's, and the surrogate's largest ratio over the space's feature box is never below a
-row's own."""
+power model's (its components the same), every row's features lie in the box `feature_boxes`
+gives it, and the surrogate's largest ratio over that box is never below the row's own."""
 
 import copy
 import dataclasses
@@ -12,9 +12,11 @@ import pytest
 
 from advisor import catalog
 from advisor.core.parallel import PARALLEL_FIELDS, Job
+from advisor.learn.features import feature_boxes, feature_matrix
+from advisor.perf.analytical import analytical_arrays
 from advisor.perf.columns import config_columns, full_length
 from advisor.perf.memory import memory_arrays
-from advisor.perf.step import nominal_step_s, step_arrays
+from advisor.perf.step import COMPONENTS, nominal_arrays
 from advisor.predict.predictor import Predictor
 from advisor.search import engine
 from advisor.search.recommend import pinned_space, recommend
@@ -34,20 +36,32 @@ def _fitting(job):
 
 @pytest.mark.parametrize("model, platform, gpus", [("llama3-70b", "h200", 64),
                                                    ("mixtral-8x22b", "h100", 128),
-                                                   ("deepseek-v3", "h100", 512)])
+                                                   ("deepseek-v3", "h100", 512),
+                                                   ("kimi-k2", "gb200", 288)])
 def test_the_bound_is_never_below_the_prediction(predictor, model, platform, gpus):
     job = Job(catalog.load_model(model), catalog.load_platform(platform), gpus, 4096, 512)
     fitting = _fitting(job)
     sample = fitting.take(np.arange(0, len(fitting), max(1, len(fitting) // 4000)))
     cols = config_columns(sample)
-    nominal = nominal_step_s(job.model, job.platform, cols)
-    full = step_arrays(job.model, job.platform, cols)["step_time_s"]
-    assert (nominal <= full * (1 + 1e-12)).all()
-    bound = predictor.throughput_bound(job.model, job.platform, sample)
+    nominal = nominal_arrays(job.model, job.platform, cols)
+    full = analytical_arrays(job.model, job.platform, cols)
+    assert (nominal["step_time_s"] <= full["step_time_s"] * (1 + 1e-12)).all()
+    for part in COMPONENTS:       # the power model lengthens the step, never a component
+        if part != "throttle_s":
+            assert np.array_equal(nominal[part], full[part])
+    # Every row's features lie in its box, and the box's bound is at least its prediction.
+    memory = {k: full[k] for k in ("total_bytes", "capacity_bytes")}
+    box, low, high, missing = feature_boxes(job.model, job.platform, cols, nominal | memory)
+    x = feature_matrix(job.model, job.platform, cols, full)
+    gap = np.isnan(x)
+    assert (missing[box] | ~gap).all()
+    assert ((low[box] <= x) & (x <= high[box]) | gap).all()
     predicted = predictor.predict_table(job.model, job.platform, sample)
     tps = np.asarray(predicted["pred_tokens_per_sec_per_gpu"], dtype=float)
-    assert (bound >= tps).all()
-    assert np.median(bound / tps) < 2.5          # a bound that prunes, not infinity
+    for known in (None, memory):
+        bound = predictor.throughput_bound(job.model, job.platform, sample, memory=known)
+        assert (bound >= tps).all()
+    assert np.median(bound / tps) < 1.6          # a bound that prunes, not infinity
 
 
 def test_pruned_search_picks_what_scoring_everything_picks(predictor, monkeypatch):
