@@ -42,6 +42,22 @@ def splits_evenly(num_layers: int, num_chunks: int) -> bool:
     return any((num_layers + extra) % num_chunks == 0 for extra in PIPELINE_EXTRA_LAYERS)
 
 
+def even_chunk_layers(num_layers: int, num_chunks: int) -> list[int] | None:
+    """Layers per (virtual) pipeline chunk of the even split Megatron-Core builds, in chunk
+    order, or None where `splits_evenly` is false. Where the layers alone do not divide, the
+    loss counts as a layer (--account-for-loss-in-pipeline-split: the last chunk one layer
+    fewer) and then the embedding too (--account-for-embedding-in-pipeline-split: the first
+    one fewer): 15/16/…/16/15 for Llama 3.1 405B's 126 layers on 8 (transformer_block.py,
+    get_num_layers_to_build)."""
+    for extra in PIPELINE_EXTRA_LAYERS:
+        if (num_layers + extra) % num_chunks == 0:
+            counts = [(num_layers + extra) // num_chunks] * num_chunks
+            counts[-1] -= extra >= 1
+            counts[0] -= extra == 2
+            return counts
+    return None
+
+
 def end_stage_layers(num_layers: int, pp: int) -> tuple[int, int]:
     """(first, last) stage layers of the split advisor runs and prices where `pp` stages split
     the layers evenly in no way (`splits_evenly` false; 61 layers on PP 8): Megatron-Core's
@@ -62,14 +78,18 @@ def end_stage_layers(num_layers: int, pp: int) -> tuple[int, int]:
 
 def stage_layer_counts(num_layers: int, pp: int, *, first: int = 0,
                        last: int = 0) -> list[int]:
-    """Layers per pipeline stage: even (earlier stages take the spare layers), or Megatron's
+    """Layers per pipeline stage: even as Megatron-Core builds it (`even_chunk_layers`: the
+    end stages one layer fewer where the embedding or loss counts as one), or Megatron's
     uneven split with `first` layers on the first stage and `last` on the last
     (`--decoder-first/last-pipeline-num-layers`; 0 = even share), the rest even in between.
     With neither given and no even split, `end_stage_layers`' split."""
-    if not (first or last) and pp > 1:
+    if pp == 1:
+        return [num_layers]
+    if not (first or last):
+        even = even_chunk_layers(num_layers, pp)
+        if even is not None:
+            return even
         first, last = end_stage_layers(num_layers, pp)
-    if not (first or last) or pp == 1:
-        return [len(c) for c in np.array_split(np.arange(num_layers), pp)]
     if pp == 2:
         first = first or num_layers - last
         last = last or num_layers - first
@@ -89,16 +109,22 @@ def stage_layer_counts(num_layers: int, pp: int, *, first: int = 0,
 @functools.lru_cache(maxsize=4096)
 def stage_layout(model: ModelSpec, pp: int, vp: int, *, first: int = 0,
                  last: int = 0) -> StageLayout:
-    """Split layers into pp·vp chunks as evenly as possible (earlier chunks take the spare
-    layers), or unevenly with `first`/`last` layers on the first/last stage
-    (`stage_layer_counts`; with neither and no even split, `end_stage_layers`'); stage s
-    runs chunks s, s+pp, s+2·pp, ... (Megatron's interleaved placement), its layers spread
-    evenly over its vp chunks."""
+    """Split layers into pp·vp chunks evenly as Megatron-Core does (`even_chunk_layers`: the
+    first and last chunks one layer fewer where the embedding or loss counts as a layer), or
+    unevenly with `first`/`last` layers on the first/last stage (`stage_layer_counts`; with
+    neither and no even split, `end_stage_layers`'); stage s runs chunks s, s+pp, s+2·pp, ...
+    (Megatron's interleaved placement), its layers spread evenly over its vp chunks. pp × vp
+    with no even split and no uneven one given (no emitter writes it) splits as evenly as
+    possible, earlier chunks taking the spare layers."""
     counts = model.params
     num_chunks = pp * vp
-    if not (first or last) and vp == 1:  # no even split: the end stages take the difference
+    even = None if first or last else even_chunk_layers(model.num_layers, num_chunks)
+    if even is None and not (first or last) and vp == 1:  # the end stages take the difference
         first, last = end_stage_layers(model.num_layers, pp)
-    if first or last:
+    if even is not None:
+        bounds = np.cumsum([0, *even])
+        chunks = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_chunks)]
+    elif first or last:
         per_stage = stage_layer_counts(model.num_layers, pp, first=first, last=last)
         sizes = [len(c) for s in range(pp)
                  for c in np.array_split(np.arange(per_stage[s]), vp)]

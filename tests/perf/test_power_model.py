@@ -124,12 +124,19 @@ def test_nic_count_sets_the_scale_out_bandwidth(tmp_path):
 def test_uneven_split_follows_megatron():
     assert stage_layer_counts(80, 4, first=21, last=19) == [21, 20, 20, 19]
     assert stage_layer_counts(61, 8, first=7, last=6) == [7, 8, 8, 8, 8, 8, 8, 6]
-    assert stage_layer_counts(10, 3) == [4, 3, 3]
+    # Even as Megatron-Core builds it, the embedding and loss counted as layers (12 / 3):
+    # the end stages one layer fewer; Llama 3.1 405B's 126 on 8 likewise (128 / 8).
+    assert stage_layer_counts(10, 3) == [3, 4, 3]
+    assert stage_layer_counts(126, 8) == [15] + [16] * 6 + [15]
+    assert stage_layer_counts(127, 8) == [16] * 7 + [15]  # the loss alone
     model = catalog.load_model("llama3-70b")
     layout = stage_layout(model, 4, 1, first=21, last=19)
     assert layout.num_layers.tolist() == [21, 20, 20, 19] and not layout.even
     inter = stage_layout(model, 4, 2, first=22, last=18)
     assert inter.num_layers.tolist() == [22, 20, 20, 18]
+    # Interleaved, the first and the last virtual stage are the ones a layer short.
+    priced = stage_layout(catalog.load_model("llama3.1-405b"), 8, 8).num_layers.tolist()
+    assert priced == [15] + [16] * 6 + [15]
 
 
 def test_uneven_split_rules_name_the_fix():
