@@ -115,6 +115,14 @@ BENCHMARKS = (
               "For two jobs, the expected losses (power cap, slowest of N, heat) of the top "
               "layouts and how the ranking changes with them; one layout's temperatures across "
               "platforms and rooms; the highest average power against the limit."),
+    Benchmark("paper-findings", "Research findings the model does not reproduce",
+              ("benchmarks/paper_findings.py",),
+              "The findings of Go et al. (MICRO 2025) that `tests/perf/test_paper_findings.py` "
+              "marks as expected failures, with the model's figures over the paper's 15 "
+              "layouts on its testbeds (`examples/paper-h200-cluster.toml`, "
+              "`examples/paper-h100-cluster.toml`): 32 H200 against 64 H100 (with one NIC per "
+              "GPU and per node), peak temperature against micro-batch, throttling against "
+              "pipeline depth. Each xfail's reason names the mechanism these numbers show."),
     Benchmark("memory", "Memory model: against measured peaks",
               ("benchmarks/memory_validation.py",),
               "Megatron-LM's functional tests (`datasets/reference/megatron_ci`) mapped to models "
