@@ -266,7 +266,7 @@ def _copy_figures(bench: Benchmark, drawn: Path) -> list[dict[str, str]]:
 
 
 def run(bench: Benchmark, tree: Path, commit: str, subject: str) -> Path:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), "ADVISOR_COMMIT": commit[:7]}
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]  # speeds are only comparable at a similar load
     drawn = tree.parent / "plots" / bench.slug  # beside the export, not in it

@@ -114,3 +114,14 @@ def test_calibration_in_sample_figures(tmp_path):
     assert [p.name for p in paths] == ["fit-predicted-vs-measured.png", "fit-error-by-gpus.png"]
     index = _drawn(tmp_path)
     assert "every run fitted at once" in index[0]["alt"]
+
+
+def test_a_benchmark_on_an_export_names_the_commit_it_was_given(tmp_path, monkeypatch):
+    """docs/generate_validation.py runs each script on `git archive` output, where git knows no
+    HEAD: what the script prints as its commit is the one the page names, not "unknown"."""
+    checkout = load_benchmark("_checkout")
+    assert checkout.head() not in ("", "unknown")
+    monkeypatch.setenv("ADVISOR_COMMIT", "0abc123")
+    assert checkout.head(tmp_path) == "0abc123"
+    monkeypatch.delenv("ADVISOR_COMMIT")
+    assert checkout.head(tmp_path) == "unknown"
