@@ -65,7 +65,7 @@ def fitting(model_name: str, platform, gpus: int, **knobs) -> tuple[Breakdown, s
     """The layout as given, or with full recompute where it does not fit (the paper's
     optimisation sweep runs both)."""
     result = predict(model_name, platform, gpus, **knobs)
-    if result.memory.total_bytes <= platform.memory_capacity_bytes:
+    if result.memory.fits:
         return result, ""
     return predict(model_name, platform, gpus, recompute="full", **knobs), "R"
 
