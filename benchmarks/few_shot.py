@@ -8,18 +8,21 @@ Each publication series of the bundled published and MLPerf runs (`datasets/publ
 a stack advisor never saw. Within the held-out series, each platform is one *stack* (one
 software line on one kind of cluster: what a team's own runs are); a second table takes each
 release of it on one platform as the stack, as a team that measures its current release would
-(`STACKS`). For k = 0, 2, 4, 8 runs of
-that stack, chosen by the targeted strategy (`advisor.learn.stack.pick_next`: the run most
-likely to be the fastest layout of its job; `--seeds` seeds of its Monte Carlo) and at random
-(`--seeds` seeds), the stack's
-factors and the offsets of the models they measured are fitted to those runs
-(`advisor.learn.stack.fit_stack`, the prior sized by the *other* series' held-out errors) and
-its other runs are predicted. Reported per k and
-strategy: median over stacks of the MAPE on the runs not measured, the share of those runs
-inside the p10-p90 band, and top-1 regret per job measured in two or more layouts (a job: one
-model, GPU count, precision, sequence length and global batch on the stack; the pick is the
-fastest by measurement where measured, by prediction elsewhere): the share of jobs within 2 %
-of their best layout, and the mean regret.
+(`STACKS`). vTrain's layout sweeps join as two more stacks (`VTRAIN`: Megatron-DeepSpeed on
+A100, priced without the host time the bundled calibration fitted to them): theirs are most of
+the jobs measured in several layouts, the choices the regret figures are about. For k = 0, 2,
+4, 8 runs of that stack, chosen by the targeted strategy (`advisor.learn.stack.pick_next`: the
+run whose measurement most lowers the expected regret of the recommendation; `--seeds` seeds
+of its Monte Carlo) and at random (`--seeds` seeds), the stack's factors and the offsets of the
+models they measured are fitted to those runs (`advisor.learn.stack.fit_stack`, the prior
+sized by the published series' held-out errors, the held-out one left out) and its other runs
+are predicted. Reported per k and strategy: median over stacks of the MAPE on the runs not
+measured, the share of those runs inside the p10-p90 band (pooled over runs, where vTrain's
+1,549 weigh most, and the mean over stacks: `per stack %`), and top-1 regret per job measured
+in two or more layouts (a job: one model, GPU count, precision, sequence length, global batch
+and software release on the stack — runs of one layout in two releases are no layout choice;
+the pick is the fastest by measurement where measured, by prediction elsewhere): the share of
+jobs within 2 % of their best layout, and the mean regret.
 
 Only the analytical model with the stack's factors is scored: the learned surrogate is not
 retrained per draw here (`advisor train --stack` fits the same factors, then trains it).
@@ -45,46 +48,112 @@ from _checkout import head  # noqa: E402
 from advisor.data.dataset import load  # noqa: E402
 from advisor.learn.fit import fit_all, reference_from_frame, reference_terms  # noqa: E402
 from advisor.learn.stack import (  # noqa: E402
+    HOST_FACTORS,
     TERM_COLUMNS,
     StackSpreads,
-    fit_stack,
+    fit_stack_host,
     pick_next,
     shares,
 )
 from advisor.perf.calibration import load_calibration  # noqa: E402
 
-JOB = ("model", "num_gpus", "precision", "seq_len", "gbs")
+JOB = ("model", "num_gpus", "precision", "seq_len", "gbs", "release")
 REGRET_GOAL = 0.02
 BAND_PROMISE = 0.8
 """The share of runs a p10-p90 band should hold."""
 
 
 def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
-    """The step model's terms for every row, from a calibration fitted without its series."""
+    """The step model's terms for every row, from a calibration fitted without its series, at
+    every host-time factor a stack calibration weighs (`HOST_FACTORS`; column `host_factor`)."""
     parts = []
     series = list(ref.rows["series"].unique())
     for i, name in enumerate(series, 1):
         started = time.time()
         held = (ref.rows["series"] == name).to_numpy()
         fitted = fit_all(ref.subset(~held), calibration.with_families({}).with_frameworks({}))
-        parts.append(reference_terms(ref.subset(held), fitted, TERM_COLUMNS))
+        parts += [reference_terms(ref.subset(held), fitted.with_host_scale(f), TERM_COLUMNS)
+                  .assign(host_factor=f) for f in HOST_FACTORS]
         progress(f"series {i}/{len(series)} refitted without it ({time.time() - started:.0f} s):"
                  f" {name}")
-    return pd.concat(parts).loc[ref.rows.index]
+    return pd.concat(parts)
 
 
-def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, moe, spread,
+def priced(tables: pd.DataFrame, index) -> tuple[np.ndarray, np.ndarray]:
+    """Rows `index` of `tables` as (tokens/s/GPU, shares) per `HOST_FACTORS` entry: factors ×
+    rows, and factors × rows × 2."""
+    by = [tables[tables["host_factor"] == f].loc[index] for f in HOST_FACTORS]
+    return (np.stack([t["tokens_per_sec_per_gpu"].to_numpy(float) for t in by]),
+            np.stack([shares(t) for t in by]))
+
+
+def fit(prices, known: np.ndarray, values: np.ndarray, spread, models, moe):
+    """The stack calibration of the `known` runs (`fit_stack_host` over the priced factors),
+    and the model's (tokens, shares) of every row at its host factor."""
+    tokens, share = prices
+    stack = fit_stack_host(lambda f: (tokens[HOST_FACTORS.index(f)][known],
+                                      share[HOST_FACTORS.index(f)][known]),
+                           values[known], spread, models=models[known], moe=moe[known])
+    at = HOST_FACTORS.index(stack.host_factor)
+    return stack, tokens[at], share[at]
+
+
+VTRAIN = {"vTrain single-node A100 sweeps": "ground_truth_single.csv",
+          "vTrain multi-node A100 sweeps": "ground_truth_multi.csv"}
+"""vTrain's layout sweeps (`datasets/reference/vtrain`): one stack each (Megatron-DeepSpeed
+on an A100 node, and on vTrain's 4 x 200 Gb/s cluster), whose jobs are measured in 2-47
+layouts each: the layout choices the regret figures are about."""
+
+
+def vtrain_stacks(calibration) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows and step terms (at every `HOST_FACTORS` entry, as `held_out_tables`) of vTrain's
+    sweeps, held out: priced without the host time per layer the bundled calibration fitted to
+    them (`advisor.perf.vtrain.fit_host_overhead`:
+    Megatron-DeepSpeed's framework entry is dropped, so its host time is the family's prior).
+    The sweeps are no publication series of the fit, so nothing else is refitted."""
+    from advisor.catalog import load_platform
+    from advisor.perf.step import step_table
+    from advisor.perf.vtrain import (
+        FRAMEWORK,
+        load_vtrain,
+        vtrain_cluster,
+        vtrain_groups,
+    )
+
+    held_out = calibration.with_frameworks(
+        {k: v for k, v in calibration.frameworks.items() if k != FRAMEWORK})
+    rows, tables = [], []
+    for series, name in VTRAIN.items():
+        frame = load_vtrain(ROOT / "datasets" / "reference" / "vtrain" / name)
+        platform = vtrain_cluster() if "multi" in name else load_platform("a100")
+        for model, part, configs in vtrain_groups(frame):
+            for factor in HOST_FACTORS:
+                table = step_table(model, platform, configs, framework=FRAMEWORK,
+                                   calibration=held_out.with_host_scale(factor))
+                table.index = part.index
+                tables.append(table[list(TERM_COLUMNS)].assign(host_factor=factor)
+                              .rename(lambda i, s=series: f"{s}:{i}"))
+            tokens = (part["gbs"] * part["seq_len"] / (part["measured_ms"] / 1e3)
+                      / part["num_gpus"])
+            rows.append(pd.DataFrame({
+                "series": series, "platform": "a100", "model": model.name,
+                "num_gpus": part["num_gpus"], "precision": "fp16", "seq_len": part["seq_len"],
+                "gbs": part["gbs"], "measured": tokens, "moe": False, "software": "",
+                "spread": False}).rename(lambda i, s=series: f"{s}:{i}"))
+    return pd.concat(rows), pd.concat(tables)
+
+
+def choose(strategy: str, k: int, seed: int, prices, jobs, models, moe, spread,
            truth: np.ndarray) -> np.ndarray:
     """Positions of the k runs measured first; `truth` is revealed one run at a time, as a
     replayed campaign reveals it."""
-    n = len(tokens)
+    n = len(truth)
     if strategy == "random":
         return np.random.default_rng(seed).permutation(n)[:k]
     measured = np.zeros(n, bool)
     values = np.zeros(n)
     for _ in range(k):
-        stack = fit_stack(share[measured], tokens[measured], values[measured], spread,
-                          models=models[measured], moe=moe[measured])
+        stack, tokens, share = fit(prices, measured, values, spread, models, moe)
         nxt, _ = pick_next(stack, tokens, share, jobs, measured, models, moe, values=values,
                            seed=seed)
         measured[nxt] = True
@@ -92,11 +161,10 @@ def choose(strategy: str, k: int, seed: int, tokens, share, jobs, models, moe, s
     return np.flatnonzero(measured)
 
 
-def score(picked: np.ndarray, tokens, share, measured, jobs, models, moe, spread) -> dict:
-    known = np.zeros(len(tokens), bool)
+def score(picked: np.ndarray, prices, measured, jobs, models, moe, spread) -> dict:
+    known = np.zeros(len(measured), bool)
     known[picked] = True
-    stack = fit_stack(share[known], tokens[known], measured[known], spread,
-                      models=models[known], moe=moe[known])
+    stack, tokens, share = fit(prices, known, measured, spread, models, moe)
     low, mid, high = stack.predict(tokens, share, models, moe)
     rest = ~known
     ape = np.abs(mid[rest] / measured[rest] - 1.0)
@@ -137,12 +205,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} runs in {rows['series'].nunique()} series "
           f"(LoRA fine-tuning runs left out); commit {head()}", flush=True)
     if args.tables and args.tables.exists():
-        tables = pd.read_parquet(args.tables).loc[ref.rows.index]
+        tables = pd.read_parquet(args.tables)
+        if "host_factor" not in tables:
+            raise SystemExit(f"{args.tables}: written before the host-time factors; delete it "
+                             f"and rerun to recompute the held-out terms.")
         print(f"held-out step terms read from {args.tables}")
     else:
         tables = held_out_tables(ref, load_calibration(), lambda m: print(m, flush=True))
         if args.tables:
             tables.to_parquet(args.tables)
+    more_rows, more_tables = vtrain_stacks(load_calibration())
+    rows = pd.concat([rows.assign(spread=True), more_rows])
+    tables = pd.concat([tables, more_tables])
+    print(f"and {len(more_rows)} runs of vTrain's layout sweeps (held out: priced without the "
+          f"host time fitted to them)", flush=True)
     rows["release"] = rows["software"].fillna("").astype(str).replace("", "?")
     results, summary = {}, {}
     for by, columns in STACKS.items():
@@ -179,14 +255,13 @@ def score_stacks(rows: pd.DataFrame, tables: pd.DataFrame, args) -> list[dict]:
     for name, part in rows.groupby("stack", sort=True):
         if len(part) <= max(args.k):
             continue            # every k is scored on the same stacks
-        others = rows["series"] != part["series"].iloc[0]
+        others = (rows["series"] != part["series"].iloc[0]) & rows["spread"]
+        unscaled = tables[tables["host_factor"] == 1.0]
         spread = StackSpreads.of(rows.loc[others, "measured"],
-                                 tables.loc[others, "tokens_per_sec_per_gpu"],
+                                 unscaled.loc[others.index[others], "tokens_per_sec_per_gpu"],
                                  rows.loc[others, "stack"], rows.loc[others, "model"],
                                  rows.loc[others, "moe"].astype(bool))
-        table = tables.loc[part.index]
-        tokens = table["tokens_per_sec_per_gpu"].to_numpy()
-        share = shares(table)
+        prices = priced(tables, part.index)
         truth = part["measured"].to_numpy(float)
         jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
         models = part["model"].to_numpy()
@@ -197,9 +272,9 @@ def score_stacks(rows: pd.DataFrame, tables: pd.DataFrame, args) -> list[dict]:
                 if k == 0 and strategy == "random":
                     continue
                 for seed in seeds if k else [0]:
-                    picked = choose(strategy, k, seed, tokens, share, jobs, models, moe,
+                    picked = choose(strategy, k, seed, prices, jobs, models, moe,
                                     spread, truth)
-                    out = score(picked, tokens, share, truth, jobs, models, moe, spread)
+                    out = score(picked, prices, truth, jobs, models, moe, spread)
                     results.append({"stack": name, "rows": len(part), "k": k,
                                     "strategy": strategy if k else "none", "seed": seed, **out})
     return results
@@ -214,6 +289,9 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
                     "median MAPE %": round(float(per_stack.median()), 1),
                     "p10-p90 coverage %": round(100 * part["inside"].sum()
                                                 / max(part["scored"].sum(), 1), 1),
+                    "per stack %": round(100 * float(
+                        (part["inside"] / part["scored"].where(part["scored"] > 0))
+                        .groupby(part["stack"]).mean().mean()), 1),
                     "jobs": int(len(regrets) / part["seed"].nunique()),
                     f"regret <= {REGRET_GOAL:.0%} %": round(
                         100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)

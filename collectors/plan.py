@@ -5,10 +5,12 @@ rules). `grid` orders them as enumerated. `active` picks, one at a time, the can
 measurement teaches the most: the widest predicted band (the surrogate's p10–p90, which widens
 outside its data) times the distance to everything already measured or picked, plus a bonus for
 predicted throughput near the best (the configurations users will be told to run are worth
-getting right). `targeted` serves the decision: the candidate most likely to be the fastest
-layout of its job under the stack calibration fitted to the runs measured so far
-(`advisor.learn.stack.pick_next`: the leaders, and layouts whose bands overlap them); a run
-not yet measured (a dry run) counts as measured at its prediction. Out-of-memory candidates are
+getting right). `targeted` serves the decision: the candidate whose measurement most lowers the
+expected regret of the recommendation under the stack calibration fitted to the runs measured
+so far (`advisor.learn.stack.pick_next`, one step ahead over its posterior: mostly a job's
+likely leaders and the layouts whose bands overlap them; once every pick is settled, the run
+that narrows the others' bands most); a run not yet measured (a dry run) counts as measured at
+its prediction. Out-of-memory candidates are
 measured by `grid` (the paper reports OOMs) but skipped by `active` and `targeted`.
 """
 
@@ -236,35 +238,58 @@ JOB_KEYS = ("model", "gpu", "num_gpus", "seq_len", "gbs", "precision")
 
 
 def targeted_next(cands: pd.DataFrame, preds: pd.DataFrame, picked: set[str],
-                  measured: dict[str, float], spread, *, seed: int = 0
-                  ) -> tuple[int | None, str]:
+                  measured: dict[str, float], spread, *, seed: int = 0,
+                  priced: dict[float, pd.DataFrame] | None = None) -> tuple[int | None, str]:
     """Index of the next candidate for the `targeted` strategy, and why. `preds` must carry
-    the analytical breakdown (`predicted(..., breakdown=True)`); `measured` holds the tokens/s
-    per GPU of the campaign's measured runs, by run id (a picked run not in it counts as
-    measured at its prediction)."""
-    from advisor.learn.stack import fit_stack, pick_next, shares
-    from advisor.perf.analytical import BREAKDOWN_PREFIX
+    the analytical breakdown (`predicted(..., breakdown=True)`); `priced` the same with every
+    host time scaled, by factor (`host_priced`; the stack calibration weighs them, default
+    only `preds` at 1); `measured` holds the tokens/s per GPU of the campaign's measured runs,
+    by run id (a picked run not in it counts as measured at its prediction)."""
+    from advisor.learn.stack import fit_stack_host, pick_next
 
+    priced = priced or {1.0: preds}
     ids = cands["run_id"].astype(str).to_numpy()
-    tokens = preds["pred_tokens_per_sec_per_gpu"].to_numpy(float)
-    terms = {k.removeprefix(BREAKDOWN_PREFIX): preds[k].to_numpy(float)
-             for k in preds.columns if k.startswith(BREAKDOWN_PREFIX)}
-    share = np.nan_to_num(shares(terms))
     done = np.isin(ids, list(picked))
     known = np.array([i in measured for i in ids]) & done
     values = np.array([measured.get(i, np.nan) for i in ids])
     models = cands["model"].astype(str).to_numpy()
     kinds = {m: load_model(m).is_moe for m in set(models)}
     moe = np.array([kinds[m] for m in models], dtype=bool)
-    stack = fit_stack(share[known], tokens[known], values[known], spread, models=models[known],
-                      moe=moe[known])
+    views = {f: _tokens_and_shares(p) for f, p in priced.items()}
+    stack = fit_stack_host(lambda f: tuple(a[known] for a in views[f]), values[known], spread,
+                           factors=tuple(sorted(views)), models=models[known], moe=moe[known])
+    tokens, share = views[stack.host_factor]
     fits = preds.get("pred_fits")
     eligible = (np.isfinite(tokens) & (fits.fillna(False).to_numpy(bool) if fits is not None
                                        else True))
     jobs = cands[list(JOB_KEYS)].astype(str).agg("|".join, axis=1).to_numpy()
     at, why = pick_next(stack, np.nan_to_num(tokens, nan=1.0), share, jobs, done, models, moe,
                         values=np.where(known, values, tokens), seed=seed, eligible=eligible)
+    if at >= 0 and stack.host_factor != 1.0:
+        why += f" (host time x{stack.host_factor:g}, as the measured runs say)"
     return (None, why) if at < 0 else (at, why)
+
+
+def host_priced(cands: pd.DataFrame, predictor) -> dict[float, pd.DataFrame]:
+    """`predicted(..., breakdown=True)` with every host time scaled by each of the stack
+    calibration's host factors (`advisor.learn.stack.HOST_FACTORS`)."""
+    from advisor.learn.stack import HOST_FACTORS
+    from advisor.predict.predictor import Predictor
+
+    return {f: predicted(cands, Predictor(predictor.surrogate,
+                                          predictor.calibration.with_host_scale(f),
+                                          power=predictor.power, stack=predictor.stack),
+                      breakdown=True)
+            for f in HOST_FACTORS}
+
+
+def _tokens_and_shares(preds: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    from advisor.learn.stack import shares
+    from advisor.perf.analytical import BREAKDOWN_PREFIX
+
+    terms = {k.removeprefix(BREAKDOWN_PREFIX): preds[k].to_numpy(float)
+             for k in preds.columns if k.startswith(BREAKDOWN_PREFIX)}
+    return preds["pred_tokens_per_sec_per_gpu"].to_numpy(float), np.nan_to_num(shares(terms))
 
 
 def next_run(cands: pd.DataFrame, preds: pd.DataFrame, done: set[str], *, strategy: str,

@@ -29,7 +29,14 @@ from advisor.core.errors import ConfigError
 from advisor.core.parallel import PRECISIONS, ParallelConfig, token_dispatcher
 from advisor.learn.stack import spread_of
 from collectors.campaign import Campaign, campaign_hash, differences, identity
-from collectors.plan import candidates, next_run, predicted, spec_for, targeted_next
+from collectors.plan import (
+    candidates,
+    host_priced,
+    next_run,
+    predicted,
+    spec_for,
+    targeted_next,
+)
 from collectors.spec import TELEMETRY_FIELDS, RunResult, RunSpec
 
 Progress = Callable[[int, int, RunSpec, RunResult | None], None]
@@ -123,6 +130,7 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
     preds = predicted(cands, predictor, breakdown=targeted)
     measured = dict(previous.measured)
     spread = spread_of(predictor.calibration) if targeted else None
+    priced = host_priced(cands, predictor) if targeted else None
     # Reruns first, in plan order; they replace their rows, so they spend no run budget.
     retries = [i for i, rid in enumerate(cands["run_id"]) if rid in previous.retry]
     new_allowed = (math.inf if campaign.max_runs is None
@@ -149,7 +157,7 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
         else:
             if targeted:
                 index, why = targeted_next(cands, preds, picked, measured, spread,
-                                           seed=campaign.seed)
+                                           seed=campaign.seed, priced=priced)
             else:
                 index = next_run(cands, preds, picked, strategy=campaign.strategy,
                                  seed=campaign.seed)

@@ -146,6 +146,10 @@ class StackCalibration:
     posterior of a common scale on every σ; 1 with no runs)."""
     dof: float = STACK_PRIOR_DOF
     """Degrees of freedom of the predictive Student t (prior pseudo-runs + runs)."""
+    host_factor: float = 1.0
+    """The stack's host time (kernel launches per layer and local expert) against the bundled
+    calibration's: the model prices its runs with `Calibration.with_host_scale` of it, then
+    applies the factors (`fit_stack_host`)."""
 
     def applies(self, platform: str) -> bool:
         return platform == self.platform
@@ -212,9 +216,10 @@ class StackCalibration:
         f = self.factors
         moe = (f", MoE runs x{f['moe']:.2f} more" if any(
             n == "moe" for n in self.names) and abs(f["moe"] - 1) >= 0.005 else "")
+        host = f", host time x{self.host_factor:g}" if self.host_factor != 1.0 else ""
         return (f"stack calibration {self.name!r} from {self.runs} {self.framework} run(s) on "
                 f"{self.platform}: compute time x{f['compute']:.2f}, exposed communication x"
-                f"{f['communication']:.2f}{moe} of the bundled model's")
+                f"{f['communication']:.2f}{moe}{host} of the bundled model's")
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -352,44 +357,157 @@ def fit_stack(share: np.ndarray, model_tokens: np.ndarray, measured: np.ndarray,
                                dof=float(prior_dof + len(y)))
 
 
+HOST_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+"""The host-time factors `fit_stack_host` weighs (the host time enters the step through a
+maximum with the GPU's work, so no linear share can stand for it: each is priced anew)."""
+HOST_PRIOR_LOG_SD = float(np.log(0.00291817 / 0.0003) / 2)
+"""A stack's host time may be ten times the model's: Megatron-DeepSpeed's host time per layer,
+fitted to vTrain's 1,440 A100 runs, is 2.92 ms (calibration.toml, [framework.megatron-deepspeed])
+where the families' prior is 0.3 ms; that gap sits at 2 σ."""
+
+
+def fit_stack_host(price, measured: np.ndarray, spreads: StackSpreads, *,
+                   factors: tuple[float, ...] = HOST_FACTORS, **fit) -> StackCalibration:
+    """`fit_stack` with the stack's host time too: `price(factor)` gives the measured runs'
+    (model tokens/s/GPU, shares) with every host time times `factor`; of `factors`, the one
+    whose fit leaves the smallest weighted squared residual plus prior penalties (the
+    factors' and log(factor)'s, σ `HOST_PRIOR_LOG_SD`) wins. With no runs, 1."""
+    measured = np.asarray(measured, float)
+    if not len(measured):
+        tokens, share = price(1.0)
+        return fit_stack(share, tokens, measured, spreads, **fit)
+    best, best_loss = None, np.inf
+    for factor in factors:
+        tokens, share = price(factor)
+        stack = fit_stack(share, tokens, measured, spreads, **fit)
+        dof = stack.dof - len(measured)
+        ssr = stack.scale ** 2 * stack.dof - dof      # `fit_stack`'s λ² inverted
+        loss = ssr + (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2
+        if loss < best_loss:
+            best, best_loss = dataclasses.replace(stack, host_factor=factor), loss
+    return best
+
+
+MAX_CANDIDATES = 96
+"""Most runs whose measurement `pick_next` simulates (the likeliest leaders, then the widest
+bands): each costs draws × runs operations, and a campaign's likely picks are among them."""
+SETTLED = 1e-4
+"""Expected regret (summed over jobs) a measurement must remove to count as serving the
+decision; below it every job's pick is settled and the run that teaches most is taken."""
+
+
+@dataclass(frozen=True)
+class _Joint:
+    """The stack's posterior widened by one offset per model its runs never measured (prior
+    mean 0, σ that model kind's spread): rows' log ratios are `x @ θ` + run scatter, all under
+    the stack's scale."""
+
+    x: np.ndarray
+    mean: np.ndarray
+    covariance: np.ndarray
+    run: np.ndarray
+
+    @classmethod
+    def of(cls, stack: StackCalibration, share, models, moe) -> _Joint:
+        x = stack._design(share, models, moe)
+        run, unseen_sd = stack._scatter(x, moe)
+        names = np.asarray(models if models is not None else [""] * len(x), dtype=object)
+        unseen = sorted({str(m) for m in names[unseen_sd > 0]})
+        extra = np.zeros((len(x), len(unseen)))
+        prior = np.zeros(len(unseen))
+        for j, name in enumerate(unseen):
+            rows = (unseen_sd > 0) & (names == name)
+            extra[rows, j] = 1.0
+            prior[j] = unseen_sd[rows][0] ** 2
+        k = len(stack.mean)
+        covariance = np.zeros((k + len(unseen),) * 2)
+        covariance[:k, :k] = np.asarray(stack.covariance).reshape(k, k)
+        covariance[k:, k:] = np.diag(prior)
+        scale2 = stack.scale ** 2
+        return cls(x=np.hstack([x, extra]),
+                   mean=np.r_[np.asarray(stack.mean, float), np.zeros(len(unseen))],
+                   covariance=covariance * scale2, run=run * stack.scale)
+
+
 def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
               groups: np.ndarray, measured: np.ndarray, models=None, moe=None, *, values=None,
               draws: int = 256, seed: int = 0,
               eligible: np.ndarray | None = None) -> tuple[int, str]:
-    """The run to measure next, and why: the unmeasured one most likely to be the fastest
-    layout of its job (the leader, or one whose band overlaps it), by Monte Carlo over the
-    stack's posterior; `measured` marks runs already measured (`values`: what they measured,
-    fixed in every draw), `eligible` (default: all) the runs that can run at all (predicted
-    to fit): only they compete. Jobs with one candidate, or none left, teach the coefficients
-    only: where no job has a choice left, the widest band. Returns (row position, reason);
+    """The run to measure next, and why: the one whose measurement most lowers the expected
+    regret of the recommendation — per job (`groups`), the measured layout's or the predicted
+    leader's shortfall from the job's truly fastest, summed over jobs. One step ahead, by Monte
+    Carlo over the stack's posterior (`_Joint`): each draw is a plausible truth; measuring run
+    c reveals its value, which updates every prediction through the shared factors and its
+    model's offset (the Gaussian update is exact), the picks follow, and the draw scores their
+    regret. So a likely leader whose band overlaps its rivals is measured first, and a run of
+    another job is worth measuring when what it teaches settles a close call.
+    `measured` marks runs already measured (`values`: what they measured), `eligible`
+    (default: all) the runs that can run at all (predicted to fit): only they compete. Where
+    no measurement would lower the regret (every pick settled, or no job has a choice), the
+    run that most narrows the bands of the runs not measured. Returns (row position, reason);
     position -1 when nothing is left."""
     import pandas as pd
 
     n = len(tokens)
+    tokens = np.asarray(tokens, float)
     measured = np.asarray(measured, bool)
     eligible = np.ones(n, bool) if eligible is None else np.asarray(eligible, bool)
     open_ = ~measured & eligible
     if not open_.any():
         return -1, "nothing left"
+    joint = _Joint.of(stack, share, models, moe)
     rng = np.random.default_rng(seed)
-    sample = stack.sample(tokens, share, models, moe, draws=draws, rng=rng)
-    if values is not None:
-        known = measured & np.isfinite(np.asarray(values, float))
-        sample[:, known] = np.asarray(values, float)[known]
-    score = np.full(n, -1.0)
-    for g in pd.unique(groups):
-        members = np.flatnonzero((groups == g) & eligible)
-        if len(members) < 2 or not open_[members].any():
-            continue
-        best = members[np.argmax(sample[:, members], axis=1)]
-        p_best = np.bincount(best, minlength=n)[members] / draws
-        score[members] = np.where(open_[members], p_best, -1.0)
-    if (score >= 0).any():
-        at = int(np.argmax(score))
+    theta = rng.multivariate_normal(joint.mean, joint.covariance, size=draws,
+                                    method="eigh")
+    truth = theta @ joint.x.T + rng.normal(0.0, 1.0, (draws, n)) * joint.run
+    known = measured & np.isfinite(np.asarray(values, float) if values is not None
+                                   else np.full(n, np.nan))
+    if known.any():
+        truth[:, known] = np.log(tokens[known] / np.asarray(values, float)[known])
+    believed = joint.x @ joint.mean
+    believed[known] = truth[0, known]
+    speed = tokens * np.exp(-truth)                       # draws × runs: the true tokens/s
+    jobs = [m for g in pd.unique(groups)
+            if len(m := np.flatnonzero((groups == g) & eligible)) >= 2]
+
+    def regret(log_ratio: np.ndarray) -> np.ndarray:
+        """Per draw, the summed regret of picking each job's believed-fastest run."""
+        guess = tokens * np.exp(-log_ratio)
+        total = np.zeros(draws)
+        for members in jobs:
+            pick = members[np.argmax(guess[:, members], axis=1)]
+            best = speed[:, members].max(axis=1)
+            total += best / speed[np.arange(draws), pick] - 1.0
+        return total
+
+    flat = np.broadcast_to(believed, (draws, n))
+    before = float(regret(flat).mean()) if jobs else 0.0
+    cov_x = joint.x @ joint.covariance                    # runs × coefficients
+    spread2 = np.einsum("ij,ij->i", cov_x, joint.x) + joint.run ** 2
+    candidates = np.flatnonzero(open_)
+    if len(candidates) > MAX_CANDIDATES:
+        contender = np.zeros(n)
+        for members in jobs:
+            top = members[np.argmax(tokens[members] * np.exp(-truth[:, members]), axis=1)]
+            contender += np.bincount(top, minlength=n) / draws
+        order = np.lexsort((-spread2[candidates], -contender[candidates]))
+        candidates = candidates[order[:MAX_CANDIDATES]]
+    after = np.full(n, np.inf)
+    teaches = np.zeros(n)
+    for c in candidates:
+        gain = cov_x @ joint.x[c] / spread2[c]            # how each run's belief moves per unit
+        teaches[c] = float((gain[open_] ** 2).sum() * spread2[c])
+        if jobs:
+            innovation = truth[:, c] - believed[c]
+            updated = believed + innovation[:, None] * np.where(known, 0.0, gain)[None, :]
+            updated[:, c] = truth[:, c]
+            after[c] = float(regret(updated).mean())
+    at = int(candidates[np.argmin(after[candidates])]) if jobs else -1
+    if at >= 0 and before - after[at] > SETTLED:
         others = int(((groups == groups[at]) & eligible).sum()) - 1
-        return at, (f"P(fastest of its job) {score[at]:.0%} against {others} other "
-                    f"layout(s)")
-    low, _, high = stack.predict(tokens, share, models, moe)
-    width = np.where(open_, np.log(high / low), -np.inf)
-    at = int(np.argmax(width))
-    return at, f"widest band (p90/p10 {high[at] / low[at]:.2f}): no job has a layout to choose"
+        plural = "s" if len(jobs) != 1 else ""
+        return at, (f"expected regret summed over {len(jobs)} job{plural} {before:.1%} -> "
+                    f"{after[at]:.1%} (a layout of a job with {others} other(s))")
+    at = int(candidates[np.argmax(teaches[candidates])])
+    why = "every job's pick is settled" if jobs else "no job has a layout to choose"
+    return at, f"{why}: narrows the other runs' bands most"

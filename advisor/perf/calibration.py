@@ -147,6 +147,24 @@ class Calibration:
     def with_frameworks(self, frameworks: dict[str, FrameworkEfficiency]) -> Calibration:
         return dataclasses.replace(self, frameworks=frameworks)
 
+    def with_host_scale(self, factor: float) -> Calibration:
+        """Every host time (per layer and per local expert, each family's, the prior's and
+        every framework's own) times `factor`: a stack whose software launches its kernels
+        `factor` times slower or faster (`advisor.learn.stack.fit_stack_host`)."""
+        if factor == 1.0:
+            return self
+
+        def host(e: Efficiency) -> Efficiency:
+            return dataclasses.replace(e, layer_overhead_s=e.layer_overhead_s * factor,
+                                       expert_overhead_s=e.expert_overhead_s * factor)
+
+        return dataclasses.replace(
+            self, families={k: host(e) for k, e in self.families.items()},
+            prior=host(self.prior),
+            frameworks={k: f if f.layer_overhead_s is None else dataclasses.replace(
+                f, layer_overhead_s=f.layer_overhead_s * factor)
+                for k, f in self.frameworks.items()})
+
 
 def _efficiency(table: dict[str, Any], where: str, calibrated: bool) -> Efficiency:
     missing = [k for k in FIT_PARAMETERS if k not in table]

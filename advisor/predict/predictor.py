@@ -162,6 +162,13 @@ class Predictor:
             return self.stack
         return None
 
+    def calibration_for(self, platform):
+        """The calibration the step model prices `platform` with: the bundled one, with the
+        host time of the stack calibration that applies (`StackCalibration.host_factor`)."""
+        stack = self.stack_for(platform)
+        return (self.calibration if stack is None
+                else self.calibration.with_host_scale(stack.host_factor))
+
     def predict(self, configs: pd.DataFrame | list, *, breakdown: bool = False) -> pd.DataFrame:
         """`pred_*` columns for every configuration, in input order: a DataFrame with `model`,
         `gpu` (catalog names, or `ModelSpec` / `Platform` objects) and `ParallelConfig`
@@ -274,7 +281,8 @@ class Predictor:
         if given:
             table = {k: configs[BREAKDOWN_PREFIX + k] for k in TABLE_COLUMNS}
         else:
-            table = analytical_arrays(model, platform, cols, calibration=self.calibration,
+            table = analytical_arrays(model, platform, cols,
+                                      calibration=self.calibration_for(platform),
                                       framework=framework)
         x = feature_matrix(model, platform, cols, table, framework=framework, software="")
         shap = self.surrogate.contribution_matrix(x)
@@ -315,7 +323,8 @@ class Predictor:
         # Numbers past any real device (a platform built in code, not loaded) can make a
         # figure infinite or NaN: `_refuse_non_finite` turns those rows into errors.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            table = analytical_arrays(model, platform, perf_cols, calibration=self.calibration,
+            table = analytical_arrays(model, platform, perf_cols,
+                                      calibration=self.calibration_for(platform),
                                       framework=framework, memory=memory)
         tps = table["tokens_per_sec_per_gpu"]
         n = len(tps)

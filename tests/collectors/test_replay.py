@@ -3,6 +3,7 @@ table of real measurements; a config.json model on a cluster file goes through c
 and recommend."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,8 +129,9 @@ def test_a_config_json_model_on_a_cluster_file_goes_through_collect_train_and_re
 
 
 def test_targeted_plan_measures_each_jobs_likely_leader_first_and_says_why(tmp_path):
-    """The project's own H200 campaign replayed under the targeted strategy: the first pick of
-    each job is the layout the model ranks first or second there, and every pick says why."""
+    """The project's own H200 campaign replayed under the targeted strategy: each pick lowers
+    the expected regret of the recommendation and says by how much, until every job's pick is
+    settled; the first pick of each job is the layout the model ranks first or second there."""
     from advisor.predict.predictor import Predictor
     from collectors.campaign import load_campaign
     from collectors.plan import JOB_KEYS, candidates, predicted
@@ -141,8 +143,14 @@ def test_targeted_plan_measures_each_jobs_likely_leader_first_and_says_why(tmp_p
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert [r["status"] for r in report["results"]] == ["ok"] * 16
-    assert all(report["reasons"][i].startswith("P(fastest of its job)")
-               for i in report["planned"])
+    reasons = [report["reasons"][i] for i in report["planned"]]
+    serving = [re.match(r"expected regret summed over 2 jobs ([\d.]+)% -> ([\d.]+)%", why)
+               for why in reasons]
+    assert serving[0] and float(serving[0][2]) < float(serving[0][1]), reasons[0]
+    assert all(float(m[2]) <= float(m[1]) for m in serving if m)    # (rounded to 0.1 %)
+    settled = [why.startswith("every job's pick is settled") for why in reasons]
+    assert all(bool(m) != s for m, s in zip(serving, settled, strict=True)), reasons
+    assert settled == sorted(settled)          # once settled, only teaching runs follow
     cands = candidates(load_campaign("h200-single"))
     p50 = predicted(cands, Predictor.load())["pred_tokens_per_sec_per_gpu"]
     jobs = cands[list(JOB_KEYS)].astype(str).agg("|".join, axis=1)

@@ -1,6 +1,7 @@
 """A stack calibration learns a stack the bundled model does not know from a few of its runs:
 MosaicML's llm-foundry on H100 (published runs), predicted as if it ran Megatron-Core."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -86,23 +87,28 @@ def test_a_stack_that_scatters_more_than_the_pooled_series_gets_a_wider_band(fou
     assert width[1] > 1.5 * width[0]
 
 
-def test_the_targeted_pick_is_a_likely_leader_of_a_job_with_a_choice(foundry):
+def test_the_targeted_pick_lowers_the_expected_regret_until_every_pick_is_settled(foundry):
     ref, terms = foundry
     tokens, share = terms["tokens_per_sec_per_gpu"].to_numpy(), shares(terms)
     configs = pd.concat([c for _, c in ref.groups.values()]).loc[ref.rows.index]
     jobs = (ref.rows["model"] + "|" + ref.rows["num_gpus"].astype(str) + "|"
             + configs["seq_len"].astype(str)).to_numpy()
+    models = ref.rows["model"].to_numpy()
     stack = fit_stack(share[:0], tokens[:0], ref.rows["measured"].to_numpy()[:0],
                       spread_of(load_calibration()))
     measured = np.zeros(len(tokens), bool)
-    first, why = pick_next(stack, tokens, share, jobs, measured, ref.rows["model"].to_numpy())
-    assert why.startswith("P(fastest of its job)")
-    members = np.flatnonzero(jobs == jobs[first])
-    assert len(members) >= 2
-    assert tokens[first] >= np.sort(tokens[members])[-2]   # the leader or its runner-up
-    measured[members] = True                                 # that job fully measured
-    second, _ = pick_next(stack, tokens, share, jobs, measured, ref.rows["model"].to_numpy())
+    first, why = pick_next(stack, tokens, share, jobs, measured, models)
+    found = re.match(r"expected regret summed over (\d+) jobs ([\d.]+)% -> ([\d.]+)%", why)
+    assert found, why
+    choices = {j for j in set(jobs) if (jobs == j).sum() >= 2}
+    assert int(found[1]) == len(choices) and float(found[3]) < float(found[2])
+    assert jobs[first] in choices
+    measured[jobs == jobs[first]] = True                     # that job fully measured
+    second, _ = pick_next(stack, tokens, share, jobs, measured, models)
     assert jobs[second] != jobs[first]
+    measured[np.isin(jobs, list(choices))] = True            # every choice measured
+    third, why = pick_next(stack, tokens, share, jobs, measured, models)
+    assert why.startswith("every job's pick is settled") and not measured[third]
 
 
 def test_spread_splits_stack_model_and_run():
@@ -126,7 +132,8 @@ def test_a_stack_calibration_round_trips_and_a_damaged_one_is_refused(tmp_path):
                              covariance=tuple(tuple(0.01 * (i == j) for j in range(4))
                                               for i in range(4)),
                              model_sd=0.15, run_sd=0.13, moe_model_sd=0.3, moe_run_sd=0.2,
-                             platform="h100", framework="megatron", scale=1.2, dof=5.5)
+                             platform="h100", framework="megatron", scale=1.2, dof=5.5,
+                             host_factor=4.0)
     stack.save(tmp_path)
     assert StackCalibration.load(tmp_path) == stack
     assert StackCalibration.load(tmp_path / "none") is None
@@ -150,6 +157,67 @@ def test_the_predictor_uses_a_stack_on_its_platform_only():
     ours = Predictor(None, stack=slower).predict(frame)
     ratio = ours["pred_tokens_per_sec_per_gpu"] / bundled["pred_tokens_per_sec_per_gpu"]
     assert 1 / 1.25 < ratio.iloc[0] < 0.9 and ratio.iloc[1] == 1.0
+
+
+def test_a_stacks_host_time_prices_its_platform_only():
+    """A stack whose host launches kernels 16 times slower: a small model on one GPU, whose
+    step the host bounds at that speed, runs slower on its platform, and nowhere else."""
+    from advisor.predict.predictor import Predictor
+
+    frame = pd.DataFrame({"model": ["llama3-8b"] * 2, "gpu": ["h100", "h200"],
+                          "num_gpus": [1, 1], "seq_len": [1024] * 2, "gbs": [8] * 2,
+                          "mbs": [1, 1], "tp": [1, 1], "pp": [1, 1], "recompute": ["full"] * 2,
+                          "dp_sharding": ["optimizer"] * 2})
+    bundled = Predictor(None).predict(frame, breakdown=True)
+    slow_host = StackCalibration(name="eager", runs=4, names=("compute", "communication", "moe"),
+                                 mean=(0.0, 0.0, 0.0), covariance=((1e-4, 0, 0), (0, 1e-4, 0),
+                                                                   (0, 0, 1e-4)),
+                                 model_sd=0.03, run_sd=0.03, moe_model_sd=0.06,
+                                 moe_run_sd=0.06, platform="h100", framework="megatron",
+                                 dof=50.0, host_factor=16.0)
+    ours = Predictor(None, stack=slow_host).predict(frame, breakdown=True)
+    ratio = ours["pred_tokens_per_sec_per_gpu"] / bundled["pred_tokens_per_sec_per_gpu"]
+    assert ratio.iloc[0] < 0.95 and ratio.iloc[1] == 1.0
+    wait = [p["analytical_overhead_s"] for p in (bundled, ours)]
+    assert wait[1].iloc[0] > wait[0].iloc[0] and wait[1].iloc[1] == wait[0].iloc[1]
     width = np.log(ours["pred_tokens_per_sec_per_gpu_p90"]
                    / ours["pred_tokens_per_sec_per_gpu_p10"])
     assert width.iloc[0] < 0.5 * width.iloc[1]     # 4 runs of a tight stack: a narrow band
+
+
+def test_four_runs_teach_a_stack_its_host_time():
+    """vTrain's single-node sweeps (Megatron-DeepSpeed: eager PyTorch, about ten times the
+    host time per layer of Megatron-Core) priced at the families' host time: four runs of its
+    smallest model, whose steps the host bounds, pick a host factor of 4 or more, and the other
+    runs of that model come out far closer than with the compute and communication factors
+    alone."""
+    from advisor.catalog import load_platform
+    from advisor.learn.stack import HOST_FACTORS, fit_stack_host
+    from advisor.perf.step import step_table
+    from advisor.perf.vtrain import FRAMEWORK, load_vtrain, vtrain_groups
+
+    calibration = load_calibration()
+    held_out = calibration.with_frameworks(
+        {k: v for k, v in calibration.frameworks.items() if k != FRAMEWORK})
+    frame = load_vtrain(ROOT / "datasets" / "reference" / "vtrain" / "ground_truth_single.csv")
+    model, part, configs = min(vtrain_groups(frame), key=lambda g: (
+        g[0].hidden_size, g[0].num_layers, g[0].max_seq_len))
+    measured = (part["gbs"] * part["seq_len"] / (part["measured_ms"] / 1e3)
+                / part["num_gpus"]).to_numpy()
+    a100 = load_platform("a100")
+    tables = {f: step_table(model, a100, configs, calibration=held_out.with_host_scale(f),
+                            framework=FRAMEWORK) for f in HOST_FACTORS}
+    priced = {f: (t["tokens_per_sec_per_gpu"].to_numpy(), shares(t)) for f, t in tables.items()}
+    picked = np.random.default_rng(0).permutation(len(measured))[:4]
+    rest = np.setdiff1d(np.arange(len(measured)), picked)
+    spread = spread_of(calibration)
+    host = fit_stack_host(lambda f: tuple(a[picked] for a in priced[f]), measured[picked],
+                          spread)
+    linear = fit_stack(priced[1.0][1][picked], priced[1.0][0][picked], measured[picked], spread)
+    assert host.host_factor >= 4 and linear.host_factor == 1.0
+    assert "host time x" in host.describe()
+    with_host = host.predict(*priced[host.host_factor])[1]
+    without = linear.predict(*priced[1.0])[1]
+    assert _mape(with_host[rest], measured[rest]) < 0.5 * _mape(without[rest], measured[rest])
+    none = fit_stack_host(lambda f: tuple(a[:0] for a in priced[f]), measured[:0], spread)
+    assert none.host_factor == 1.0
