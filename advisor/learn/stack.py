@@ -506,8 +506,9 @@ def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
     if at >= 0 and before - after[at] > SETTLED:
         others = int(((groups == groups[at]) & eligible).sum()) - 1
         plural = "s" if len(jobs) != 1 else ""
-        return at, (f"expected regret summed over {len(jobs)} job{plural} {before:.1%} -> "
-                    f"{after[at]:.1%} (a layout of a job with {others} other(s))")
+        return at, (f"expected regret per job, mean over {len(jobs)} job{plural}: "
+                    f"{before / len(jobs):.2%} -> {after[at] / len(jobs):.2%} (a layout of a job "
+                    f"with {others} other(s))")
     at = int(candidates[np.argmax(teaches[candidates])])
     why = "every job's pick is settled" if jobs else "no job has a layout to choose"
     return at, f"{why}: narrows the other runs' bands most"

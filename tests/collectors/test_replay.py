@@ -144,10 +144,10 @@ def test_targeted_plan_measures_each_jobs_likely_leader_first_and_says_why(tmp_p
     report = json.loads(out.stdout)
     assert [r["status"] for r in report["results"]] == ["ok"] * 16
     reasons = [report["reasons"][i] for i in report["planned"]]
-    serving = [re.match(r"expected regret summed over 2 jobs ([\d.]+)% -> ([\d.]+)%", why)
+    serving = [re.match(r"expected regret per job, mean over 2 jobs: ([\d.]+)% -> ([\d.]+)%", why)
                for why in reasons]
     assert serving[0] and float(serving[0][2]) < float(serving[0][1]), reasons[0]
-    assert all(float(m[2]) <= float(m[1]) for m in serving if m)    # (rounded to 0.1 %)
+    assert all(float(m[2]) <= float(m[1]) for m in serving if m)    # (rounded to 0.01 %)
     settled = [why.startswith("every job's pick is settled") for why in reasons]
     assert all(bool(m) != s for m, s in zip(serving, settled, strict=True)), reasons
     assert settled == sorted(settled)          # once settled, only teaching runs follow

@@ -98,7 +98,7 @@ def test_the_targeted_pick_lowers_the_expected_regret_until_every_pick_is_settle
                       spread_of(load_calibration()))
     measured = np.zeros(len(tokens), bool)
     first, why = pick_next(stack, tokens, share, jobs, measured, models)
-    found = re.match(r"expected regret summed over (\d+) jobs ([\d.]+)% -> ([\d.]+)%", why)
+    found = re.match(r"expected regret per job, mean over (\d+) jobs: ([\d.]+)% -> ([\d.]+)%", why)
     assert found, why
     choices = {j for j in set(jobs) if (jobs == j).sum() >= 2}
     assert int(found[1]) == len(choices) and float(found[3]) < float(found[2])
