@@ -12,17 +12,18 @@ release of it on one platform as the stack, as a team that measures its current 
 A100, priced without the host time the bundled calibration fitted to them): theirs are most of
 the jobs measured in several layouts, the choices the regret figures are about. For k = 0, 2,
 4, 8 runs of that stack, chosen by the targeted strategy (`advisor.learn.stack.pick_next`: the
-run whose measurement most lowers the expected regret of the recommendation; `--seeds` seeds
-of its Monte Carlo) and at random (`--seeds` seeds), the stack's factors and the offsets of the
-models they measured are fitted to those runs (`advisor.learn.stack.fit_stack`, the prior
-sized by the published series' held-out errors, the held-out one left out) and its other runs
-are predicted. Reported per k and strategy: median over stacks of the MAPE on the runs not
-measured, the share of those runs inside the p10-p90 band (pooled over runs, where vTrain's
-1,549 weigh most, and the mean over stacks: `per stack %`), and top-1 regret per job measured
-in two or more layouts (a job: one model, GPU count, precision, sequence length, global batch
-and software release on the stack — runs of one layout in two releases are no layout choice;
-the pick is the fastest by measurement where measured, by prediction elsewhere): the share of
-jobs within 2 % of their best layout, and the mean regret.
+run whose measurement most lowers the expected regret of the recommendation; `--seeds` seeds of
+its Monte Carlo) and at random (`--seeds` seeds), the stack's host time, its factors and the
+offsets of the models they measured are fitted to those runs
+(`advisor.learn.stack.fit_stack_host`: each row is priced at every host factor once, in the
+held-out tables; the prior sized by the published series' held-out errors, the held-out one
+left out) and its other runs are predicted. Reported per k and strategy: median over stacks of
+the MAPE on the runs not measured, the share of those runs inside the p10-p90 band (pooled over
+runs, where vTrain's 1,549 weigh most, and the mean over stacks: `per stack %`), and top-1
+regret per job measured in two or more layouts (a job: one model, GPU count, precision,
+sequence length, global batch and software release on the stack — runs of one layout in two
+releases are no layout choice; the pick is the fastest by measurement where measured, by
+prediction elsewhere): the share of jobs within 2 % of their best layout, and the mean regret.
 
 Only the analytical model with the stack's factors is scored: the learned surrogate is not
 retrained per draw here (`advisor train --stack` fits the same factors, then trains it).
