@@ -253,11 +253,11 @@ def score_stacks(rows: pd.DataFrame, tables: pd.DataFrame, args) -> list[dict]:
     """Every (stack, k, strategy, seed) draw's scores, for the stacks of `rows["stack"]` with
     more runs than the largest k."""
     results = []
+    unscaled = tables[tables["host_factor"] == 1.0]
     for name, part in rows.groupby("stack", sort=True):
         if len(part) <= max(args.k):
             continue            # every k is scored on the same stacks
         others = (rows["series"] != part["series"].iloc[0]) & rows["spread"]
-        unscaled = tables[tables["host_factor"] == 1.0]
         spread = StackSpreads.of(rows.loc[others, "measured"],
                                  unscaled.loc[others.index[others], "tokens_per_sec_per_gpu"],
                                  rows.loc[others, "stack"], rows.loc[others, "model"],

@@ -270,17 +270,18 @@ def targeted_next(cands: pd.DataFrame, preds: pd.DataFrame, picked: set[str],
     return (None, why) if at < 0 else (at, why)
 
 
-def host_priced(cands: pd.DataFrame, predictor) -> dict[float, pd.DataFrame]:
-    """`predicted(..., breakdown=True)` with every host time scaled by each of the stack
-    calibration's host factors (`advisor.learn.stack.HOST_FACTORS`)."""
+def host_priced(cands: pd.DataFrame, predictor, preds: pd.DataFrame
+                ) -> dict[float, pd.DataFrame]:
+    """`preds` (`predicted(..., breakdown=True)` by `predictor`) and the same with every host
+    time scaled by each other host factor of the stack calibration
+    (`advisor.learn.stack.HOST_FACTORS`)."""
     from advisor.learn.stack import HOST_FACTORS
     from advisor.predict.predictor import Predictor
 
-    return {f: predicted(cands, Predictor(predictor.surrogate,
-                                          predictor.calibration.with_host_scale(f),
-                                          power=predictor.power, stack=predictor.stack),
-                      breakdown=True)
-            for f in HOST_FACTORS}
+    return {f: preds if f == 1.0 else predicted(
+        cands, Predictor(predictor.surrogate, predictor.calibration.with_host_scale(f),
+                         power=predictor.power, stack=predictor.stack), breakdown=True)
+        for f in HOST_FACTORS}
 
 
 def _tokens_and_shares(preds: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

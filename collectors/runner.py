@@ -130,7 +130,7 @@ def run_campaign(campaign: Campaign, *, launcher, dataset: Path, runs_dir: Path,
     preds = predicted(cands, predictor, breakdown=targeted)
     measured = dict(previous.measured)
     spread = spread_of(predictor.calibration) if targeted else None
-    priced = host_priced(cands, predictor) if targeted else None
+    priced = host_priced(cands, predictor, preds) if targeted else None
     # Reruns first, in plan order; they replace their rows, so they spend no run budget.
     retries = [i for i, rid in enumerate(cands["run_id"]) if rid in previous.retry]
     new_allowed = (math.inf if campaign.max_runs is None

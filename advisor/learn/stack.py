@@ -488,7 +488,7 @@ def pick_next(stack: StackCalibration, tokens: np.ndarray, share: np.ndarray,
     if len(candidates) > MAX_CANDIDATES:
         contender = np.zeros(n)
         for members in jobs:
-            top = members[np.argmax(tokens[members] * np.exp(-truth[:, members]), axis=1)]
+            top = members[np.argmax(speed[:, members], axis=1)]
             contender += np.bincount(top, minlength=n) / draws
         order = np.lexsort((-spread2[candidates], -contender[candidates]))
         candidates = candidates[order[:MAX_CANDIDATES]]

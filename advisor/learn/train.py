@@ -91,11 +91,9 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
     fitted = None
     if stack:
         stack_ref = ref.subset(in_stack)
-        fitted = fit_stack_runs(stack_ref, calibration, stack_name or Path(stack[0]).stem,
-                                where=stack)
+        fitted, terms = fit_stack_runs(stack_ref, calibration,
+                                       stack_name or Path(stack[0]).stem, where=stack)
         # The trees learn what the stack's factors leave, on its runs.
-        terms = reference_terms(stack_ref, calibration.with_host_scale(fitted.host_factor),
-                                TERM_COLUMNS)
         tokens = terms["tokens_per_sec_per_gpu"].to_numpy()
         calibrated = fitted.predict(tokens, shares(terms), stack_ref.rows["model"].to_numpy(),
                                     stack_ref.rows["moe"].to_numpy(bool))[1]
@@ -133,10 +131,11 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
                        stack=fitted.describe() if fitted else "")
 
 
-def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCalibration:
+def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]
+                   ) -> tuple[StackCalibration, pd.DataFrame]:
     """The stack calibration of `ref`'s runs (one platform, one framework) on `calibration`:
     its host time and factors (`fit_stack_host`, each host factor's step terms from
-    `reference_terms`)."""
+    `reference_terms`), and the runs' step terms at the host time it chose."""
     if ref.rows.empty:
         raise DatasetError(f"{', '.join(map(str, where))}: no usable run for a stack "
                            f"calibration (a valid layout and measured tokens/s; LoRA runs do "
@@ -147,15 +146,18 @@ def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]) -> StackCa
             raise DatasetError(f"{', '.join(map(str, where))}: a stack is one {what}; these "
                                f"runs have {', '.join(values)}. Train one --stack per {what}.")
 
-    def price(factor: float) -> tuple[np.ndarray, np.ndarray]:
-        terms = reference_terms(ref, calibration.with_host_scale(factor), TERM_COLUMNS)
-        return terms["tokens_per_sec_per_gpu"].to_numpy(), shares(terms)
+    terms = {}
 
-    return fit_stack_host(price, ref.rows["measured"].to_numpy(), spread_of(calibration),
-                          models=ref.rows["model"].to_numpy(),
-                          moe=ref.rows["moe"].to_numpy(bool), name=name,
-                          platform=str(ref.rows["platform"].iloc[0]),
-                          framework=str(ref.rows["framework"].iloc[0]))
+    def price(factor: float) -> tuple[np.ndarray, np.ndarray]:
+        terms[factor] = reference_terms(ref, calibration.with_host_scale(factor), TERM_COLUMNS)
+        return terms[factor]["tokens_per_sec_per_gpu"].to_numpy(), shares(terms[factor])
+
+    fitted = fit_stack_host(price, ref.rows["measured"].to_numpy(), spread_of(calibration),
+                            models=ref.rows["model"].to_numpy(),
+                            moe=ref.rows["moe"].to_numpy(bool), name=name,
+                            platform=str(ref.rows["platform"].iloc[0]),
+                            framework=str(ref.rows["framework"].iloc[0]))
+    return fitted, terms[fitted.host_factor]
 
 
 def learnable(rows: pd.DataFrame) -> np.ndarray:
