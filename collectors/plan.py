@@ -195,7 +195,7 @@ def _overlap(space: pd.DataFrame) -> pd.Series:
 _LATER_FIELDS = {"recompute_modules": "core_attn", "ep_comm_overlap": False,
                  "first_stage_layers": 0, "last_stage_layers": 0, "finetune": "none",
                  "lora_rank": 16, "lora_targets": "attention", "moe_dispatcher": "auto",
-                 "dp_shard_size": 0}
+                 "dp_shard_size": 0, "torch_compile": False}
 
 
 def run_id(campaign: str, row: dict) -> str:

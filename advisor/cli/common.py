@@ -68,6 +68,16 @@ SHARD_SIZE_HELP = ("Hybrid sharding: shard the optimizer (or, with --dp-sharding
                    "TorchTitan HSDP data_parallel_shard_degree; ZeRO within a node: the GPUs "
                    "of a node / tp). 0 = the whole data-parallel group.")
 ShardSizeOpt = Annotated[int, typer.Option("--dp-shard-size", min=0, help=SHARD_SIZE_HELP)]
+FrameworkOpt = Annotated[str, typer.Option(
+    "--framework", help="The framework that runs the job, which sets its kernels, defaults and "
+    "rules: megatron (Megatron-Core, also NeMo and Megatron-Bridge; what the model is "
+    "calibrated on), torchtitan, automodel (NeMo AutoModel), pytorch-fsdp, ... (every name "
+    "`predict --input` accepts in its framework column).")]
+TorchCompileOpt = Annotated[bool | None, typer.Option(
+    "--torch-compile/--no-torch-compile", help="TorchTitan's torch.compile (--compile.enable): "
+    "fuses the elementwise kernels its eager blocks run one by one (RoPE, SwiGLU). Default: "
+    "as torchtitan's recipes set it, on for FP8, MXFP8 and NVFP4, off for BF16. Needs "
+    "--framework torchtitan.", show_default=False)]
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="With --finetune lora: attention (QKV and output projections, the "
     "MLPerf reference) or all-linear (also the MLP GEMMs).")]

@@ -19,6 +19,7 @@ from advisor.cli.common import (
     EpOverlapOpt,
     EtpOpt,
     FinetuneOpt,
+    FrameworkOpt,
     GbsOpt,
     GpuHourOpt,
     InletOpt,
@@ -30,6 +31,7 @@ from advisor.cli.common import (
     RecomputeModulesOpt,
     SeqLenOpt,
     ShardSizeOpt,
+    TorchCompileOpt,
     emit_json,
     finetune_job,
     guard,
@@ -70,13 +72,17 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
                 ep, etp, vp, mbs, recompute, dp_sharding, no_overlap, recompute_modules=None,
                 ep_comm_overlap=False, moe_dispatcher="auto", dp_shard_size=0,
                 first_stage_layers=0,
-                last_stage_layers=0, finetune=None, predictor=None, conditions=None):
+                last_stage_layers=0, finetune=None, predictor=None, conditions=None,
+                framework="megatron", torch_compile=None):
     """The `Predictor`'s `Prediction` (with its analytical `Breakdown`) of the configuration
-    the flags describe, and notes. `predictor` None: the analytical model alone
-    (`Predictor(None)`), so `predict`, `explain` and `--analytical` read their figures from
-    the same place. The analytical model runs once: the breakdown comes with the answer."""
+    the flags describe, run by `framework` (`torch_compile` None: as the framework's recipes
+    set it), and notes. `predictor` None: the analytical model alone (`Predictor(None)`), so
+    `predict`, `explain` and `--analytical` read their figures from the same place. The
+    analytical model runs once: the breakdown comes with the answer."""
     from advisor.catalog import load_model, load_platform, with_conditions
+    from advisor.core.frameworks import canonical_framework
     from advisor.core.space import validate
+    from advisor.data.predict_input import RowJob
     from advisor.predict.predictor import Prediction, Predictor
 
     m, p = load_model(model), with_conditions(load_platform(platform), **(conditions or {}))
@@ -95,12 +101,16 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     if first_stage_layers or last_stage_layers:
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
-    notes = validate(config, m, p, num_gpus=gpus)
+    framework = canonical_framework(framework)
+    config = config.replace(torch_compile=compile_default(framework, config.precision)
+                            if torch_compile is None else torch_compile)
+    notes = validate(config, m, p, num_gpus=gpus, framework=framework)
+    run = [(config, RowJob(m, p, framework, "") if framework != "megatron" else job)]
     analytical = Predictor(None)
-    row = (predictor or analytical).predict([(config, job)], breakdown=True).iloc[0].to_dict()
+    row = (predictor or analytical).predict(run, breakdown=True).iloc[0].to_dict()
     if row["pred_error"] and predictor is not None:
         notes = [*notes, f"surrogate unavailable: {row['pred_error']}"]
-        row = analytical.predict([(config, job)], breakdown=True).iloc[0].to_dict()
+        row = analytical.predict(run, breakdown=True).iloc[0].to_dict()
     if row["pred_error"]:
         raise AdvisorError(row["pred_error"])
     learned = {k: v for k, v in row.items() if k.startswith("pred_") and k != "pred_error"}
@@ -108,6 +118,19 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     if stack is not None:
         notes = [*notes, f"predicted with the {stack.describe()}"]
     return m, p, Prediction.from_row(row, config), notes, (config, job), learned
+
+
+def compile_default(framework: str, precision: str) -> bool:
+    """torch_compile as `framework`'s recipes set it (`advisor.data.framework_defaults`)."""
+    import numpy as np
+
+    from advisor.data import framework_defaults
+
+    one = np.array([framework], dtype=object)
+    return bool(framework_defaults.defaults(one, np.array([""], dtype=object), np.array([1]),
+                                            np.array(["optimizer"], dtype=object),
+                                            precision=np.array([precision], dtype=object)
+                                            )["torch_compile"][0])
 
 
 def _need(**given) -> None:
@@ -135,6 +158,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
+            framework: FrameworkOpt = "megatron", torch_compile: TorchCompileOpt = None,
             no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
             inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
             degraded_power_w: DegradedPowerOpt = None,
@@ -182,7 +206,7 @@ def predict(input: Annotated[Path | None, typer.Option(
             dp_shard_size=dp_shard_size,
             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
             finetune=finetune_job(finetune, lora_rank, lora_targets), predictor=predictor,
-            conditions=conditions)
+            conditions=conditions, framework=framework, torch_compile=torch_compile)
         gpus = _per_gpu(m, p, pair[0]) if per_gpu or plot else None
         _print_one(m, p, pred, notes, json_out, learned, gpus if per_gpu else None)
         if plot:
@@ -376,6 +400,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
             first_stage_layers: FirstStageOpt = 0, last_stage_layers: LastStageOpt = 0,
             finetune: FinetuneOpt = "none", lora_rank: LoraRankOpt = 16,
             lora_targets: LoraTargetsOpt = "attention",
+            framework: FrameworkOpt = "megatron", torch_compile: TorchCompileOpt = None,
             no_overlap: NoOverlapOpt = False, power_limit_w: PowerLimitOpt = None,
             inlet_c: InletOpt = None, degraded_nodes: DegradedNodesOpt = None,
             degraded_power_w: DegradedPowerOpt = None,
@@ -399,6 +424,7 @@ def explain(model: ModelOptional = None, platform: PlatformOptional = None,
         dp_shard_size=dp_shard_size,
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         finetune=finetune_job(finetune, lora_rank, lora_targets),
+        framework=framework, torch_compile=torch_compile,
         predictor=None if analytical else Predictor.load(models),
         conditions={"power_limit_w": power_limit_w, "inlet_c": inlet_c,
                     "degraded_nodes": degraded_nodes, "degraded_power_w": degraded_power_w,

@@ -358,7 +358,7 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
         if position <= len(rec.choices):
             continue
         try:
-            text = emit(kind, config_from_row(row), job)
+            text = emit(kind, as_launched(kind, config_from_row(row)), job)
         except ConfigError:
             continue
         behind = (f", score {1 - float(row['score']) / best:.0%} below the best"
@@ -371,6 +371,14 @@ def _emit(kind: str, rec, job) -> tuple[str | None, str]:
     return None, f"{kind} cannot express any recommended configuration: {_reasons(refused)}"
 
 
+def as_launched(kind: str, config):
+    """`config` as framework `kind` launches it: recommend prices Megatron-Core's fused
+    elementwise kernels, which TorchTitan's blocks match compiled (`torch_compile`)."""
+    from advisor.core.frameworks import EAGER_BLOCKS
+
+    return config.replace(torch_compile=True) if kind in EAGER_BLOCKS else config
+
+
 def _choice_command(kind: str, choice, job,
                     refused: dict[str, list[int]]) -> tuple[str | None, str]:
     """`choice`'s command with its proposed uneven split where `kind` can express that, else
@@ -381,12 +389,12 @@ def _choice_command(kind: str, choice, job,
     placement, placed_error = choice.placement, None
     if placement:
         try:
-            return (emit(kind, placement.config, job),
+            return (emit(kind, as_launched(kind, placement.config), job),
                     f"with the proposed placement, {placement.describe()}")
         except ConfigError as e:
             placed_error = str(e).rstrip(".")
     try:
-        text = emit(kind, choice.config, job)
+        text = emit(kind, as_launched(kind, choice.config), job)
     except ConfigError as e:
         reason = str(e).rstrip(".")
         if placed_error:

@@ -47,6 +47,14 @@ PP_WITH_FSDP = ("torchtitan", "automodel", "pytorch-fsdp")
 AutoModel (DeepSeek-V3 on 256-1,024 H100, Kimi-K2 on 256 H100), and PyTorch's own
 `torch.distributed.pipelining` with `fully_shard`. Megatron-FSDP does not."""
 
+EAGER_BLOCKS = ("torchtitan",)
+"""Frameworks whose transformer blocks run as eager PyTorch ops unless torch.compile fuses
+them (`ParallelConfig.torch_compile`): TorchTitan writes RoPE and SwiGLU as PyTorch ops
+(torchtitan/models/llama3/model/model.py: `apply_rotary_emb`, `FeedForward.forward`) and
+compiles only when told (`--compile.enable`; CompileConfig.enable defaults to False).
+Megatron-Core runs Transformer Engine's and Apex's fused kernels; the other FSDP frameworks'
+modelling code is not modelled here."""
+
 
 def _spelling(name: str) -> str:
     """`name` as compared: lower case, `_` and spaces read as `-` ("NeMo_AutoModel" ->

@@ -254,6 +254,12 @@ class ParallelConfig:
     """Attention kernels: `flash` (fused, FlashAttention/cuDNN: no s² tensors, causal blocks
     skipped) or `unfused` (QKᵀ and PV as batched GEMMs with a fused softmax in between, storing
     the s² softmax output: Megatron-LM before flash attention, Megatron-DeepSpeed)."""
+    torch_compile: bool = False
+    """TorchTitan's `--compile.enable`: torch.compile fuses the elementwise kernels its eager
+    blocks run one by one (RoPE's FP32 complex product, SwiGLU's activation and product;
+    `advisor.perf.step_compute.eager_traffic`). Only frameworks that run eager PyTorch blocks
+    (`advisor.core.frameworks.EAGER_BLOCKS`) take it: Megatron-Core's blocks run fused
+    kernels (Transformer Engine, Apex) either way."""
     moe_dispatcher: str = "auto"
     """The MoE token dispatcher (`MOE_DISPATCHERS`): auto (DeepEP where the expert group
     leaves an NVIDIA NVLink domain, all-to-all elsewhere), alltoall or deepep. Needs ep > 1

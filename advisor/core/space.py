@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from advisor.core.errors import ConfigError
-from advisor.core.frameworks import PP_WITH_FSDP, canonical_framework, find_framework
+from advisor.core.frameworks import (
+    EAGER_BLOCKS,
+    PP_WITH_FSDP,
+    canonical_framework,
+    find_framework,
+)
 from advisor.core.interleaving import group_sizes, interleaving_error, uses_torch_pipelining
 from advisor.core.model import ModelSpec
 from advisor.core.parallel import (
@@ -160,6 +165,8 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
     why = dispatcher_error(config.moe_dispatcher, platform)
     if why:
         raise ConfigError(why)
+    if config.torch_compile and framework not in EAGER_BLOCKS:
+        raise ConfigError(compile_error(framework))
     if config.dp_sharding == "full" and config.pp > 1 and framework not in PP_WITH_FSDP:
         raise ConfigError(f"dp_sharding full (FSDP) with pp ({config.pp}) > 1 is not supported "
                           f"by {framework} (Megatron-FSDP does not pipeline); use dp_sharding "
@@ -169,6 +176,14 @@ def validate(config: ParallelConfig, model: ModelSpec, platform: Platform, *,
         raise ConfigError(f"{platform.name} has no {config.precision_class} tensor cores for "
                           f"{config.precision}.")
     return config_notes(config, model, platform)
+
+
+def compile_error(framework: str) -> str:
+    """Why `framework` takes no torch_compile (it is not one of `EAGER_BLOCKS`)."""
+    return (f"torch_compile applies to {' and '.join(EAGER_BLOCKS)} (--compile.enable fuses "
+            f"the kernels of its eager PyTorch blocks); {framework} is modelled with its fused "
+            f"kernels and no compile switch (Megatron-Core: Transformer Engine and Apex): "
+            f"leave torch_compile off, or set framework {' or '.join(EAGER_BLOCKS)}.")
 
 
 def dispatcher_error(dispatcher: str, platform: Platform) -> str | None:
@@ -225,8 +240,11 @@ def invalid_rows(model: ModelSpec, platform: Platform, cols, *,
     known = find_framework(framework)
     if known is None:   # `validate` says why: the framework is not one advisor models
         bad |= True
-    elif "dp_sharding" in cols and known not in PP_WITH_FSDP:
-        bad |= (np.asarray(cols["dp_sharding"]) == "full") & (pp > 1)
+    else:
+        if "dp_sharding" in cols and known not in PP_WITH_FSDP:
+            bad |= (np.asarray(cols["dp_sharding"]) == "full") & (pp > 1)
+        if "torch_compile" in cols and known not in EAGER_BLOCKS:
+            bad |= np.asarray(cols["torch_compile"], dtype=bool)
     if "precision" in cols:
         for precision in np.unique(np.asarray(cols["precision"]).astype(str)):
             if precision in PRECISIONS and not platform.supports(PRECISIONS[precision]):
@@ -359,7 +377,8 @@ def space_table(job: Job, *, pins: dict[str, object] | None = None,
         rows = len(columns["tp"])
         for name, value in (("gbs", job.gbs), ("seq_len", job.seq_len),
                             ("precision", job.precision), ("grad_reduce_in_fp32", False),
-                            ("attention", "flash"), ("ep_comm_overlap", False),
+                            ("attention", "flash"), ("torch_compile", False),
+                            ("ep_comm_overlap", False),
                             ("moe_dispatcher", "auto"), ("dp_shard_size", 0),
                             ("first_stage_layers", 0),
                             ("last_stage_layers", 0), ("finetune", job.finetune),

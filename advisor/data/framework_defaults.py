@@ -1,7 +1,7 @@
 """What a run's framework does when the run does not say: overlap, sequence parallelism,
-gradient-reduce precision, attention kernels and expert tensor parallelism. One rule, used by
-`predict --input` rows (`predict_input.parse_run_row`) and by `Predictor.predict` frames, so the
-two answer the same question the same way.
+gradient-reduce precision, attention kernels, torch.compile and expert tensor parallelism. One
+rule, used by `predict --input` rows (`predict_input.parse_run_row`) and by `Predictor.predict`
+frames, so the two answer the same question the same way.
 
 Every framework runs sequence parallelism with tensor parallelism. Megatron (Megatron-LM,
 Megatron-Core, NeMo, Megatron-Bridge) runs with current Megatron-Core defaults —
@@ -23,6 +23,10 @@ The MoE token dispatcher is advisor's rule (`advisor.core.parallel.token_dispatc
 across NVIDIA NVLink domains, all-to-all inside one) except where the source's recipe names
 another (`recipe_dispatch`): Megatron-Bridge's Qwen3-235B-A22B recipe on H100 runs the
 all-to-all dispatcher with the all-to-all overlapped.
+TorchTitan compiles its blocks (`torch_compile`) where its own recipes do: its low-precision
+llama3 recipes turn torch.compile on (llama3_8b_mxfp8, llama3_405b: torchao's float8, MX and
+NVFP4 converters warn that they need it for speed), its BF16 ones leave it off (llama3_8b,
+llama3_70b; torchtitan 0.3.0 `models/llama3/config_registry.py`); no other framework compiles.
 Frameworks are read under any spelling `advisor.core.frameworks` accepts ("megatron-lm", "nemo"
 and "mcore" are Megatron; "automodel-fsdp2" is NeMo AutoModel).
 """
@@ -53,7 +57,7 @@ dispatcher (Qwen3-30B-A3B and DeepSeek-V3: `moe_flex_dispatcher_backend="hybride
 the rule's choice."""
 
 FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
-          "tp_comm_overlap", "grad_reduce_in_fp32", "attention")
+          "tp_comm_overlap", "grad_reduce_in_fp32", "attention", "torch_compile")
 
 
 def canonical(framework: np.ndarray) -> np.ndarray:
@@ -75,8 +79,10 @@ def old_megatron(framework: np.ndarray, software: np.ndarray,
 
 
 def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
-             sharding: np.ndarray, source: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Each of `FIELDS` as its framework sets it by default, per row."""
+             sharding: np.ndarray, source: np.ndarray | None = None,
+             precision: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each of `FIELDS` as its framework sets it by default, per row (`precision` None: BF16
+    everywhere)."""
     framework = canonical(framework)
     megatron = framework == "megatron"
     old = old_megatron(framework, software, source)
@@ -84,13 +90,17 @@ def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
     fsdp = ~megatron & (np.asarray(sharding, dtype=object) == "full")
     overlap = current | fsdp
     tp = np.asarray(tp)
+    low = (np.zeros(len(framework), dtype=bool) if precision is None
+           else ~np.isin(np.asarray(precision, dtype=object).astype(str),
+                         ("bf16", "fp16", "fp32")))
     return {"sequence_parallel": tp > 1,
             "overlap_grad_reduce": overlap,
             "overlap_param_gather": overlap & (np.asarray(sharding, dtype=object) != "none"),
             "tp_comm_overlap": current & (tp > 1),
             "grad_reduce_in_fp32": megatron & old,
             "attention": np.where((megatron & old) | (framework == "megatron-deepspeed"),
-                                  "unfused", "flash").astype(object)}
+                                  "unfused", "flash").astype(object),
+            "torch_compile": (framework == "torchtitan") & low}
 
 
 def why(framework: str, software: str, source: str = "") -> str:
@@ -98,6 +108,9 @@ def why(framework: str, software: str, source: str = "") -> str:
     framework = find_framework(framework) or framework
     if framework == "megatron-deepspeed":
         return "megatron-deepspeed's defaults: unfused attention (no --use-flash-attn-* flag)"
+    if framework == "torchtitan":
+        return ("torchtitan's defaults (PyTorch FSDP prefetch and overlap; torch.compile as its "
+                "recipes set it: on for FP8/MX/NVFP4, off for BF16)")
     if framework != "megatron":
         return f"{framework}'s defaults (PyTorch FSDP prefetch and overlap)"
     if bool(old_megatron(np.array([framework]), np.array([software]), np.array([source]))[0]):

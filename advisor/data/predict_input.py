@@ -126,7 +126,8 @@ def parse_run_row(row: Mapping, model: ModelSpec) -> tuple[ParallelConfig, list[
     if not sharding:
         sharding = "optimizer"
         assumed.append("dp_sharding=optimizer (Megatron distributed optimizer)")
-    overlap = _framework_defaults(row, tp=tp, sharding=sharding, assumed=assumed)
+    overlap = _framework_defaults(row, tp=tp, sharding=sharding, precision=precision,
+                                  assumed=assumed)
     ep = _int(row, "ep", 1, assumed if model.is_moe else [])
     config = ParallelConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=_etp(row, model, tp=tp, cp=cp, dp=dp, ep=ep,
@@ -254,21 +255,22 @@ def _switch(row: Mapping, key: str) -> bool:
     raise ConfigError(f"{key} = {raw!r}; use true or false (empty = false).")
 
 
-def _framework_defaults(row: Mapping, *, tp: int, sharding: str,
+def _framework_defaults(row: Mapping, *, tp: int, sharding: str, precision: str,
                         assumed: list[str]) -> dict[str, bool | str]:
-    """Overlap, gradient and attention settings a row's framework runs with when the row does
-    not say (`advisor.data.framework_defaults`: current Megatron-Core unless the row names a
-    2021-22 release or source)."""
+    """Overlap, gradient, attention and compile settings a row's framework runs with when the
+    row does not say (`advisor.data.framework_defaults`: current Megatron-Core unless the row
+    names a 2021-22 release or source)."""
     given = {k: str(row.get(k, "")).strip().lower() for k in
              ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-              "grad_reduce_in_fp32", "attention")}
+              "grad_reduce_in_fp32", "attention", "torch_compile")}
     framework = canonical_framework(str(row.get("framework", "")))
     software = str(row.get("software", "")).strip()
     source = str(row.get("source_name", ""))
     table = framework_defaults.defaults(np.array([framework], dtype=object),
                                         np.array([software], dtype=object), np.array([tp]),
                                         np.array([sharding], dtype=object),
-                                        np.array([source], dtype=object))
+                                        np.array([source], dtype=object),
+                                        np.array([precision], dtype=object))
     out: dict[str, bool | str] = {}
     defaulted = []
     for key in given:

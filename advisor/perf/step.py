@@ -387,8 +387,8 @@ def _step(model: ModelSpec, platform: Platform, configs: Columns, eff: Efficienc
 
 
 COMPUTE_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq_len", "sequence_parallel", "precision",
-                "recompute", "recompute_modules", "attention", "finetune", "lora_rank",
-                "lora_targets")
+                "recompute", "recompute_modules", "attention", "torch_compile", "finetune",
+                "lora_rank", "lora_targets")
 """The configuration columns one micro-batch's kernels depend on (`stage_compute`'s inputs,
 with the stage's layers and the framework); the rest (dp, sharding, overlap, ...) change only
 communication and the schedule."""
@@ -443,6 +443,7 @@ def _compute(model: ModelSpec, platform: Platform, layers: StageLayers, k: _Knob
                             framework=framework, rows=k.rows, tp=k.tp, ep=k.ep, etp=k.etp,
                             mbs=k.mbs, seq=k.seq, sp=k.sp, pclass=k.pclass,
                             recompute=k.recompute, attention=configs.get("attention"),
+                            compiled=configs.get("torch_compile"),
                             lora=k.lora if k.lora.any() else None,
                             lora_targets=configs.get("lora_targets"))
     return _Work(compute, gemm=compute.gemm_s, attention=compute.attention_s,

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from advisor.core.frameworks import EAGER_BLOCKS
 from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Efficiency, FrameworkEfficiency
@@ -45,6 +46,18 @@ GROUPED_KERNEL_FRAMEWORKS = ("torchtitan",)
 `torch._grouped_mm` over every local expert, torchtitan/models/moe), so the host cost of a MoE
 layer does not grow with its local experts; Megatron-Core's Transformer Engine grouped GEMM
 launches each expert's GEMMs (`Efficiency.expert_overhead_s`)."""
+ROPE_EAGER_BYTES = 16.0
+"""HBM bytes per query and key element that eager RoPE moves beyond one fused kernel:
+TorchTitan's `apply_rotary_emb` (torchtitan/models/llama3/model/model.py) casts to FP32 (read
+2 B, write 4 B), multiplies as complex numbers (read 4, write 4) and casts back (read 4, write
+2): 20 B where a fused kernel reads and writes 2 B each (4 B)."""
+SWIGLU_EAGER_BYTES = 4.0
+"""Bytes per FFN element that eager SwiGLU (`F.silu(w1(x)) * w3(x)`, TorchTitan's
+`FeedForward` and MoE experts) moves beyond one fused kernel: silu reads and writes (4 B), the
+product reads two and writes one (6 B): 10 B where a fused kernel reads the two halves and
+writes the product (6 B). A non-gated MLP's activation is one kernel either way. RMSNorm costs
+the same compiled or not: eager PyTorch runs it as one CUDA kernel (aten._fused_rms_norm,
+pytorch/pytorch#153666); with a torch from before it, eager norms cost more than charged."""
 REFERENCE_GEMM_SIDE = 8192.0
 """The best-fed GEMM the power model's demand is stated for: the H200 power probe's continuous
 8192³ load (`datasets/probes/h200-power`), whose utilization is 1 by definition there."""
@@ -149,6 +162,25 @@ class StageLayers:
                    last=(np.arange(pp) == pp - 1)[None, :].astype(float))
 
 
+def eager_traffic(model: ModelSpec, tp: np.ndarray) -> dict[str, np.ndarray]:
+    """Forward HBM bytes per token that eager blocks move beyond compiled (fused) ones, per
+    layer of each kind (`attention`, `mlp`, `moe`; configurations × 1): RoPE on Q and K, and
+    SwiGLU's activation and product in the MLP and in every routed and shared expert
+    (`ROPE_EAGER_BYTES`, `SWIGLU_EAGER_BYTES`). Their backward is charged like every
+    elementwise kernel's, twice the forward (RoPE's own backward moves about one forward's
+    bytes: 16 B per element over at most a few percent of a step). The extra kernel launches
+    are not charged."""
+    zero = np.zeros_like(tp, dtype=float)
+    rope = (ROPE_EAGER_BYTES * (model.q_dim + model.kv_dim) / tp
+            if model.position_embedding == "rope" else zero)
+    gated = SWIGLU_EAGER_BYTES if model.gated_mlp else 0.0
+    moe = (gated * (model.moe_top_k * model.moe_ffn_hidden_size
+                    + model.num_shared_experts * model.shared_ffn_size) / tp
+           if model.is_moe else zero)
+    return {"attention": rope + zero, "mlp": gated * model.ffn_hidden_size / tp + zero,
+            "moe": moe + zero}
+
+
 def kernels_for(platform: Platform, pclass: np.ndarray) -> GemmKernel:
     """The measured-kernel parameters per configuration's precision class, as a `GemmKernel`
     whose fields are arrays shaped like `pclass` (configurations × 1)."""
@@ -230,13 +262,15 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
                   tp: np.ndarray, ep: np.ndarray, etp: np.ndarray, mbs: np.ndarray,
                   seq: np.ndarray, sp: np.ndarray, pclass: np.ndarray,
                   recompute: Recompute, attention: np.ndarray | None,
-                  lora: np.ndarray | None = None,
+                  compiled: np.ndarray | None = None, lora: np.ndarray | None = None,
                   lora_targets: np.ndarray | None = None) -> StageCompute:
     """Compute of one micro-batch of `rows` token rows per GPU, for configurations given as
     column vectors (configurations × 1): tp, ep, etp, mbs, seq (sequence length), sp (sequence
     parallel), pclass (the precision's class), recompute (what the backward recomputes),
-    attention (the `attention` column, None where the input has none), run by `frameworks`'
-    kernels; `lora` (configurations × 1) marks LoRA fine-tuning with adapters on `lora_targets`
+    attention (the `attention` column, None where the input has none), compiled (the
+    `torch_compile` column, None: not compiled), run by `frameworks`' kernels (those of
+    `EAGER_BLOCKS` as eager PyTorch unless compiled: `eager_traffic`); `lora`
+    (configurations × 1) marks LoRA fine-tuning with adapters on `lora_targets`
     (`advisor/perf/finetune.py`: frozen GEMMs skip their weight gradients)."""
     h = model.hidden_size
     gemms = layer_gemms(model)
@@ -332,6 +366,14 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
                  + ACT * gate * model.num_shared_experts * model.shared_ffn_size / tp)
     else:
         e_moe = np.zeros_like(tp)
+    eager = np.isin(frameworks, EAGER_BLOCKS)[:, None]
+    if compiled is not None:
+        eager = eager & ~np.asarray(compiled, dtype=bool).reshape(-1, 1)
+    if eager.any():
+        extra = eager_traffic(model, tp)
+        e_attn = e_attn + np.where(eager, extra["attention"], 0.0)
+        e_mlp = e_mlp + np.where(eager, extra["mlp"], 0.0)
+        e_moe = e_moe + np.where(eager, extra["moe"], 0.0)
     to_s = rows / hbm                      # bytes per token -> seconds for the micro-batch
     t_e_attn, t_e_mlp, t_e_mamba, t_e_moe = (e * to_s for e in (e_attn, e_mlp, e_mamba, e_moe))
     t_loss = rows * model.vocab_size / tp * LOSS_BYTES_PER_LOGIT / hbm

@@ -200,7 +200,7 @@ def _apply_framework_defaults(cols: dict[str, np.ndarray], unset: dict[str, np.n
     assumed = np.full(n, "", dtype=object)
     if any(mask.any() for mask in unset.values()):
         table = framework_defaults.defaults(cols["framework"], cols["software"], cols["tp"],
-                                            cols["dp_sharding"], source)
+                                            cols["dp_sharding"], source, cols["precision"])
         table["overlap_param_gather"] &= cols["dp_sharding"] != "none"
         parts = [[] for _ in range(n)]
         for name, mask in unset.items():

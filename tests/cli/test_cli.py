@@ -121,6 +121,22 @@ def test_predict_matches_library():
     assert json.loads(r.stdout)["step"]["step_time_s"] == pytest.approx(pred.step.step_time_s)
 
 
+def test_predict_framework_and_torch_compile_from_flags():
+    """--framework torchtitan predicts its eager blocks (the BF16 recipes' default) and
+    --torch-compile the compiled ones, faster; Megatron-Core has no such switch."""
+    job = ["predict", "-m", "8b", "-p", "h100", "-g", "8", "--dp-sharding", "full", "--mbs",
+           "2", "--gbs", "16", "--seq-len", "8192", "--analytical", "--json"]
+    titan = [*job, "--framework", "torchtitan"]
+    eager, compiled = (json.loads(run(*titan, *flag).stdout)
+                       for flag in ([], ["--torch-compile"]))
+    assert eager["config"]["torch_compile"] is False and compiled["config"]["torch_compile"]
+    assert compiled["step"]["tokens_per_sec_per_gpu"] > eager["step"]["tokens_per_sec_per_gpu"]
+    megatron = json.loads(run(*job).stdout)
+    assert megatron["step"]["tokens_per_sec_per_gpu"] != eager["step"]["tokens_per_sec_per_gpu"]
+    _one_line_error(run(*job, "--torch-compile"))
+    _one_line_error(run(*job, "--framework", "jax"))
+
+
 def test_predict_unreadable_input_or_unwritable_output_is_one_line_exit_2(tmp_path):
     _one_line_error(run("predict", "--input", str(tmp_path)))
     src = tmp_path / "in.csv"

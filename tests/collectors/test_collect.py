@@ -372,7 +372,8 @@ def test_run_ids_survive_new_config_fields():
            **ParallelConfig(dp=2, gbs=4).to_dict()}
     before = [f for f in PARALLEL_FIELDS if f not in (
         "recompute_modules", "ep_comm_overlap", "first_stage_layers", "last_stage_layers",
-        "finetune", "lora_rank", "lora_targets", "moe_dispatcher", "dp_shard_size")]
+        "finetune", "lora_rank", "lora_targets", "moe_dispatcher", "dp_shard_size",
+        "torch_compile")]
     key = {"model": "llama3-8b", "gpu": "cpu", "num_gpus": 2, **{k: row[k] for k in before}}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     assert run_id("c", row) == f"c-{digest}"

@@ -48,7 +48,7 @@ def _case(model: str, gpus: int, platform: str = "h200", precision: str = "bf16"
     changes = {k: choices.pop(k) for k in ("attention", "grad_reduce_in_fp32", "recompute_modules",
                                            "ep_comm_overlap", "moe_dispatcher",
                                            "first_stage_layers", "last_stage_layers",
-                                           "dp_shard_size")
+                                           "dp_shard_size", "torch_compile")
                if k in choices}
     return make_config(job, **choices).replace(**changes), job
 
@@ -783,6 +783,7 @@ TITAN_CASES = {
     "dense-tp8-pp2-vp5": CASES["dense-tp8-pp2-vp5"],
     "dense-loss-stage-pp3": CASES["dense-loss-stage-pp3"],
     "fsdp": CASES["fsdp"],
+    "fsdp-tp1-compiled": lambda: _case("llama3-8b", 8, dp_sharding="full", torch_compile=True),
     "ddp-unfused-as-flash": lambda: _case("llama3-8b", 8, tp=2, dp_sharding="none"),
     "cp2": lambda: _case("llama3-70b", 64, tp=8, cp=2, pp=2),
     "hsdp-8-in-node": lambda: _case("llama3-8b", 64, dp_sharding="full", dp_shard_size=8),
@@ -861,6 +862,8 @@ def test_torchtitan_config_manager_loads_the_flags(case, titan, importable):
     async_tp = config.tp > 1 and config.tp_comm_overlap
     assert loaded.compile.enable_async_tensor_parallel == async_tp
     assert (loaded.compile.enable and "model" in loaded.compile.components) or not async_tp
+    # torch.compile as priced (`torch_compile`), stated even where the recipe sets it.
+    assert loaded.compile.enable == (config.torch_compile or async_tp)
     assert len(loaded.model_spec.model.layers) == job.model.num_layers  # the right recipe
     training = loaded.training
     assert (training.seq_len, training.global_batch_size) == (config.seq_len, config.gbs)

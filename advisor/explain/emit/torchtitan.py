@@ -114,13 +114,18 @@ def torchtitan_args(config: ParallelConfig, job: Job) -> list[str]:
         raise ConfigError(nvfp4_error(job.model, config.tp))
     args = ["--module", recipe.module, "--config", recipe.function]
     args += _degrees(config, job)
-    if config.tp > 1 and config.tp_comm_overlap:
+    async_tp = config.tp > 1 and config.tp_comm_overlap
+    if config.torch_compile or async_tp:
         # The TP overlap advisor priced is torchtitan's async TP, which runs under
         # torch.compile only (CompileConfig: "Async TP requires 'model' in
         # --compile.components and --compile.enable"; deepseek_v3_671b's recipe compiles the
         # loss alone).
-        args += ["--compile.enable", "--compile.enable_async_tensor_parallel",
+        args += ["--compile.enable",
+                 *(["--compile.enable_async_tensor_parallel"] if async_tp else []),
                  "--compile.components", "model,loss"]
+    else:
+        # Stated either way: some recipes compile (llama3_405b, the MXFP8 and NVFP4 ones).
+        args.append("--compile.no-enable")
     local_batch = config.gbs // config.dp if config.pp > 1 else config.mbs
     args += ["--training.local_batch_size", str(local_batch),
              "--training.global_batch_size", str(config.gbs),
@@ -178,8 +183,8 @@ FULL_FINETUNE_ARGS = ("--checkpoint.initial-load-path", "<base checkpoint dir>")
 def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     """A `torchrun ... -m torchtitan.train` command for `config`."""
     args = torchtitan_args(config, job)
-    comments = [f"TorchTitan 0.3.0 for {gpus_label(job)}; the recipe keeps its own data, "
-                f"optimizer and compile settings."]
+    comments = [f"TorchTitan 0.3.0 for {gpus_label(job)}; the recipe keeps its own data and "
+                f"optimizer settings."]
     comments += split_note(config, job.model)
     if config.dp_sharding == "optimizer":
         comments.append(f"dp_sharding optimizer (ZeRO-1) has no torchtitan form: written as "
@@ -200,9 +205,10 @@ def torchtitan_command(config: ParallelConfig, job: Job) -> str:
     if config.tp > 1 and config.tp_comm_overlap:
         comments.append("tp_comm_overlap is torchtitan's async TP, which needs torch.compile: "
                         "both are on (--compile.enable "
-                        "--compile.enable_async_tensor_parallel, the model compiled); advisor "
-                        "prices the overlap, "
-                        "not what else compiling the model changes.")
+                        "--compile.enable_async_tensor_parallel, the model compiled)"
+                        + ("." if config.torch_compile else
+                           "; advisor priced the blocks eager (torch_compile off), so compiled "
+                           "they run a little faster than predicted."))
     command = shell_command(comments, [torchrun_words(job) + ["-m", "torchtitan.train"],
                                        *pairs(args[:-1]), [shlex.quote(args[-1])]])
     recipe = torchtitan_recipe(job.model, config.precision)
