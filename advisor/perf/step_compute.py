@@ -58,6 +58,12 @@ product reads two and writes one (6 B): 10 B where a fused kernel reads the two 
 writes the product (6 B). A non-gated MLP's activation is one kernel either way. RMSNorm costs
 the same compiled or not: eager PyTorch runs it as one CUDA kernel (aten._fused_rms_norm,
 pytorch/pytorch#153666); with a torch from before it, eager norms cost more than charged."""
+QUANTIZE_BYTES = {"fp8": 4.0, "fp4": 3.0}
+"""HBM bytes per element of quantizing a GEMM operand for a low-precision recipe: read the BF16
+tensor (2 B) and write the copies the forward or input-gradient GEMM and the weight-gradient
+GEMM read, row-wise and column-wise (FP8: 1 B each; Hopper's FP8 tensor cores take K-major
+operands only, so Transformer Engine's cast-transpose writes both, and MXFP8 quantizes row and
+column blocks; NVFP4: 0.5 B each). Block scales and current scaling's amax pass are left out."""
 REFERENCE_GEMM_SIDE = 8192.0
 """The best-fed GEMM the power model's demand is stated for: the H200 power probe's continuous
 8192³ load (`datasets/probes/h200-power`), whose utilization is 1 by definition there."""
@@ -179,6 +185,46 @@ def eager_traffic(model: ModelSpec, tp: np.ndarray) -> dict[str, np.ndarray]:
            if model.is_moe else zero)
     return {"attention": rope + zero, "mlp": gated * model.ffn_hidden_size / tp + zero,
             "moe": moe + zero}
+
+
+def quantized_elements(model: ModelSpec, gemms: dict, tp: np.ndarray, etp: np.ndarray
+                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Elements per token that a low-precision recipe quantizes in one layer of each kind
+    (`attention`, `mlp`, `mamba`, `moe`; configurations × 1), as (forward, backward): each
+    weight GEMM's input in the forward, its output gradient in the backward. An input straight
+    from the layer's norm (a GEMM over the hidden size that is not row-parallel: QKV, FC1,
+    Mamba's in_proj, MLA's down-projections) is quantized by the norm kernel (Transformer
+    Engine's LayerNormLinear writes it in FP8: nothing extra); a MoE layer's router stays in
+    BF16, and its experts' and
+    shared experts' inputs come from the dispatch or a separate norm, so each is quantized.
+    Routed experts count once per routed copy of a token (top-k), split by etp."""
+    zero = np.zeros_like(tp, dtype=float)
+
+    def local(g: Gemm, split: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
+        k = g.k / split if g.split == "k" else g.k
+        n = g.n / split if g.split == "n" else g.n
+        return g.count * k, g.count * n
+
+    def layer(kind: str, normed: bool) -> tuple[np.ndarray, np.ndarray]:
+        fwd, bwd = zero, zero
+        for g in gemms[kind]:
+            k, n = local(g, tp)
+            from_norm = normed and g.k == model.hidden_size and g.split != "k"
+            fwd = fwd + (0.0 if from_norm else k)
+            bwd = bwd + n
+        return fwd, bwd
+
+    out = {kind: layer(kind, normed=True) for kind in ("attention", "mlp", "mamba")}
+    fwd, bwd = zero, zero
+    if model.is_moe:
+        for g in gemms["moe_dense"][1:]:             # the router (first) runs in BF16
+            k, n = local(g, tp)
+            fwd, bwd = fwd + k, bwd + n
+        for g in gemms["expert"]:
+            k, n = local(g, etp)
+            fwd, bwd = fwd + model.moe_top_k * k, bwd + model.moe_top_k * n
+    out["moe"] = (fwd, bwd)
+    return out
 
 
 def kernels_for(platform: Platform, pclass: np.ndarray) -> GemmKernel:
@@ -396,11 +442,22 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     gemm_fwd = stage_sum("fwd")
     attn_fwd = na * t_core + nm * t_scan
     mem_fwd = na * t_e_attn + nm * t_e_mamba + nl * t_e_mlp + nmoe * t_e_moe
+    # Quantizing the GEMM operands of a low-precision recipe: forward inputs and backward
+    # output gradients (`quantized_elements`), each once per pass.
+    quantize = np.where(pclass == "fp8", QUANTIZE_BYTES["fp8"],
+                        np.where(pclass == "fp4", QUANTIZE_BYTES["fp4"], 0.0)) * to_s
+    if quantize.any():
+        q = quantized_elements(model, gemms, tp, etp)
+        q_fwd, q_bwd = (quantize * (na * q["attention"][i] + nm * q["mamba"][i]
+                                    + nl * q["mlp"][i] + nmoe * q["moe"][i]) for i in (0, 1))
+    else:
+        q_fwd = q_bwd = np.zeros_like(mem_fwd)
     # Forward, input gradients and weight gradients; a frozen base (LoRA) skips the last.
     gemm_mb = gemm_fwd + stage_sum("dgrad") + trains * stage_sum("wgrad")
     experts_mb = t_experts.fwd + t_experts.dgrad + trains * t_experts.wgrad
     attn_mb = (1.0 + ATTENTION_BACKWARD_RATIO) * attn_fwd
-    mem_mb = 3.0 * mem_fwd + last * t_loss * (1 + mtp)
+    mem_mb = 3.0 * mem_fwd + q_fwd + q_bwd + last * t_loss * (1 + mtp)
+    mem_fwd = mem_fwd + q_fwd
     if lora is not None and lora.any():
         adapters = np.where(lora, adapter_traffic_per_layer_token(
             model, layers, targets=lora_targets) * ACT / tp * to_s, 0.0)
