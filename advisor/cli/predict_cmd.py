@@ -79,9 +79,12 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     set it), and notes. `predictor` None: the analytical model alone (`Predictor(None)`), so
     `predict`, `explain` and `--analytical` read their figures from the same place. The
     analytical model runs once: the breakdown comes with the answer."""
+    import numpy as np
+
     from advisor.catalog import load_model, load_platform, with_conditions
     from advisor.core.frameworks import canonical_framework
     from advisor.core.space import validate
+    from advisor.data.framework_defaults import compiles
     from advisor.data.predict_input import RowJob
     from advisor.predict.predictor import Prediction, Predictor
 
@@ -102,8 +105,9 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
         config = config.replace(first_stage_layers=first_stage_layers,
                                 last_stage_layers=last_stage_layers)
     framework = canonical_framework(framework)
-    config = config.replace(torch_compile=compile_default(framework, config.precision)
-                            if torch_compile is None else torch_compile)
+    if torch_compile is None:   # as the framework's recipes set it
+        torch_compile = bool(compiles(np.array([framework]), np.array([config.precision]))[0])
+    config = config.replace(torch_compile=torch_compile)
     notes = validate(config, m, p, num_gpus=gpus, framework=framework)
     run = [(config, RowJob(m, p, framework, "") if framework != "megatron" else job)]
     analytical = Predictor(None)
@@ -118,19 +122,6 @@ def _prediction(model: str, platform: str, gpus: int, *, seq_len, gbs, precision
     if stack is not None:
         notes = [*notes, f"predicted with the {stack.describe()}"]
     return m, p, Prediction.from_row(row, config), notes, (config, job), learned
-
-
-def compile_default(framework: str, precision: str) -> bool:
-    """torch_compile as `framework`'s recipes set it (`advisor.data.framework_defaults`)."""
-    import numpy as np
-
-    from advisor.data import framework_defaults
-
-    one = np.array([framework], dtype=object)
-    return bool(framework_defaults.defaults(one, np.array([""], dtype=object), np.array([1]),
-                                            np.array(["optimizer"], dtype=object),
-                                            precision=np.array([precision], dtype=object)
-                                            )["torch_compile"][0])
 
 
 def _need(**given) -> None:

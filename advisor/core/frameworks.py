@@ -52,8 +52,8 @@ EAGER_BLOCKS = ("torchtitan",)
 them (`ParallelConfig.torch_compile`): TorchTitan writes RoPE and SwiGLU as PyTorch ops
 (torchtitan/models/llama3/model/model.py: `apply_rotary_emb`, `FeedForward.forward`) and
 compiles only when told (`--compile.enable`; CompileConfig.enable defaults to False).
-Megatron-Core runs Transformer Engine's and Apex's fused kernels; the other FSDP frameworks'
-modelling code is not modelled here."""
+Megatron-Core runs Transformer Engine's and Apex's fused kernels; NeMo AutoModel's and plain
+FSDP loops' model code is not read here, so they are modelled with fused kernels."""
 
 
 def _spelling(name: str) -> str:

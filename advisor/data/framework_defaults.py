@@ -90,9 +90,6 @@ def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
     fsdp = ~megatron & (np.asarray(sharding, dtype=object) == "full")
     overlap = current | fsdp
     tp = np.asarray(tp)
-    low = (np.zeros(len(framework), dtype=bool) if precision is None
-           else ~np.isin(np.asarray(precision, dtype=object).astype(str),
-                         ("bf16", "fp16", "fp32")))
     return {"sequence_parallel": tp > 1,
             "overlap_grad_reduce": overlap,
             "overlap_param_gather": overlap & (np.asarray(sharding, dtype=object) != "none"),
@@ -100,7 +97,15 @@ def defaults(framework: np.ndarray, software: np.ndarray, tp: np.ndarray,
             "grad_reduce_in_fp32": megatron & old,
             "attention": np.where((megatron & old) | (framework == "megatron-deepspeed"),
                                   "unfused", "flash").astype(object),
-            "torch_compile": (framework == "torchtitan") & low}
+            "torch_compile": compiles(framework, np.full(len(framework), "bf16", dtype=object)
+                                      if precision is None else precision)}
+
+
+def compiles(framework: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """Whether each row's framework runs torch.compile by default (see module docstring):
+    TorchTitan in a low-precision recipe."""
+    low = ~np.isin(np.asarray(precision, dtype=object).astype(str), ("bf16", "fp16", "fp32"))
+    return (canonical(framework) == "torchtitan") & low
 
 
 def why(framework: str, software: str, source: str = "") -> str:
