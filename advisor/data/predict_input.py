@@ -260,9 +260,9 @@ def _framework_defaults(row: Mapping, *, tp: int, sharding: str, precision: str,
     """Overlap, gradient, attention and compile settings a row's framework runs with when the
     row does not say (`advisor.data.framework_defaults`: current Megatron-Core unless the row
     names a 2021-22 release or source)."""
-    given = {k: str(row.get(k, "")).strip().lower() for k in
-             ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-              "grad_reduce_in_fp32", "attention", "torch_compile")}
+    # sequence_parallel is the layout's (tp > 1), not the row's.
+    given = {k: str(row.get(k, "")).strip().lower() for k in framework_defaults.FIELDS
+             if k != "sequence_parallel"}
     framework = canonical_framework(str(row.get("framework", "")))
     software = str(row.get("software", "")).strip()
     source = str(row.get("source_name", ""))

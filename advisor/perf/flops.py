@@ -33,6 +33,13 @@ class Gemm:
     count: float = 1.0
     """How many such GEMMs (e.g. shared experts)."""
 
+    def local(self, split):
+        """(k, n) on one GPU when `split` GPUs divide the dimension `split` names; an unsplit
+        dimension stays a Python float (the same IEEE arithmetic as an array of it, and fewer
+        array operations)."""
+        return (self.k / split if self.split == "k" else float(self.k),
+                self.n / split if self.split == "n" else float(self.n))
+
 
 class SublayerCounts(NamedTuple):
     """How many of a model's sublayers have each mixer and each FFN kind."""

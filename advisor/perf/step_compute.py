@@ -112,10 +112,7 @@ class _GemmClock:
             return GemmPasses(fwd, dgrad, wgrad)
         ideal = np.zeros(shape)
         for g in gemms:
-            # An unsplit dimension stays a Python float (the same IEEE arithmetic as an array
-            # of it, and fewer array operations).
-            k = g.k / split if g.split == "k" else float(g.k)
-            nn = g.n / split if g.split == "n" else float(g.n)
+            k, nn = g.local(split)
             times = g.count * launches / speed
             fwd = fwd + times * self.seconds(rows, nn, k, batch)
             dgrad = dgrad + times * self.seconds(rows, k, nn, batch)
@@ -195,35 +192,26 @@ def quantized_elements(model: ModelSpec, gemms: dict, tp: np.ndarray, etp: np.nd
     from the layer's norm (a GEMM over the hidden size that is not row-parallel: QKV, FC1,
     Mamba's in_proj, MLA's down-projections) is quantized by the norm kernel (Transformer
     Engine's LayerNormLinear writes it in FP8: nothing extra); a MoE layer's router stays in
-    BF16, and its experts' and
-    shared experts' inputs come from the dispatch or a separate norm, so each is quantized.
-    Routed experts count once per routed copy of a token (top-k), split by etp."""
+    BF16, and its experts' and shared experts' inputs come from the dispatch or a separate
+    norm, so each is quantized. Routed experts count once per routed copy of a token (top-k),
+    split by etp."""
     zero = np.zeros_like(tp, dtype=float)
 
-    def local(g: Gemm, split: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
-        k = g.k / split if g.split == "k" else g.k
-        n = g.n / split if g.split == "n" else g.n
-        return g.count * k, g.count * n
-
-    def layer(kind: str, normed: bool) -> tuple[np.ndarray, np.ndarray]:
+    def total(layer: tuple[Gemm, ...], split: np.ndarray, *, copies: float = 1.0,
+              from_norm: bool = False) -> tuple[np.ndarray, np.ndarray]:
         fwd, bwd = zero, zero
-        for g in gemms[kind]:
-            k, n = local(g, tp)
-            from_norm = normed and g.k == model.hidden_size and g.split != "k"
-            fwd = fwd + (0.0 if from_norm else k)
-            bwd = bwd + n
+        for g in layer:
+            k, n = g.local(split)
+            normed = from_norm and g.k == model.hidden_size and g.split != "k"
+            fwd = fwd + (0.0 if normed else copies * g.count * k)
+            bwd = bwd + copies * g.count * n
         return fwd, bwd
 
-    out = {kind: layer(kind, normed=True) for kind in ("attention", "mlp", "mamba")}
-    fwd, bwd = zero, zero
-    if model.is_moe:
-        for g in gemms["moe_dense"][1:]:             # the router (first) runs in BF16
-            k, n = local(g, tp)
-            fwd, bwd = fwd + k, bwd + n
-        for g in gemms["expert"]:
-            k, n = local(g, etp)
-            fwd, bwd = fwd + model.moe_top_k * k, bwd + model.moe_top_k * n
-    out["moe"] = (fwd, bwd)
+    out = {kind: total(gemms[kind], tp, from_norm=True) for kind in ("attention", "mlp", "mamba")}
+    # The router (moe_dense's first GEMM) runs in BF16.
+    shared, routed = total(gemms["moe_dense"][1:], tp), total(gemms["expert"], etp,
+                                                               copies=model.moe_top_k)
+    out["moe"] = (shared[0] + routed[0], shared[1] + routed[1])
     return out
 
 
@@ -444,8 +432,7 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     mem_fwd = na * t_e_attn + nm * t_e_mamba + nl * t_e_mlp + nmoe * t_e_moe
     # Quantizing the GEMM operands of a low-precision recipe: forward inputs and backward
     # output gradients (`quantized_elements`), each once per pass.
-    quantize = np.where(pclass == "fp8", QUANTIZE_BYTES["fp8"],
-                        np.where(pclass == "fp4", QUANTIZE_BYTES["fp4"], 0.0)) * to_s
+    quantize = per_value(pclass, lambda c: QUANTIZE_BYTES.get(str(c), 0.0)) * to_s
     if quantize.any():
         q = quantized_elements(model, gemms, tp, etp)
         q_fwd, q_bwd = (quantize * (na * q["attention"][i] + nm * q["mamba"][i]
