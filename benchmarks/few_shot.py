@@ -17,7 +17,8 @@ its Monte Carlo) and at random (`--seeds` seeds), the stack's host time, its fac
 offsets of the models they measured are fitted to those runs
 (`advisor.learn.stack.fit_stack_host`: each row is priced at every host factor once, in the
 held-out tables; the prior sized by the published series' held-out errors, the held-out one
-left out) and its other runs are predicted. Reported per k and strategy: median over stacks of
+left out; every host factor the runs leave plausible joins the prediction, weighted by its
+posterior) and its other runs are predicted. Reported per k and strategy: median over stacks of
 the MAPE on the runs not measured, the share of those runs inside the p10-p90 band (pooled over
 runs, where vTrain's 1,549 weigh most, and the mean over stacks: `per stack %`), and top-1
 regret per job measured in two or more layouts (a job: one model, GPU count, precision,
@@ -165,8 +166,10 @@ def choose(strategy: str, k: int, seed: int, prices, jobs, models, moe, spread,
 def score(picked: np.ndarray, prices, measured, jobs, models, moe, spread) -> dict:
     known = np.zeros(len(measured), bool)
     known[picked] = True
-    stack, tokens, share = fit(prices, known, measured, spread, models, moe)
-    low, mid, high = stack.predict(tokens, share, models, moe)
+    stack, _, _ = fit(prices, known, measured, spread, models, moe)
+    low, mid, high = stack.predict_priced(
+        lambda f: (prices[0][HOST_FACTORS.index(f)], prices[1][HOST_FACTORS.index(f)]),
+        models, moe)
     rest = ~known
     ape = np.abs(mid[rest] / measured[rest] - 1.0)
     inside = (measured[rest] >= low[rest]) & (measured[rest] <= high[rest])

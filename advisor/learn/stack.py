@@ -150,6 +150,13 @@ class StackCalibration:
     """The stack's host time (kernel launches per layer and local expert) against the bundled
     calibration's: the model prices its runs with `Calibration.with_host_scale` of it, then
     applies the factors (`fit_stack_host`)."""
+    weight: float = 1.0
+    """This fit's posterior weight among the host factors weighed (1 without `alternatives`)."""
+    alternatives: tuple[StackCalibration, ...] = ()
+    """The fits at the other host factors the runs leave plausible (`fit_stack_host`: weight
+    `MIN_HOST_WEIGHT` or more), each with its `weight`: predictions are the mixture of them
+    all (`predict_priced`), so a host time the runs cannot pin down widens the band of the
+    rows it bounds."""
 
     def applies(self, platform: str) -> bool:
         return platform == self.platform
@@ -184,15 +191,33 @@ class StackCalibration:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(p10, p50, p90) tokens/s/GPU from the bundled model's `tokens`, the rows' step
         shares and (optional) model names and MoE flags: a model the runs measured gets its
-        offset."""
+        offset. This fit's alone, at its `host_factor` (`predict_priced`: with the
+        alternatives)."""
         from scipy.stats import t
 
+        log_mid, sd = self._log_t(tokens, share, models, moe)
+        mid = np.exp(log_mid)
+        spread = np.exp(float(t.ppf(0.9, self.dof)) * sd)
+        return mid / spread, mid, mid * spread
+
+    def _log_t(self, tokens, share, models, moe) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the predictive Student t of log tokens/s/GPU (`dof`): centre and scale."""
         x = self._design(share, models, moe)
         run, model = self._scatter(x, moe)
         var = np.einsum("ij,jk,ik->i", x, np.asarray(self.covariance), x) + run ** 2 + model ** 2
-        mid = np.asarray(tokens, float) * np.exp(-(x @ np.asarray(self.mean)))
-        spread = np.exp(float(t.ppf(0.9, self.dof)) * self.scale * np.sqrt(var))
-        return mid / spread, mid, mid * spread
+        return (np.log(np.asarray(tokens, float)) - x @ np.asarray(self.mean),
+                self.scale * np.sqrt(var))
+
+    def predict_priced(self, price, models=None, moe=None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(p10, p50, p90) tokens/s/GPU of the mixture of this fit and its `alternatives`,
+        each weighted: `price(host_factor)` gives the rows' bundled tokens/s/GPU and shares
+        with the host time times that factor. Without alternatives, `predict`."""
+        if not self.alternatives:
+            return self.predict(*price(self.host_factor), models, moe)
+        parts = [(c.weight, c.dof, *c._log_t(*price(c.host_factor), models, moe))
+                 for c in (self, *self.alternatives)]
+        return tuple(np.exp(_mixture_quantile(parts, p)) for p in (0.1, 0.5, 0.9))
 
     def sample(self, tokens: np.ndarray, share: np.ndarray, models, moe=None, *, draws: int,
                rng: np.random.Generator) -> np.ndarray:
@@ -217,9 +242,21 @@ class StackCalibration:
         moe = (f", MoE runs x{f['moe']:.2f} more" if any(
             n == "moe" for n in self.names) and abs(f["moe"] - 1) >= 0.005 else "")
         host = f", host time x{self.host_factor:g}" if self.host_factor != 1.0 else ""
+        if self.alternatives:
+            plausible = sorted(c.host_factor for c in (self, *self.alternatives))
+            host = (f", host time x{self.host_factor:g} ({self.weight:.0%} likely; x"
+                    f"{plausible[0]:g} to x{plausible[-1]:g} plausible)")
         return (f"stack calibration {self.name!r} from {self.runs} {self.framework} run(s) on "
                 f"{self.platform}: compute time x{f['compute']:.2f}, exposed communication x"
                 f"{f['communication']:.2f}{moe}{host} of the bundled model's")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StackCalibration:
+        """The inverse of `dataclasses.asdict` (what `save` writes)."""
+        return cls(**{**data, "names": tuple(data["names"]), "mean": tuple(data["mean"]),
+                      "covariance": tuple(tuple(r) for r in data["covariance"]),
+                      "alternatives": tuple(cls.from_dict(a)
+                                            for a in data.get("alternatives", ()))})
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -233,10 +270,7 @@ class StackCalibration:
         if not path.exists():
             return None
         try:
-            data = json.loads(path.read_text())
-            stack = cls(**{**data, "names": tuple(data["names"]),
-                           "mean": tuple(data["mean"]),
-                           "covariance": tuple(tuple(r) for r in data["covariance"])})
+            stack = cls.from_dict(json.loads(path.read_text()))
         except (ValueError, TypeError, KeyError) as e:
             raise AdvisorError(f"{path}: not a stack calibration ({e}); rerun advisor train "
                                f"--stack.") from None
@@ -245,6 +279,22 @@ class StackCalibration:
             raise AdvisorError(f"{path}: not a stack calibration (its coefficients and their "
                                f"covariance disagree); rerun advisor train --stack.")
         return stack
+
+
+def _mixture_quantile(parts, p: float) -> np.ndarray:
+    """Per row, the p-quantile of a mixture of Student t's: `parts` holds (weight, dof,
+    centres, scales) per component. Bisection on the mixture's CDF (monotone), to 1e-6 in
+    log tokens/s."""
+    from scipy.stats import t
+
+    low = np.min([c - 50 * s for _, _, c, s in parts], axis=0)
+    high = np.max([c + 50 * s for _, _, c, s in parts], axis=0)
+    total = sum(w for w, *_ in parts)
+    while np.max(high - low) > 1e-6:
+        mid = (low + high) / 2
+        below = sum(w * t.cdf((mid - c) / s, dof) for w, dof, c, s in parts) / total < p
+        low, high = np.where(below, mid, low), np.where(below, high, mid)
+    return (low + high) / 2
 
 
 def _flags(moe, n: int) -> np.ndarray:
@@ -366,26 +416,53 @@ fitted to vTrain's 1,440 A100 runs, is 2.92 ms (calibration.toml, [framework.meg
 where the families' prior is 0.3 ms; that gap sits at 2 σ."""
 
 
+MIN_HOST_WEIGHT = 0.01
+"""Smallest posterior weight a host factor's fit needs to join the mixture (a judgement:
+below it, it moves no quantile visibly, and each costs one more pricing per prediction)."""
+
+
 def fit_stack_host(price, measured: np.ndarray, spreads: StackSpreads, *,
                    factors: tuple[float, ...] = HOST_FACTORS, **fit) -> StackCalibration:
     """`fit_stack` with the stack's host time too: `price(factor)` gives the measured runs'
-    (model tokens/s/GPU, shares) with every host time times `factor`; of `factors`, the one
-    whose fit leaves the smallest weighted squared residual plus prior penalties (the
-    factors' and log(factor)'s, σ `HOST_PRIOR_LOG_SD`) wins. With no runs, 1."""
+    (model tokens/s/GPU, shares) with every host time times `factor`. Each of `factors` is
+    weighed by its posterior: the fit's marginal likelihood (`_log_evidence`) times the
+    log-normal prior on the factor (σ `HOST_PRIOR_LOG_SD`). The likeliest fit is returned,
+    with the others of weight `MIN_HOST_WEIGHT` or more as its `alternatives` (weights
+    renormalised over those kept): a few runs that the host time does not bound leave it
+    open, and the rows it would bound get the band of every plausible host time. With no
+    runs, 1 alone."""
     measured = np.asarray(measured, float)
     if not len(measured):
         tokens, share = price(1.0)
         return fit_stack(share, tokens, measured, spreads, **fit)
-    best, best_loss = None, np.inf
+    fits, log_weight = [], []
     for factor in factors:
         tokens, share = price(factor)
-        stack = fit_stack(share, tokens, measured, spreads, **fit)
-        dof = stack.dof - len(measured)
-        ssr = stack.scale ** 2 * stack.dof - dof      # `fit_stack`'s λ² inverted
-        loss = ssr + (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2
-        if loss < best_loss:
-            best, best_loss = dataclasses.replace(stack, host_factor=factor), loss
-    return best
+        stack = dataclasses.replace(fit_stack(share, tokens, measured, spreads, **fit),
+                                    host_factor=factor)
+        fits.append(stack)
+        log_weight.append(_log_evidence(stack, len(measured))
+                          - 0.5 * (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2)
+    weight = np.exp(np.asarray(log_weight) - max(log_weight))
+    weight /= weight.sum()
+    kept = [i for i in np.argsort(-weight, kind="stable") if weight[i] >= MIN_HOST_WEIGHT]
+    total = float(weight[kept].sum())
+    best, *others = (dataclasses.replace(fits[i], weight=float(weight[i] / total))
+                     for i in kept)
+    return dataclasses.replace(best, alternatives=tuple(others))
+
+
+def _log_evidence(stack: StackCalibration, runs: int) -> float:
+    """log p(runs | host factor) of `fit_stack`'s normal-inverse-χ² model, up to a constant
+    that every host factor shares (the runs' weights and the prior's are the same): the
+    coefficients and the scale integrated out, the runs follow a multivariate t whose log
+    density is ½ log det(posterior covariance) − ½ (ν + k) log(1 + SSR / ν), with ν the
+    prior's pseudo-runs, k the runs and SSR `fit_stack`'s weighted squared residual plus
+    prior penalty."""
+    nu = stack.dof - runs
+    ssr = stack.scale ** 2 * stack.dof - nu       # `fit_stack`'s λ² inverted
+    _, log_det = np.linalg.slogdet(np.asarray(stack.covariance, float))
+    return float(0.5 * log_det - 0.5 * (nu + runs) * np.log1p(ssr / nu))
 
 
 MAX_CANDIDATES = 96

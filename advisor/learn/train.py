@@ -91,12 +91,14 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
     fitted = None
     if stack:
         stack_ref = ref.subset(in_stack)
-        fitted, terms = fit_stack_runs(stack_ref, calibration,
-                                       stack_name or Path(stack[0]).stem, where=stack)
+        fitted, priced = fit_stack_runs(stack_ref, calibration,
+                                        stack_name or Path(stack[0]).stem, where=stack)
         # The trees learn what the stack's factors leave, on its runs.
+        terms = priced[fitted.host_factor]
         tokens = terms["tokens_per_sec_per_gpu"].to_numpy()
-        calibrated = fitted.predict(tokens, shares(terms), stack_ref.rows["model"].to_numpy(),
-                                    stack_ref.rows["moe"].to_numpy(bool))[1]
+        calibrated = fitted.predict_priced(
+            lambda f: (priced[f]["tokens_per_sec_per_gpu"].to_numpy(), shares(priced[f])),
+            stack_ref.rows["model"].to_numpy(), stack_ref.rows["moe"].to_numpy(bool))[1]
         features.loc[terms.index, "analytical"] *= calibrated / tokens
     digest = data_hash(data)
     targets = {}
@@ -132,10 +134,10 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
 
 
 def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]
-                   ) -> tuple[StackCalibration, pd.DataFrame]:
+                   ) -> tuple[StackCalibration, dict[float, pd.DataFrame]]:
     """The stack calibration of `ref`'s runs (one platform, one framework) on `calibration`:
     its host time and factors (`fit_stack_host`, each host factor's step terms from
-    `reference_terms`), and the runs' step terms at the host time it chose."""
+    `reference_terms`), and the runs' step terms at every host factor weighed."""
     if ref.rows.empty:
         raise DatasetError(f"{', '.join(map(str, where))}: no usable run for a stack "
                            f"calibration (a valid layout and measured tokens/s; LoRA runs do "
@@ -157,7 +159,7 @@ def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]
                             moe=ref.rows["moe"].to_numpy(bool), name=name,
                             platform=str(ref.rows["platform"].iloc[0]),
                             framework=str(ref.rows["framework"].iloc[0]))
-    return fitted, terms[fitted.host_factor]
+    return fitted, terms
 
 
 def learnable(rows: pd.DataFrame) -> np.ndarray:

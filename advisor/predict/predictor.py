@@ -334,8 +334,17 @@ class Predictor:
         stack = self.stack_for(platform)
         prior = tps
         if stack is not None:   # the team's own factors, and the band its runs leave
-            low, prior, high = stack.predict(tps, shares(table), np.full(n, model.name),
-                                             np.full(n, model.is_moe))
+            def price(factor: float) -> tuple[np.ndarray, np.ndarray]:
+                if factor == stack.host_factor:
+                    return tps, shares(table)
+                other = analytical_arrays(
+                    model, platform, perf_cols, framework=framework, memory=memory,
+                    calibration=self.calibration.with_host_scale(factor))
+                return other["tokens_per_sec_per_gpu"], shares(other)
+
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                low, prior, high = stack.predict_priced(price, np.full(n, model.name),
+                                                        np.full(n, model.is_moe))
         else:
             low = tps * math.exp(-Z90 * log_sd)
             high = tps * math.exp(Z90 * log_sd)

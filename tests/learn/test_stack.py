@@ -1,6 +1,7 @@
 """A stack calibration learns a stack the bundled model does not know from a few of its runs:
 MosaicML's llm-foundry on H100 (published runs), predicted as if it ran Megatron-Core."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import pytest
 from advisor.data.dataset import load
 from advisor.learn.fit import reference_from_frame, reference_terms
 from advisor.learn.stack import (
+    HOST_FACTORS,
     TERM_COLUMNS,
     StackCalibration,
     fit_stack,
+    fit_stack_host,
     pick_next,
     shares,
     spread_of,
@@ -136,6 +139,11 @@ def test_a_stack_calibration_round_trips_and_a_damaged_one_is_refused(tmp_path):
                              host_factor=4.0)
     stack.save(tmp_path)
     assert StackCalibration.load(tmp_path) == stack
+    mixed = dataclasses.replace(stack, weight=0.7, alternatives=(
+        dataclasses.replace(stack, host_factor=8.0, weight=0.3, mean=(0.0, -0.1, 0.0, 0.02)),))
+    mixed.save(tmp_path)
+    assert StackCalibration.load(tmp_path) == mixed
+    assert "x4 to x8 plausible" in mixed.describe()
     assert StackCalibration.load(tmp_path / "none") is None
     (tmp_path / "stack.json").write_text('{"name": "ours"}')
     with pytest.raises(Exception, match="not a stack calibration"):
@@ -183,16 +191,24 @@ def test_a_stacks_host_time_prices_its_platform_only():
     width = np.log(ours["pred_tokens_per_sec_per_gpu_p90"]
                    / ours["pred_tokens_per_sec_per_gpu_p10"])
     assert width.iloc[0] < 0.5 * width.iloc[1]     # 4 runs of a tight stack: a narrow band
+    # Half as sure of that host time, half for the families' own: the band spans both.
+    unsure = dataclasses.replace(slow_host, weight=0.5, alternatives=(
+        dataclasses.replace(slow_host, host_factor=1.0, weight=0.5),))
+    both = Predictor(None, stack=unsure).predict(frame)
+    assert (both["pred_tokens_per_sec_per_gpu_p10"].iloc[0]
+            < ours["pred_tokens_per_sec_per_gpu"].iloc[0]
+            < bundled["pred_tokens_per_sec_per_gpu"].iloc[0]
+            < both["pred_tokens_per_sec_per_gpu_p90"].iloc[0])
+    assert both["pred_tokens_per_sec_per_gpu"].iloc[1] == bundled[
+        "pred_tokens_per_sec_per_gpu"].iloc[1]
 
 
-def test_four_runs_teach_a_stack_its_host_time():
-    """vTrain's single-node sweeps (Megatron-DeepSpeed: eager PyTorch, about ten times the
-    host time per layer of Megatron-Core) priced at the families' host time: four runs of its
-    smallest model, whose steps the host bounds, pick a host factor of 4 or more, and the other
-    runs of that model come out far closer than with the compute and communication factors
-    alone."""
+@pytest.fixture(scope="module")
+def vtrain_smallest():
+    """vTrain's single-node sweeps of its smallest model (Megatron-DeepSpeed: eager PyTorch,
+    about ten times the host time per layer of Megatron-Core), priced at every host factor
+    with the families' host time: (measured tokens/s/GPU, {factor: (tokens, shares)})."""
     from advisor.catalog import load_platform
-    from advisor.learn.stack import HOST_FACTORS, fit_stack_host
     from advisor.perf.step import step_table
     from advisor.perf.vtrain import FRAMEWORK, load_vtrain, vtrain_groups
 
@@ -207,7 +223,16 @@ def test_four_runs_teach_a_stack_its_host_time():
     a100 = load_platform("a100")
     tables = {f: step_table(model, a100, configs, calibration=held_out.with_host_scale(f),
                             framework=FRAMEWORK) for f in HOST_FACTORS}
-    priced = {f: (t["tokens_per_sec_per_gpu"].to_numpy(), shares(t)) for f, t in tables.items()}
+    return measured, {f: (t["tokens_per_sec_per_gpu"].to_numpy(), shares(t))
+                      for f, t in tables.items()}
+
+
+def test_four_runs_teach_a_stack_its_host_time(vtrain_smallest):
+    """Four random runs of vTrain's smallest model, whose steps the host bounds, pick a host
+    factor of 4 or more, all but surely, and the other runs of that model come out far closer
+    than with the compute and communication factors alone."""
+    measured, priced = vtrain_smallest
+    calibration = load_calibration()
     picked = np.random.default_rng(0).permutation(len(measured))[:4]
     rest = np.setdiff1d(np.arange(len(measured)), picked)
     spread = spread_of(calibration)
@@ -215,9 +240,36 @@ def test_four_runs_teach_a_stack_its_host_time():
                           spread)
     linear = fit_stack(priced[1.0][1][picked], priced[1.0][0][picked], measured[picked], spread)
     assert host.host_factor >= 4 and linear.host_factor == 1.0
+    assert host.weight > 0.9
     assert "host time x" in host.describe()
     with_host = host.predict(*priced[host.host_factor])[1]
     without = linear.predict(*priced[1.0])[1]
     assert _mape(with_host[rest], measured[rest]) < 0.5 * _mape(without[rest], measured[rest])
     none = fit_stack_host(lambda f: tuple(a[:0] for a in priced[f]), measured[:0], spread)
     assert none.host_factor == 1.0
+
+
+def test_a_host_time_the_runs_leave_open_widens_the_band_of_the_rows_it_bounds(vtrain_smallest):
+    """The four runs of vTrain's smallest model that the host time bounds most (the host
+    time and the compute factor both explain them) leave several host factors plausible; the
+    other runs, priced by the mixture of every plausible fit, fall inside their band far more
+    often than inside the band of the likeliest fit alone, and come out closer."""
+    measured, priced = vtrain_smallest
+    bound = np.log(priced[1.0][0] / priced[max(HOST_FACTORS)][0])
+    picked = np.argsort(-bound)[:4]
+    rest = np.setdiff1d(np.arange(len(measured)), picked)
+    host = fit_stack_host(lambda f: tuple(a[picked] for a in priced[f]), measured[picked],
+                          spread_of(load_calibration()))
+    assert len(host.alternatives) >= 2
+    assert sum(c.weight for c in (host, *host.alternatives)) == pytest.approx(1.0)
+    mixed = host.predict_priced(lambda f: priced[f])
+    alone = host.predict(*priced[host.host_factor])
+    assert dataclasses.replace(host, alternatives=()).predict_priced(
+        lambda f: priced[f])[1] == pytest.approx(alone[1])
+
+    def inside(band):
+        low, _, high = band
+        return float(np.mean((measured[rest] >= low[rest]) & (measured[rest] <= high[rest])))
+
+    assert inside(mixed) > inside(alone) + 0.3
+    assert _mape(mixed[1][rest], measured[rest]) < _mape(alone[1][rest], measured[rest])
