@@ -217,7 +217,7 @@ class StackCalibration:
             return self.predict(*price(self.host_factor), models, moe)
         parts = [(c.weight, c.dof, *c._log_t(*price(c.host_factor), models, moe))
                  for c in (self, *self.alternatives)]
-        return tuple(np.exp(_mixture_quantile(parts, p)) for p in (0.1, 0.5, 0.9))
+        return tuple(np.exp(_mixture_quantiles(parts, (0.1, 0.5, 0.9))))
 
     def sample(self, tokens: np.ndarray, share: np.ndarray, models, moe=None, *, draws: int,
                rng: np.random.Generator) -> np.ndarray:
@@ -274,22 +274,24 @@ class StackCalibration:
         except (ValueError, TypeError, KeyError) as e:
             raise AdvisorError(f"{path}: not a stack calibration ({e}); rerun advisor train "
                                f"--stack.") from None
-        if (len(stack.mean) != len(stack.names) or len(stack.covariance) != len(stack.names)
-                or stack.names[:len(FIXED)] != FIXED):
+        if any(len(s.mean) != len(s.names) or len(s.covariance) != len(s.names)
+               or s.names[:len(FIXED)] != FIXED for s in (stack, *stack.alternatives)):
             raise AdvisorError(f"{path}: not a stack calibration (its coefficients and their "
                                f"covariance disagree); rerun advisor train --stack.")
         return stack
 
 
-def _mixture_quantile(parts, p: float) -> np.ndarray:
-    """Per row, the p-quantile of a mixture of Student t's: `parts` holds (weight, dof,
-    centres, scales) per component. Bisection on the mixture's CDF (monotone) over 100
-    scales around the centres, 60 halvings: far below 1e-6 in log tokens/s (a fixed count,
-    so a row with no finite figure ends too)."""
+def _mixture_quantiles(parts, probs) -> np.ndarray:
+    """Per probability and row (probs × rows), the quantile of a mixture of Student t's:
+    `parts` holds (weight, dof, centres, scales) per component. One bisection for every
+    probability on the mixture's CDF (monotone) over 100 scales around the centres, 60
+    halvings: far below 1e-6 in log tokens/s (a fixed count, so a row with no finite figure
+    ends too)."""
     from scipy.stats import t
 
-    low = np.min([c - 50 * s for _, _, c, s in parts], axis=0)
-    high = np.max([c + 50 * s for _, _, c, s in parts], axis=0)
+    p = np.asarray(probs, float)[:, None]
+    low = np.tile(np.min([c - 50 * s for _, _, c, s in parts], axis=0), (len(p), 1))
+    high = np.tile(np.max([c + 50 * s for _, _, c, s in parts], axis=0), (len(p), 1))
     total = sum(w for w, *_ in parts)
     for _ in range(60):
         mid = (low + high) / 2
