@@ -140,9 +140,10 @@ BENCHMARKS = (
               "jobs measured in several layouts are theirs. For k = 0, 2, 4, 8 of a stack's "
               "runs, chosen by the targeted strategy (the run whose measurement most lowers "
               "the expected regret of the recommendation) and at random (5 seeds), the "
-              "stack's host time, compute and communication factors and the offsets of the "
-              "models they measured are fitted to them (the fit of training with `--stack`, "
-              "its prior sized by the other series) and its other runs predicted: median "
+              "stack's host time, compute, attention and communication factors and the "
+              "offsets of the models they measured are fitted to them (the fit of training "
+              "with `--stack`, its prior sized by the other series) and its other runs "
+              "predicted: median "
               "MAPE over stacks, p10-p90 coverage (pooled over runs, and per stack), and "
               "top-1 regret per job (one model, GPU count, precision, sequence, batch and "
               "release) measured in two or more layouts. About 10 minutes.", plots=True),

@@ -32,8 +32,9 @@ def train(data: DataOpt = None,
           stack: Annotated[list[Path] | None, typer.Option(
               "--stack", help="Your own runs (a dataset from `advisor collect` or `dataset "
               "import-published`; one platform or cluster file, one framework): advisor fits "
-              "your stack's compute and communication factors to them, with a prior that "
-              "keeps a few runs from moving them far, and predictions for that platform and "
+              "your stack's host time and its compute, attention and communication factors "
+              "to them, with a prior that keeps a few runs from moving them far, and "
+              "predictions for that platform and "
               "framework then use them (the band narrows as runs accumulate). They are "
               "trained on too.")] = None,
           stack_name: Annotated[str | None, typer.Option(

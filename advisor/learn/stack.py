@@ -6,18 +6,24 @@ a time, the analytical model's log error splits into a shift shared by every run
 (a series on one platform), a further shift shared by one model's runs on it, and the scatter
 of single runs (`stack_spread`). So k measured runs of the stack fit, in log space:
 
-    log(t_measured / t_model) = c · a + m · b + u[model] + ε
+    log(t_measured / t_model) = c · a + f · g + m · b + u[model] + ε
 
-where c and m are the row's shares of compute (kernels, bubble, throttle) and of exposed
-communication in the modelled step, a and b the stack's log factors on them (priors around the
-bundled fit, 0, as wide as series differed), u the offset of one model on this stack (prior as
-wide as models differed within a stack) and ε the scatter. MoE runs err about twice as much at
+where c, f and m are the row's shares of compute other than attention (GEMMs, memory-bound
+kernels, bubble, throttle), of attention (the fused attention kernels, forward, backward and
+recomputed) and of exposed communication in the modelled step, a, g and b the stack's log
+factors on them (priors around the bundled fit, 0: as wide as series differed, as frameworks'
+attention kernels differed, up to 2x), u the offset of one model on this stack (prior as wide
+as models differed within a stack) and ε the scatter. Attention has its own factor because its
+share moves with the layout and sequence length unlike the GEMMs' (a stack's flash-attention
+release is not its GEMM library), so one factor on all compute leaves a trend across the runs
+of one stack. MoE runs err about twice as much at
 every level (their expert kernels and dispatch are the least known part of the model), so they
 get their own spreads and one more coefficient: a shift shared by the stack's MoE runs. The
 model is linear and Gaussian, so the posterior is exact: the factors and offsets a few runs
 support, and the band — the posterior's uncertainty projected on the row plus the scatter —
 which narrows as runs accumulate, most for the models that were measured. With no runs it is
-the bundled band.
+the bundled band, widened where the host time bounds the step by every host time the prior
+leaves plausible (`fit_stack_host`).
 """
 
 from __future__ import annotations
@@ -32,19 +38,28 @@ import numpy as np
 from advisor.core.errors import AdvisorError
 from advisor.learn.bands import Z90
 
-FACTORS = ("compute", "communication")
+FACTORS = ("compute", "attention", "communication")
 COMPUTE_TERMS = ("compute_s", "recompute_s", "bubble_s", "throttle_s", "optimizer_s",
                  "overhead_s")
 """Step terms that scale with the stack's compute speed (the bubble is idle compute time, the
-throttle loss a share of it)."""
+throttle loss a share of it); less the attention kernels' time, which is the attention
+factor's."""
+ATTENTION_TERM = "attention_s"
+"""The fused attention kernels' time in the step (part of compute and recompute)."""
 COMM_TERMS = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s")
 """Exposed communication terms (what overlap leaves on the critical path)."""
-TERM_COLUMNS = ("tokens_per_sec_per_gpu", "step_time_s", *COMPUTE_TERMS, *COMM_TERMS)
+TERM_COLUMNS = ("tokens_per_sec_per_gpu", "step_time_s", *COMPUTE_TERMS, ATTENTION_TERM,
+                *COMM_TERMS)
 """The step model's outputs a stack calibration reads (`advisor.learn.fit.reference_terms`)."""
 COMM_PRIOR_LOG_SD = float(np.log(2.0))
 """A stack's communication may run up to about twice as fast or slow as the model's: the A100
 NVSwitch collective constants were 2-2.6x too fast on AMD's xGMI mesh before each platform got
 its own measured table (benchmarks/collective_check.py, docs/validation/collectives.md)."""
+ATTENTION_PRIOR_LOG_SD = 0.254
+"""How far a stack's attention kernels may run from the bundled model's: the root mean square
+log of the fitted frameworks' attention factors against Megatron-Core's (calibration.toml at
+e6090f1, [framework.*] attention: DeepSpeed 0.965 on Ampere and 0.888 on Hopper, llm-foundry
+0.837 and 0.596, LLMBoost 1.087: sqrt(mean(log² f)) = 0.254)."""
 STACK_FILE = "stack.json"
 STACK_PRIOR_DOF = 4.0
 """Pseudo-runs of the prior on a stack's scatter scale where the data cannot say (fewer than
@@ -109,14 +124,16 @@ def stack_spread(measured: np.ndarray, predicted: np.ndarray, stacks: np.ndarray
 def shares(table) -> np.ndarray:
     """Per row: the shares of the step that scale with each factor (rows × FACTORS)."""
     step = np.asarray(table["step_time_s"], float)
-    parts = [sum(np.asarray(table[t], float) for t in terms if t in table)
-             for terms in (COMPUTE_TERMS, COMM_TERMS)]
+    compute, comm = (sum(np.asarray(table[t], float) for t in terms if t in table)
+                     for terms in (COMPUTE_TERMS, COMM_TERMS))
+    attention = np.asarray(table[ATTENTION_TERM], float) if ATTENTION_TERM in table else 0.0
+    parts = (compute - attention, attention, comm)
     out = np.column_stack([np.asarray(p, float) * np.ones_like(step) / step for p in parts])
     return np.clip(out, 0.0, None)
 
 
 FIXED = (*FACTORS, "moe")
-"""The coefficients every stack calibration has: the two factors and the MoE runs' shift."""
+"""The coefficients every stack calibration has: the factors and the MoE runs' shift."""
 
 
 @dataclass(frozen=True)
@@ -247,8 +264,9 @@ class StackCalibration:
             host = (f", host time x{self.host_factor:g} ({self.weight:.0%} likely; x"
                     f"{plausible[0]:g} to x{plausible[-1]:g} plausible)")
         return (f"stack calibration {self.name!r} from {self.runs} {self.framework} run(s) on "
-                f"{self.platform}: compute time x{f['compute']:.2f}, exposed communication x"
-                f"{f['communication']:.2f}{moe}{host} of the bundled model's")
+                f"{self.platform}: compute time x{f['compute']:.2f}, attention x"
+                f"{f['attention']:.2f}, exposed communication x{f['communication']:.2f}{moe}"
+                f"{host} of the bundled model's")
 
     @classmethod
     def from_dict(cls, data: dict) -> StackCalibration:
@@ -391,7 +409,8 @@ def fit_stack(share: np.ndarray, model_tokens: np.ndarray, measured: np.ndarray,
     kind = {str(m): bool(f) for m, f in zip(models if seen else [], flags, strict=False)}
     names = (*FIXED, *(f"model:{m}" for m in seen))
     extra_moe = float(np.sqrt(max(moe_spread.between ** 2 - dense.between ** 2, 0.0)))
-    prior_sd = np.array([dense.between or dense.total, COMM_PRIOR_LOG_SD, extra_moe,
+    prior_sd = np.array([dense.between or dense.total, ATTENTION_PRIOR_LOG_SD,
+                         COMM_PRIOR_LOG_SD, extra_moe,
                          *(moe_spread.model if kind[m] else dense.model for m in seen)])
     stack = StackCalibration(name=name, runs=int(len(y)), names=names,
                              mean=(0.0,) * len(names), covariance=(), model_sd=dense.model,
@@ -433,19 +452,21 @@ def fit_stack_host(price, measured: np.ndarray, spreads: StackSpreads, *,
     with the others of weight `MIN_HOST_WEIGHT` or more as its `alternatives` (weights
     renormalised over those kept): a few runs that the host time does not bound leave it
     open, and the rows it would bound get the band of every plausible host time. With no
-    runs, 1 alone."""
+    runs, the prior itself: every factor weighted by the log-normal alone (the host time of a
+    stack nothing measured is as open as the prior says, not the bundled one for sure)."""
     measured = np.asarray(measured, float)
-    if not len(measured):
-        tokens, share = price(1.0)
-        return fit_stack(share, tokens, measured, spreads, **fit)
     fits, log_weight = [], []
     for factor in factors:
-        tokens, share = price(factor)
-        stack = dataclasses.replace(fit_stack(share, tokens, measured, spreads, **fit),
-                                    host_factor=factor)
-        fits.append(stack)
-        log_weight.append(_log_evidence(stack, len(measured))
-                          - 0.5 * (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2)
+        if len(measured):
+            tokens, share = price(factor)
+            stack = fit_stack(share, tokens, measured, spreads, **fit)
+            evidence = _log_evidence(stack, len(measured))
+        else:                      # the prior: the same fit at every factor
+            stack = fits[0] if fits else fit_stack(np.zeros((0, len(FACTORS))), np.zeros(0),
+                                                   measured, spreads, **fit)
+            evidence = 0.0
+        fits.append(dataclasses.replace(stack, host_factor=factor))
+        log_weight.append(evidence - 0.5 * (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2)
     weight = np.exp(np.asarray(log_weight) - max(log_weight))
     weight /= weight.sum()
     kept = [i for i in np.argsort(-weight, kind="stable") if weight[i] >= MIN_HOST_WEIGHT]
