@@ -25,6 +25,8 @@ regret per job measured in two or more layouts (a job: one model, GPU count, pre
 sequence length, global batch and software release on the stack — runs of one layout in two
 releases are no layout choice; the pick is the fastest by measurement where measured, by
 prediction elsewhere): the share of jobs within 2 % of their best layout, and the mean regret.
+A last line per table gives the floor (`ceiling`): every run of each stack fitted, every job's
+layout picked by prediction alone — what the stack's factors cannot learn, however many runs.
 
 Only the analytical model with the stack's factors is scored: the learned surrogate is not
 retrained per draw here (`advisor train --stack` fits the same factors, then trains it).
@@ -87,6 +89,12 @@ def priced(tables: pd.DataFrame, index) -> tuple[np.ndarray, np.ndarray]:
     by = [tables[tables["host_factor"] == f].loc[index] for f in HOST_FACTORS]
     return (np.stack([t["tokens_per_sec_per_gpu"].to_numpy(float) for t in by]),
             np.stack([shares(t) for t in by]))
+
+
+def pricing(prices):
+    """`StackCalibration.predict_priced`'s price function over `priced`'s arrays."""
+    tokens, share = prices
+    return lambda f: (tokens[HOST_FACTORS.index(f)], share[HOST_FACTORS.index(f)])
 
 
 def fit(prices, known: np.ndarray, values: np.ndarray, spread, models, moe):
@@ -167,9 +175,7 @@ def score(picked: np.ndarray, prices, measured, jobs, models, moe, spread) -> di
     known = np.zeros(len(measured), bool)
     known[picked] = True
     stack, _, _ = fit(prices, known, measured, spread, models, moe)
-    low, mid, high = stack.predict_priced(
-        lambda f: (prices[0][HOST_FACTORS.index(f)], prices[1][HOST_FACTORS.index(f)]),
-        models, moe)
+    low, mid, high = stack.predict_priced(pricing(prices), models, moe)
     rest = ~known
     ape = np.abs(mid[rest] / measured[rest] - 1.0)
     inside = (measured[rest] >= low[rest]) & (measured[rest] <= high[rest])
@@ -183,6 +189,39 @@ def score(picked: np.ndarray, prices, measured, jobs, models, moe, spread) -> di
         regrets.append(measured[members].max() / measured[pick] - 1.0)
     return {"mape": float(ape.mean() * 100) if rest.any() else np.nan,
             "inside": int(inside.sum()), "scored": int(rest.sum()), "regrets": regrets}
+
+
+def ceiling(rows: pd.DataFrame, tables: pd.DataFrame, min_rows: int) -> dict:
+    """What the stack calibration could do at best: every run of each stack (of more than
+    `min_rows` runs) fitted, every run predicted, each job's layout picked by prediction alone.
+    The in-sample MAPE (median over stacks) and the jobs' regret are what the analytical model
+    with the stack's own factors, host time and model offsets leaves, however the runs were
+    chosen: the floor a few-shot campaign approaches."""
+    per_stack, regrets = [], []
+    for _, part in rows.groupby("stack", sort=True):
+        if len(part) <= min_rows:
+            continue
+        spread = spread_without(rows, tables, part["series"].iloc[0])
+        prices = priced(tables, part.index)
+        truth = part["measured"].to_numpy(float)
+        models, moe = part["model"].to_numpy(), part["moe"].to_numpy(bool)
+        stack, _, _ = fit(prices, np.ones(len(truth), bool), truth, spread, models, moe)
+        mid = stack.predict_priced(pricing(prices), models, moe)[1]
+        per_stack.append(float(np.mean(np.abs(mid / truth - 1.0)) * 100))
+        jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
+        for job in pd.unique(jobs):
+            members = np.flatnonzero(jobs == job)
+            if len(members) >= 2:
+                pick = members[np.argmax(mid[members])]
+                regrets.append(truth[members].max() / truth[pick] - 1.0)
+    regrets = np.asarray(regrets)
+    return {"stacks": len(per_stack),
+            "median MAPE %": round(float(np.median(per_stack)), 1) if per_stack else np.nan,
+            "jobs": len(regrets),
+            f"regret <= {REGRET_GOAL:.0%} %": round(
+                100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
+            if len(regrets) else np.nan,
+            "mean regret %": round(100 * float(regrets.mean()), 2) if len(regrets) else np.nan}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"and {len(more_rows)} runs of vTrain's layout sweeps (held out: priced without the "
           f"host time fitted to them)", flush=True)
     rows["release"] = rows["software"].fillna("").astype(str).replace("", "?")
-    results, summary = {}, {}
+    results, summary, ceilings = {}, {}, {}
     for by, columns in STACKS.items():
         rows["stack"] = rows[list(columns)].astype(str).agg(" | ".join, axis=1)
         results[by] = pd.DataFrame(score_stacks(rows, tables, args))
@@ -233,14 +272,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{rows['stack'].nunique()} stacks have more than {max(args.k)} runs; per k and "
               f"strategy, over them:")
         print(summary[by].to_string(index=False))
+        best = ceiling(rows, tables, max(args.k))
+        ceilings[by] = best
+        print(f"every run of a stack fitted, each job's layout picked by prediction alone (the "
+              f"factors' floor): median in-sample MAPE {best['median MAPE %']} % over "
+              f"{best['stacks']} stacks; {best['jobs']} jobs, "
+              f"{best[f'regret <= {REGRET_GOAL:.0%} %']} % within {REGRET_GOAL:.0%} of their "
+              f"best layout, mean regret {best['mean regret %']} %")
     if args.plots:
         for path in plots(results["platform"], summary["platform"], args.plots):
             print(f"wrote {path}", file=sys.stderr)
     print(f"\n{time.time() - started:.0f} s")
     if args.json:
         args.json.write_text(json.dumps({"commit": head(), **{
-            f"summary_by_{by}": part.to_dict("records") for by, part in summary.items()}},
-            indent=1) + "\n")
+            f"summary_by_{by}": part.to_dict("records") for by, part in summary.items()}, **{
+            f"ceiling_by_{by}": best for by, best in ceilings.items()}}, indent=1) + "\n")
     return 0
 
 
@@ -252,19 +298,25 @@ releases of one series differ by up to 1.7x on the same layout (Qwen3-30B-A3B on
 23,766 tokens/s per GPU in 25.11, 40,706 in 26.06)."""
 
 
+def spread_without(rows: pd.DataFrame, tables: pd.DataFrame, series: str) -> StackSpreads:
+    """The stack prior's spreads, sized by the held-out errors of the published series other
+    than `series` (the stacks of `rows["stack"]`)."""
+    others = (rows["series"] != series) & rows["spread"]
+    unscaled = tables[tables["host_factor"] == 1.0]
+    return StackSpreads.of(rows.loc[others, "measured"],
+                           unscaled.loc[others.index[others], "tokens_per_sec_per_gpu"],
+                           rows.loc[others, "stack"], rows.loc[others, "model"],
+                           rows.loc[others, "moe"].astype(bool))
+
+
 def score_stacks(rows: pd.DataFrame, tables: pd.DataFrame, args) -> list[dict]:
     """Every (stack, k, strategy, seed) draw's scores, for the stacks of `rows["stack"]` with
     more runs than the largest k."""
     results = []
-    unscaled = tables[tables["host_factor"] == 1.0]
     for name, part in rows.groupby("stack", sort=True):
         if len(part) <= max(args.k):
             continue            # every k is scored on the same stacks
-        others = (rows["series"] != part["series"].iloc[0]) & rows["spread"]
-        spread = StackSpreads.of(rows.loc[others, "measured"],
-                                 unscaled.loc[others.index[others], "tokens_per_sec_per_gpu"],
-                                 rows.loc[others, "stack"], rows.loc[others, "model"],
-                                 rows.loc[others, "moe"].astype(bool))
+        spread = spread_without(rows, tables, part["series"].iloc[0])
         prices = priced(tables, part.index)
         truth = part["measured"].to_numpy(float)
         jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
