@@ -313,6 +313,36 @@ class Predictor:
         out["pred_assumed"] = cols["assumed"]
         return pd.DataFrame(out, index=rows)
 
+    def _host_priced(self, stack: StackCalibration, model, platform, framework: str,
+                     perf_cols: Columns, memory: Mapping[str, np.ndarray] | None,
+                     tps: np.ndarray, table: Mapping[str, np.ndarray]
+                     ) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+        """(tokens/s/GPU, stack shares) per host factor `stack` weighs (`tps` and `table`:
+        priced at its own). The host time enters the step through a maximum with the GPU's
+        work, so a longer host time never makes a step faster: a row the smallest and the
+        largest factor price alike is the same at every factor between, and only the rows
+        they part are priced at the others (a search's GPU-bound layouts are priced twice,
+        not once per plausible host time)."""
+        factors = sorted({c.host_factor for c in (stack, *stack.alternatives)})
+        out = {stack.host_factor: (np.asarray(tps, float), shares(table))}
+
+        def at(factor: float, rows: np.ndarray | None = None):
+            other = analytical_arrays(
+                model, platform, take(perf_cols, rows), framework=framework,
+                memory=None if memory is None else take(dict(memory), rows),
+                calibration=self.calibration.with_host_scale(factor))
+            return np.asarray(other["tokens_per_sec_per_gpu"], float), shares(other)
+
+        for end in {factors[0], factors[-1]} - out.keys():
+            out[end] = at(end)
+        parted = out[factors[0]][0] != out[factors[-1]][0]
+        for factor in set(factors) - out.keys():
+            tokens, share = (a.copy() for a in out[stack.host_factor])
+            if parted.any():
+                tokens[parted], share[parted] = at(factor, parted)
+            out[factor] = (tokens, share)
+        return out
+
     def _predict_arrays(self, model, platform, framework: str, cols: Columns, *,
                         breakdown: bool = False,
                         memory: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -334,16 +364,11 @@ class Predictor:
         stack = self.stack_for(platform)
         prior = tps
         if stack is not None:   # the team's own factors, and the band its runs leave
-            def price(factor: float) -> tuple[np.ndarray, np.ndarray]:
-                if factor == stack.host_factor:
-                    return tps, shares(table)
-                other = analytical_arrays(
-                    model, platform, perf_cols, framework=framework, memory=memory,
-                    calibration=self.calibration.with_host_scale(factor))
-                return other["tokens_per_sec_per_gpu"], shares(other)
-
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                low, prior, high = stack.predict_priced(price, np.full(n, model.name),
+                priced = self._host_priced(stack, model, platform, framework, perf_cols,
+                                           memory, tps, table)
+                low, prior, high = stack.predict_priced(priced.__getitem__,
+                                                        np.full(n, model.name),
                                                         np.full(n, model.is_moe))
         else:
             low = tps * math.exp(-Z90 * log_sd)

@@ -324,3 +324,58 @@ def test_attention_has_its_own_factor():
             out.append(_mape(stack.predict(tokens, s, models)[1][rest], measured[rest]))
     own, one = np.array(own), np.array(one)
     assert np.mean(own < one) > 0.8 and own.mean() < 0.9 * one.mean()
+
+
+def test_a_mixtures_quantiles_invert_its_cdf():
+    """The mixture's p10, p50 and p90 are where the weighted Student t CDFs reach 0.1, 0.5 and
+    0.9 (checked with scipy.stats), one component far from the other included."""
+    from scipy.stats import t
+
+    from advisor.learn.stack import _mixture_quantiles
+
+    centres = [np.array([0.0, 1.0, 5.0]), np.array([0.3, -2.0, 5.0])]
+    scales = [np.array([0.1, 0.2, 0.1]), np.array([0.4, 0.1, 0.1])]
+    parts = [(0.7, 5.0, centres[0], scales[0]), (0.3, 9.0, centres[1], scales[1])]
+    q = _mixture_quantiles(parts, (0.1, 0.5, 0.9))
+    for i, p in enumerate((0.1, 0.5, 0.9)):
+        cdf = sum(w * t.cdf((q[i] - c) / s, dof) for w, dof, c, s in parts)
+        assert cdf == pytest.approx(np.full(3, p), abs=1e-9)
+    # Both components centred alike: the median is the centre.
+    assert q[1, 2] == pytest.approx(5.0, abs=1e-9)
+
+
+def test_the_predictor_prices_every_plausible_host_time_as_the_step_model_does():
+    """A stack whose host time is open (x0.25 to x16 plausible): the predictor's band,
+    which prices only the rows the host time can move at every factor, is the mixture of the
+    step model priced in full at each — on host-bound and GPU-bound layouts alike."""
+    from advisor.predict.predictor import Predictor
+
+    frame = pd.DataFrame({"model": ["llama3-8b"] * 3, "gpu": ["h100"] * 3,
+                          "num_gpus": [1, 8, 8], "seq_len": [256, 8192, 8192],
+                          "gbs": [8, 64, 64], "mbs": [1, 1, 4], "tp": [1, 2, 1], "pp": [1] * 3,
+                          "recompute": ["full", "none", "selective"],
+                          "dp_sharding": ["optimizer"] * 3})
+    base = StackCalibration(name="open", runs=3, names=FIXED, mean=(0.05, 0.0, 0.0, 0.0),
+                            covariance=_tight(len(FIXED)), model_sd=0.03, run_sd=0.03,
+                            moe_model_sd=0.06, moe_run_sd=0.06, platform="h100",
+                            framework="megatron", dof=20.0, weight=0.5)
+    stack = dataclasses.replace(base, alternatives=(
+        dataclasses.replace(base, host_factor=0.25, weight=0.1, mean=(0.02, 0.0, 0.0, 0.0)),
+        dataclasses.replace(base, host_factor=4.0, weight=0.2, mean=(0.0, 0.03, 0.0, 0.0)),
+        dataclasses.replace(base, host_factor=16.0, weight=0.2, mean=(0.0, 0.0, 0.1, 0.0))))
+    ours = Predictor(None, stack=stack).predict(frame)
+    calibration = load_calibration()
+
+    def full(factor):
+        table = Predictor(None, calibration.with_host_scale(factor)).predict(frame,
+                                                                            breakdown=True)
+        terms = {k.removeprefix("analytical_"): table[k].to_numpy(float)
+                 for k in table.columns if k.startswith("analytical_")}
+        return table["pred_tokens_per_sec_per_gpu"].to_numpy(float), shares(terms)
+
+    slow = full(4.0)[0] < full(1.0)[0]
+    assert slow.any() and not slow.all()          # host-bound and GPU-bound rows both
+    expected = stack.predict_priced(full, np.full(3, "llama3-8b"), np.zeros(3, bool))
+    for column, want in zip(("_p10", "", "_p90"), expected, strict=True):
+        assert ours[f"pred_tokens_per_sec_per_gpu{column}"].to_numpy() == pytest.approx(
+            want, rel=1e-9)
