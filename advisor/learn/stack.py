@@ -16,9 +16,9 @@ attention kernels differed, up to 2x), u the offset of one model on this stack (
 as models differed within a stack) and ε the scatter. Attention has its own factor because its
 share moves with the layout and sequence length unlike the GEMMs' (a stack's flash-attention
 release is not its GEMM library), so one factor on all compute leaves a trend across the runs
-of one stack. MoE runs err about twice as much at
-every level (their expert kernels and dispatch are the least known part of the model), so they
-get their own spreads and one more coefficient: a shift shared by the stack's MoE runs. The
+of one stack. MoE runs err about twice as much at every level (their expert kernels and
+dispatch are the least known part of the model), so they get their own spreads and one more
+coefficient: a shift shared by the stack's MoE runs. The
 model is linear and Gaussian, so the posterior is exact: the factors and offsets a few runs
 support, and the band — the posterior's uncertainty projected on the row plus the scatter —
 which narrows as runs accumulate, most for the models that were measured. With no runs it is
