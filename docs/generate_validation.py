@@ -146,7 +146,9 @@ BENCHMARKS = (
               "predicted: median "
               "MAPE over stacks, p10-p90 coverage (pooled over runs, and per stack), and "
               "top-1 regret per job (one model, GPU count, precision, sequence, batch and "
-              "release) measured in two or more layouts. About 10 minutes.", plots=True),
+              "release) measured in two or more layouts; last, per table, the floor: every "
+              "run of each stack fitted, each job's layout picked by prediction alone. About "
+              "10 minutes.", plots=True),
     Benchmark("wall-energy", "Energy at the wall: the power limit the energy objective chooses",
               ("benchmarks/wall_energy.py",),
               "recommend --objective energy for Llama 3 70B on 64 H100, then its power-limit "
