@@ -61,7 +61,8 @@ def train(data: DataOpt = None,
         emit_json({"rows_used": report.rows_used, "rows_skipped": report.rows_skipped,
                    "skipped_reasons": report.skipped_reasons, "targets": report.targets,
                    "data_sha256": report.data_sha256, "output": str(report.output),
-                   "artifacts": report.artifacts, "stack": report.stack})
+                   "artifacts": report.artifacts, "stack": report.stack,
+                   "stack_advice": report.stack_advice})
         return
     console = make_console()
     console.print(f"{report.rows_used} runs used, {report.rows_skipped} skipped "
@@ -70,6 +71,8 @@ def train(data: DataOpt = None,
         console.print(f"  {target}: {what}")
     if report.stack:
         console.print(f"  {report.stack}")
+    if report.stack_advice:
+        console.print(f"  hint: {report.stack_advice}")
     console.print(f"wrote {', '.join(report.artifacts)} (.model.json + .json) to {report.output}")
 
 

@@ -268,6 +268,17 @@ class StackCalibration:
                 f"{f['attention']:.2f}, exposed communication x{f['communication']:.2f}{moe}"
                 f"{host} of the bundled model's")
 
+    def advice(self) -> str:
+        """What to measure next where the runs leave the host time open (the likeliest host
+        factor under half the weight), else ""."""
+        if not self.alternatives or self.weight >= 0.5:
+            return ""
+        plausible = sorted(c.host_factor for c in (self, *self.alternatives))
+        return (f"these runs leave the stack's host time open (x{plausible[0]:g} to "
+                f"x{plausible[-1]:g}): the GPU's work bounds their steps. A run whose layers are "
+                f"short (a small model, micro-batch or sequence) measures it and narrows the "
+                f"band of such layouts.")
+
     @classmethod
     def from_dict(cls, data: dict) -> StackCalibration:
         """The inverse of `dataclasses.asdict` (what `save` writes)."""

@@ -46,6 +46,8 @@ class TrainReport:
     """Stems of the artifacts written to `output` (<stem>.model.json and <stem>.json)."""
     stack: str = ""
     """The stack calibration fitted to `--stack` runs (`StackCalibration.describe`), or ""."""
+    stack_advice: str = ""
+    """What to measure next for it (`StackCalibration.advice`), or ""."""
 
 
 LATER_COLUMNS = ("finetune", "lora_rank", "lora_targets", "model_spec", "platform_spec")
@@ -130,7 +132,8 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
                        skipped_reasons={str(k): int(v) for k, v in reasons.items()},
                        targets=targets, data_sha256=digest, output=output,
                        artifacts=["throughput", *written, *(["stack"] if fitted else [])],
-                       stack=fitted.describe() if fitted else "")
+                       stack=fitted.describe() if fitted else "",
+                       stack_advice=fitted.advice() if fitted else "")
 
 
 def fit_stack_runs(ref, calibration, name: str, *, where: list[Path]

@@ -248,7 +248,7 @@ def test_four_runs_teach_a_stack_its_host_time(vtrain_smallest):
     linear = fit_stack(priced[1.0][1][picked], priced[1.0][0][picked], measured[picked], spread)
     assert host.host_factor >= 4 and linear.host_factor == 1.0
     assert host.weight > 0.9
-    assert "host time x" in host.describe()
+    assert "host time x" in host.describe() and host.advice() == ""
     with_host = host.predict(*priced[host.host_factor])[1]
     without = linear.predict(*priced[1.0])[1]
     assert _mape(with_host[rest], measured[rest]) < 0.5 * _mape(without[rest], measured[rest])
@@ -258,6 +258,7 @@ def test_four_runs_teach_a_stack_its_host_time(vtrain_smallest):
     assert none.host_factor == 1.0 and none.runs == 0
     weights = {c.host_factor: c.weight for c in (none, *none.alternatives)}
     assert max(weights, key=weights.get) == 1.0
+    assert "host time open (x0.25 to x16)" in none.advice()
     assert weights[4.0] / weights[1.0] == pytest.approx(
         np.exp(-0.5 * (np.log(4.0) / HOST_PRIOR_LOG_SD) ** 2))
     low, _, high = none.predict_priced(lambda f: priced[f])
