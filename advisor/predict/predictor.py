@@ -321,8 +321,8 @@ class Predictor:
         priced at its own). The host time enters the step through a maximum with the GPU's
         work, so a longer host time never makes a step faster: a row the smallest and the
         largest factor price alike is the same at every factor between, and only the rows
-        they part are priced at the others (a search's GPU-bound layouts are priced twice,
-        not once per plausible host time)."""
+        they part are priced at the others (a search's GPU-bound layouts are priced at the
+        likeliest factor and the two ends, not at every plausible host time)."""
         factors = sorted({c.host_factor for c in (stack, *stack.alternatives)})
         out = {stack.host_factor: (np.asarray(tps, float), shares(table))}
 
