@@ -479,7 +479,12 @@ def fit_stack_host(price, measured: np.ndarray, spreads: StackSpreads, *,
             evidence = 0.0
         fits.append(dataclasses.replace(stack, host_factor=factor))
         log_weight.append(evidence - 0.5 * (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2)
-    weight = np.exp(np.asarray(log_weight) - max(log_weight))
+    log_weight = np.asarray(log_weight, float)
+    if not np.isfinite(log_weight).any():
+        raise AdvisorError("no host time fits these runs: a measured or modelled throughput is "
+                           "not a positive finite number (check the runs' tokens/s per GPU).")
+    log_weight = np.where(np.isfinite(log_weight), log_weight, -np.inf)
+    weight = np.exp(log_weight - log_weight.max())
     weight /= weight.sum()
     kept = [i for i in np.argsort(-weight, kind="stable") if weight[i] >= MIN_HOST_WEIGHT]
     total = float(weight[kept].sum())

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.core.errors import AdvisorError
 from advisor.data.dataset import load
 from advisor.learn.fit import reference_from_frame, reference_terms
 from advisor.learn.stack import (
@@ -267,6 +268,10 @@ def test_four_runs_teach_a_stack_its_host_time(vtrain_smallest):
     assert bound.any()
     wider = np.log(high / low)[bound] - np.log(alone[2] / alone[0])[bound]
     assert (wider > 0).all() and wider.mean() > 0.1
+    broken = measured[picked].copy()
+    broken[0] = np.nan                     # a run without a figure: said, not a crash
+    with pytest.raises(AdvisorError, match="not a positive finite number"):
+        fit_stack_host(lambda f: tuple(a[picked] for a in priced[f]), broken, spread)
 
 
 def test_a_host_time_the_runs_leave_open_widens_the_band_of_the_rows_it_bounds(vtrain_smallest):
