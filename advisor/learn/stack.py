@@ -175,6 +175,11 @@ class StackCalibration:
     all (`predict_priced`), so a host time the runs cannot pin down widens the band of the
     rows it bounds."""
 
+    @property
+    def plausible_host_factors(self) -> list[float]:
+        """This fit's host factor and its alternatives', ascending."""
+        return sorted(c.host_factor for c in (self, *self.alternatives))
+
     def applies(self, platform: str) -> bool:
         return platform == self.platform
 
@@ -260,9 +265,9 @@ class StackCalibration:
             n == "moe" for n in self.names) and abs(f["moe"] - 1) >= 0.005 else "")
         host = f", host time x{self.host_factor:g}" if self.host_factor != 1.0 else ""
         if self.alternatives:
-            plausible = sorted(c.host_factor for c in (self, *self.alternatives))
+            low, high = self.plausible_host_factors[0], self.plausible_host_factors[-1]
             host = (f", host time x{self.host_factor:g} ({self.weight:.0%} likely; x"
-                    f"{plausible[0]:g} to x{plausible[-1]:g} plausible)")
+                    f"{low:g} to x{high:g} plausible)")
         return (f"stack calibration {self.name!r} from {self.runs} {self.framework} run(s) on "
                 f"{self.platform}: compute time x{f['compute']:.2f}, attention x"
                 f"{f['attention']:.2f}, exposed communication x{f['communication']:.2f}{moe}"
@@ -273,11 +278,10 @@ class StackCalibration:
         factor under half the weight), else ""."""
         if not self.alternatives or self.weight >= 0.5:
             return ""
-        plausible = sorted(c.host_factor for c in (self, *self.alternatives))
-        return (f"these runs leave the stack's host time open (x{plausible[0]:g} to "
-                f"x{plausible[-1]:g}): the GPU's work bounds their steps. A run whose layers are "
-                f"short (a small model, micro-batch or sequence) measures it and narrows the "
-                f"band of such layouts.")
+        low, high = self.plausible_host_factors[0], self.plausible_host_factors[-1]
+        return (f"these runs leave the stack's host time open (x{low:g} to x{high:g}): the "
+                f"GPU's work bounds their steps. A run whose layers are short (a small model, "
+                f"micro-batch or sequence) measures it and narrows the band of such layouts.")
 
     @classmethod
     def from_dict(cls, data: dict) -> StackCalibration:
@@ -467,16 +471,16 @@ def fit_stack_host(price, measured: np.ndarray, spreads: StackSpreads, *,
     runs, the prior itself: every factor weighted by the log-normal alone (the host time of a
     stack nothing measured is as open as the prior says, not the bundled one for sure)."""
     measured = np.asarray(measured, float)
+    prior = None if len(measured) else fit_stack(np.zeros((0, len(FACTORS))), np.zeros(0),
+                                                 measured, spreads, **fit)
     fits, log_weight = [], []
     for factor in factors:
-        if len(measured):
+        if prior is None:
             tokens, share = price(factor)
             stack = fit_stack(share, tokens, measured, spreads, **fit)
             evidence = _log_evidence(stack, len(measured))
-        else:                      # the prior: the same fit at every factor
-            stack = fits[0] if fits else fit_stack(np.zeros((0, len(FACTORS))), np.zeros(0),
-                                                   measured, spreads, **fit)
-            evidence = 0.0
+        else:                      # no runs: the prior, the same at every factor
+            stack, evidence = prior, 0.0
         fits.append(dataclasses.replace(stack, host_factor=factor))
         log_weight.append(evidence - 0.5 * (np.log(factor) / HOST_PRIOR_LOG_SD) ** 2)
     log_weight = np.asarray(log_weight, float)

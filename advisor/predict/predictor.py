@@ -323,13 +323,13 @@ class Predictor:
         largest factor price alike is the same at every factor between, and only the rows
         they part are priced at the others (a search's GPU-bound layouts are priced at the
         likeliest factor and the two ends, not at every plausible host time)."""
-        factors = sorted({c.host_factor for c in (stack, *stack.alternatives)})
+        factors = stack.plausible_host_factors
         out = {stack.host_factor: (np.asarray(tps, float), shares(table))}
 
         def at(factor: float, rows: np.ndarray | None = None):
             other = analytical_arrays(
                 model, platform, take(perf_cols, rows), framework=framework,
-                memory=None if memory is None else take(dict(memory), rows),
+                memory=None if memory is None else take(memory, rows),
                 calibration=self.calibration.with_host_scale(factor))
             return np.asarray(other["tokens_per_sec_per_gpu"], float), shares(other)
 
