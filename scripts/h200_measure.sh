@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One H200 lease in about 8 minutes: the power probe (collectors/power_probe.py: the power
-# limit's enforcement window and kernel power ratios, ~3.5 min), then as much of the h200-single
-# campaign as fits (scripts/h200_campaign.sh's runs). Everything lands in OUT_DIR:
+# One H200 lease in about 9 minutes: the power probe (collectors/power_probe.py: the power
+# limit's enforcement window and kernel power ratios, ~3.5 min), the kernel probe
+# (collectors/kernel_probe.py: fused attention and MoE expert GEMMs, ~1 min), then as much of the
+# h200-single campaign as fits (scripts/h200_campaign.sh's runs). Everything lands in OUT_DIR:
 #   probe/{kernels,samples,driver_samples}.csv.gz, probe/device.json,
+#   kernel-probe/{kernels.csv,device.json},
 #   h200-single.parquet (the campaign's rows), runs.tar.gz (per-run logs and traces), log.
 # Usage: scripts/h200_measure.sh OUT_DIR [CAMPAIGN_SECONDS]
 # Needs torch, nvidia-ml-py and advisor's dependencies importable (pip install '.[collect]').
@@ -26,6 +28,9 @@ EOF
 echo "== probe $(date -u +%T)"
 timeout --signal=INT --kill-after=20 260 python3 -m collectors.power_probe --out "$out/probe" \
     || echo "probe exited with $?"
+echo "== kernel probe $(date -u +%T)"
+timeout --signal=INT --kill-after=20 120 python3 -m collectors.kernel_probe \
+    --out "$out/kernel-probe" || echo "kernel probe exited with $?"
 echo "== campaign $(date -u +%T)"
 if command -v advisor >/dev/null; then
     timeout --signal=INT --kill-after=40 "$campaign_s" advisor collect --campaign h200-single \
