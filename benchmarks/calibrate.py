@@ -452,8 +452,18 @@ def _write(fitted, base, coll, metrics, reference: Path, mlperf: Path | None) ->
         if fw.layer_overhead_s is not None:
             lines.append(f"layer_overhead_s = {fw.layer_overhead_s:.6g}")
         lines.append("")
+    for family, trend in sorted(fitted.software.items()):
+        lines += [f"[software.{family}]", f"rate_per_year = {trend.rate_per_year:.6g}",
+                  f"reference_year = {trend.reference_year:.4f}",
+                  f"undated_year = {trend.undated_year:.4f}", ""]
     lines += ["[metrics]", *(f"{k} = {v:.4g}" for k, v in metrics.items()), ""]
     sources = dict(base.sources)
+    sources["software"] = ("rate_per_year: fitted jointly with the families on their dated runs "
+                           "(the container release YY.MM a row names, else its MLPerf round's "
+                           "publication; advisor.learn.fit.release_year), normal prior around 0 "
+                           "(sd 0.1 a year, a judgement); reference_year: the family's newest "
+                           "dated run, the release its efficiencies describe; undated_year: the "
+                           "mean release of its dated runs, where an undated run is priced")
     sources["collectives"] = (
         f"alpha0_s, alpha1_s, domain_efficiency, domain_group_penalty fitted to vTrain's measured "
         f"NCCL all-reduce tables (A100 NVSwitch, 2-8 GPUs, 1 MiB-1 GiB, {coll['fit_points']} "

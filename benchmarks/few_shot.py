@@ -76,7 +76,11 @@ def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
         started = time.time()
         held = (ref.rows["series"] == name).to_numpy()
         fitted = fit_all(ref.subset(~held), calibration.with_families({}).with_frameworks({}))
-        parts += [reference_terms(ref.subset(held), fitted.with_host_scale(f), TERM_COLUMNS)
+        # a stack's runs are priced as `advisor train --stack` prices a team's own: at the
+        # family's reference release (`SoftwareTrend`), whatever release they ran
+        stack = ref.subset(held)
+        stack.rows = stack.rows.assign(release_year=np.inf)
+        parts += [reference_terms(stack, fitted.with_host_scale(f), TERM_COLUMNS)
                   .assign(host_factor=f) for f in HOST_FACTORS]
         progress(f"series {i}/{len(series)} refitted without it ({time.time() - started:.0f} s):"
                  f" {name}")

@@ -239,11 +239,15 @@ def reference_groups(ref: Reference, calibration: Calibration
 
 
 def reference_features(ref: Reference, calibration: Calibration) -> pd.DataFrame:
-    """Features, the analytical prediction and the measured value for every reference row."""
+    """Features, the analytical prediction (at the run's software release: the trees learn
+    what the release trend leaves) and the measured value for every reference row."""
     import pandas as pd
+
+    from advisor.learn.fit import release_factor
 
     parts = [feats.assign(analytical=table["tokens_per_sec_per_gpu"].to_numpy())
              for _, feats, table in reference_groups(ref, calibration)]
     out = pd.concat(parts).loc[ref.rows.index]
+    out["analytical"] *= release_factor(ref.rows, calibration)
     out["measured"] = ref.rows["measured"]
     return out

@@ -30,6 +30,7 @@ from advisor.perf.calibration import (
     STACK_SEPARATOR,
     Calibration,
     FrameworkEfficiency,
+    SoftwareTrend,
 )
 from advisor.perf.columns import config_columns
 from advisor.perf.flop_conventions import derived_tokens_per_sec
@@ -51,7 +52,7 @@ SHARED_PARAMETERS = ("expert_gemm",)
 """Parameters with a level shared by the families: each family's value has its prior around
 that level (`PRIOR_LOG_SD` apart), and a family no row informs takes the level itself. Every
 family the MoE runs measure runs its expert GEMMs well below the measured kernels' speed
-(Hopper 0.30, Blackwell 0.57; the level 0.55): a family without MoE runs is better served by
+(Hopper 0.30, Blackwell 0.56; the level 0.56): a family without MoE runs is better served by
 that than by the prior 1. With each publication series held out (`benchmarks/calibrate.py
 --gate`), which leaves Hopper no MoE run when the Megatron-Bridge summary is out, Hopper's FP8
 MoE runs went from 45.8 to 43.9 % MAPE and its BF16 ones from 60.3 to 55.9 %."""
@@ -60,6 +61,17 @@ FIT_FRAMEWORKS = True
 the same with or without them (about 19 %: a held-out framework is predicted at Megatron-Core's
 efficiency either way), but with them the families describe Megatron-Core alone (Megatron
 sources 16.1 % against 16.4 %) instead of a blend of frameworks."""
+SOFTWARE_RATE_PRIOR_SD = 0.1
+"""placeholder (a judgement): a Gaussian prior on a family's software trend
+(`SoftwareTrend.rate_per_year`, log tokens/s per year) around 0: releases may move a GPU
+generation's throughput by about 10 % a year, more while its software is young; the dated runs
+of a family that spans releases decide."""
+SOFTWARE_RATE_BOUNDS = (-0.5, 0.5)
+MLPERF_ROUND_YEARS = {"v3.1": 2023 + 10.5 / 12, "v4.0": 2024 + 5.5 / 12, "v4.1": 2024 + 10.5 / 12,
+                      "v5.0": 2025 + 5.5 / 12, "v5.1": 2025 + 10.5 / 12}
+"""When each MLPerf Training round was published (MLCommons: 8 Nov 2023, 12 Jun 2024, 13 Nov
+2024, 4 Jun 2025, 12 Nov 2025), as decimal years at mid-month: the release of a submission
+whose row names no container."""
 LOG_FLOOR = 1e-6
 """Parameters are fitted in log space; a zero lower bound becomes this."""
 FRAMEWORK_BOUNDS = (0.3, 1.5)
@@ -146,6 +158,22 @@ def _mlperf_fields(source_name: str, mlperf: bool) -> dict[str, str]:
     return {"round": rnd, "submitter": submitter}
 
 
+def release_year(software: str, mlperf_round: str = "") -> float:
+    """The software release of a run as a decimal year at mid-month: an MLPerf submission's
+    round's publication (`MLPERF_ROUND_YEARS`: the rounds' system descriptions carry framework
+    strings that are not always their own — B200 previews of v4.1 name 23.09 containers), else
+    the first container version `YY.MM` its `software` names (NGC's NeMo and PyTorch containers:
+    "26.04.01" → 2026.29); NaN where neither says."""
+    import re
+
+    if mlperf_round:
+        return MLPERF_ROUND_YEARS.get(str(mlperf_round), float("nan"))
+    found = re.search(r"(?<![\d.])(\d\d)\.(\d\d)(?!\d)", str(software))
+    if found and 20 <= int(found.group(1)) <= 39 and 1 <= int(found.group(2)) <= 12:
+        return 2000 + int(found.group(1)) + (int(found.group(2)) - 0.5) / 12
+    return float("nan")
+
+
 def source_series(source_name: str) -> str:
     """The publication series a source belongs to: its name without release numbers or the
     parenthesised detail ("Megatron-Bridge performance summary (NeMo 26.04 container)" →
@@ -199,7 +227,11 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
                        **_mlperf_fields(row["source_name"], mlperf),
                        "series": source_series(row["source_name"]),
                        "framework": row.get("framework", "") or "megatron",
-                       "software": row.get("software", ""), "precision": row["precision"],
+                       "software": row.get("software", ""),
+                       "release_year": release_year(
+                           row.get("software", ""),
+                           _mlperf_fields(row["source_name"], mlperf)["round"]),
+                       "precision": row["precision"],
                        "model_family": model.family or model.name, "moe": model.is_moe,
                        "mamba": model.mamba_num_heads > 0,
                        "num_gpus": int(float(row["num_gpus"])), "finetune": config.finetune,
@@ -234,23 +266,39 @@ def _assumed_recompute(row: pd.Series, model, config, platform):
 
 
 def predict_reference(ref: Reference, calibration: Calibration) -> pd.Series:
-    """Predicted tokens/s/GPU for every reference row."""
+    """Predicted tokens/s/GPU for every reference row, at its software release where its
+    family has a trend (`Calibration.software`)."""
     out = np.full(len(ref.rows), np.nan)
     for model, platform, positions, cols in ref.prepared:
         out[positions] = step_arrays(model, platform, cols,
                                      calibration=calibration)["tokens_per_sec_per_gpu"]
-    return pd.Series(out, index=ref.rows.index)
+    return pd.Series(out * release_factor(ref.rows, calibration), index=ref.rows.index)
+
+
+def release_factor(rows: pd.DataFrame, calibration: Calibration) -> np.ndarray:
+    """Per reference row, its release's throughput against its family's reference release
+    (`Calibration.release_factor`; rows without a `release_year` column as undated)."""
+    years = (rows["release_year"].to_numpy(float) if "release_year" in rows
+             else np.full(len(rows), np.nan))
+    return calibration.release_factor(rows["family"].to_numpy(), years)
 
 
 def reference_terms(ref: Reference, calibration: Calibration,
                     columns: tuple[str, ...]) -> pd.DataFrame:
     """`columns` of the step model (tokens/s/GPU, step time, its terms) for every reference
-    row, indexed like `ref.rows`."""
+    row, indexed like `ref.rows`, at the row's software release (`release_factor`: the
+    throughput times it, every time in seconds over it)."""
     out = pd.DataFrame(np.nan, index=ref.rows.index, columns=list(columns))
     for model, platform, positions, cols in ref.prepared:
         table = step_arrays(model, platform, cols, calibration=calibration)
         for column in columns:
             out.iloc[positions, out.columns.get_loc(column)] = np.asarray(table[column], float)
+    factor = release_factor(ref.rows, calibration)
+    for column in columns:
+        if column == "tokens_per_sec_per_gpu":
+            out[column] *= factor
+        elif column.endswith("_s"):
+            out[column] /= factor
     return out
 
 
@@ -268,13 +316,22 @@ def _constrained(rows: pd.DataFrame, parameter: str) -> bool:
     return len(rows) > 0
 
 
+def _spans_releases(years: np.ndarray) -> bool:
+    """Whether dated runs of one family span releases enough to fit a trend: two releases a
+    quarter of a year or more apart."""
+    years = years[np.isfinite(years)]
+    return len(years) > 0 and float(years.max() - years.min()) >= 0.25
+
+
 def fit_all(ref: Reference, calibration: Calibration, *,
             fit_frameworks: bool = FIT_FRAMEWORKS) -> Calibration:
     """Fit every platform family's `Efficiency` (and, with `fit_frameworks`, every
-    non-reference framework's kernel factors) jointly: least squares on log(predicted /
-    measured) of all rows plus a log-normal prior on each parameter (MAP). Parameters no row
-    informs keep their prior value, but for `SHARED_PARAMETERS`, which take the families'
-    shared level."""
+    non-reference framework's kernel factors, and for each family whose dated runs span
+    releases, its `SoftwareTrend`) jointly: least squares on log(predicted / measured) of all
+    rows plus a log-normal prior on each parameter (MAP; the software rates a normal one around
+    0, `SOFTWARE_RATE_PRIOR_SD`). Parameters no row informs keep their prior value, but for
+    `SHARED_PARAMETERS`, which take the families' shared level. A family's efficiencies then
+    describe its newest release in the rows (`SoftwareTrend.reference_year`)."""
     from scipy.optimize import least_squares
     from scipy.sparse import lil_matrix
 
@@ -284,6 +341,13 @@ def fit_all(ref: Reference, calibration: Calibration, *,
     stack_of = (rows["framework"] + STACK_SEPARATOR + rows["family"]).to_numpy()
     frameworks = (sorted({s for s, fw in zip(stack_of, rows["framework"], strict=True)
                           if fw not in (DEFAULT_FRAMEWORK, "")}) if fit_frameworks else [])
+    family_of = rows["family"].to_numpy()
+    years = (rows["release_year"].to_numpy(float) if "release_year" in rows
+             else np.full(len(rows), np.nan))
+    years = np.where(np.isfinite(years), years, np.nan)   # a team's own runs date nothing
+    reference_year = {f: float(np.nanmax(years[family_of == f])) for f in families
+                      if _spans_releases(years[family_of == f])}
+    undated_year = {f: float(np.nanmean(years[family_of == f])) for f in reference_year}
     names: list[tuple[str, str, str]] = []
     for family in families:
         part = rows[rows["family"] == family]
@@ -291,14 +355,19 @@ def fit_all(ref: Reference, calibration: Calibration, *,
     names += [("shared", "", p) for p in SHARED_PARAMETERS
               if any(n == ("family", f, p) for f in families for n in names)]
     names += [("framework", fw, k) for fw in frameworks for k in FRAMEWORK_PARAMETERS]
+    names += [("software", f, "rate") for f in reference_year]
     shared_at = {p: j for j, (kind, _, p) in enumerate(names) if kind == "shared"}
-    prior_values = np.array([getattr(calibration.prior, p) if kind != "framework" else 1.0
-                             for kind, _, p in names])
-    z_prior = np.log(np.maximum(prior_values, LOG_FLOOR))
-    lo = np.log([max(BOUNDS[p][0], LOG_FLOOR) if kind != "framework" else FRAMEWORK_BOUNDS[0]
-                 for kind, _, p in names])
-    hi = np.log([BOUNDS[p][1] if kind != "framework" else FRAMEWORK_BOUNDS[1]
-                 for kind, _, p in names])
+    rate = np.array([kind == "software" for kind, _, _ in names])
+    # Log space for the efficiencies; the software rates are fitted as they are, around 0.
+    z_prior = np.array([0.0 if kind == "software" else np.log(max(
+        getattr(calibration.prior, p) if kind != "framework" else 1.0, LOG_FLOOR))
+        for kind, _, p in names])
+    lo = np.array([SOFTWARE_RATE_BOUNDS[0] if kind == "software" else np.log(
+        max(BOUNDS[p][0], LOG_FLOOR) if kind != "framework" else FRAMEWORK_BOUNDS[0])
+        for kind, _, p in names])
+    hi = np.array([SOFTWARE_RATE_BOUNDS[1] if kind == "software" else np.log(
+        BOUNDS[p][1] if kind != "framework" else FRAMEWORK_BOUNDS[1])
+        for kind, _, p in names])
     z0 = np.clip(z_prior, lo + 1e-9, hi - 1e-9)
     measured = np.log(rows["measured"].to_numpy())
     # Where a family's prior centres: the shared level's parameter, else its fixed prior.
@@ -309,22 +378,25 @@ def fit_all(ref: Reference, calibration: Calibration, *,
                   for p in shared_at}
 
     sparsity = lil_matrix((len(rows) + len(names), len(names)), dtype=int)
-    family_of = rows["family"].to_numpy()
     framework_of = stack_of
     for j, (kind, key, p) in enumerate(names):
         if kind == "shared":
             hit = np.flatnonzero(np.isin(family_of, level_only[p]))
+        elif kind == "software":
+            hit = np.flatnonzero((family_of == key) & np.isfinite(years))
         else:
             hit = np.flatnonzero((family_of if kind == "family" else framework_of) == key)
         sparsity[hit, j] = 1
         sparsity[len(rows) + j, j] = 1
         if centre[j] >= 0:
             sparsity[len(rows) + j, centre[j]] = 1
-    pull = DATA_LOG_SD / np.array([PRIOR_LOG_SD_OF.get(p, PRIOR_LOG_SD) if kind != "framework"
-                                   else PRIOR_LOG_SD for kind, _, p in names])
+    pull = DATA_LOG_SD / np.array([
+        SOFTWARE_RATE_PRIOR_SD if kind == "software" else PRIOR_LOG_SD
+        if kind == "framework" else PRIOR_LOG_SD_OF.get(p, PRIOR_LOG_SD)
+        for kind, _, p in names])
 
     def build(z: np.ndarray) -> Calibration:
-        values = dict(zip(names, np.exp(z), strict=True))
+        values = dict(zip(names, np.where(rate, z, np.exp(z)), strict=True))
         fams = {f: dataclasses.replace(calibration.prior, calibrated=True, **{
             p: float(values[("shared", "", p)]) for p in shared_at if f in level_only[p]}, **{
             p: float(v) for (kind, key, p), v in values.items() if kind == "family" and key == f})
@@ -332,7 +404,11 @@ def fit_all(ref: Reference, calibration: Calibration, *,
         fws = {fw: FrameworkEfficiency(**{p: float(v) for (kind, key, p), v in values.items()
                                           if kind == "framework" and key == fw})
                for fw in frameworks}
-        return calibration.with_families(fams).with_frameworks(fws)
+        trends = {f: SoftwareTrend(rate_per_year=float(values[("software", f, "rate")]),
+                                   reference_year=year, undated_year=undated_year[f])
+                  for f, year in reference_year.items()}
+        return dataclasses.replace(calibration.with_families(fams).with_frameworks(fws),
+                                   software=trends)
 
     def residuals(z: np.ndarray) -> np.ndarray:
         pred = predict_reference(ref, build(z)).to_numpy()

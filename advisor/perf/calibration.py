@@ -78,6 +78,29 @@ no run calibrated gets `Calibration.uncalibrated_framework()`."""
 STACK_SEPARATOR = "@"
 """A stack's key: framework @ platform family (`llm-foundry@hopper`): one framework's kernels on
 two GPU generations are two stacks (its H100 and A100 releases differ)."""
+@dataclass(frozen=True)
+class SoftwareTrend:
+    """How a family's measured throughput moved with the software release (a container or
+    MLPerf round of the runs): log tokens/s per year, fitted on the family's dated runs. The
+    family's efficiencies describe its newest release in the data (`reference_year`): a run of
+    an older release is priced slower by exp(rate × years before it); a release newer than
+    any measured, as the newest (no trend is extrapolated); a run whose release is not known,
+    as of the dated runs' mean release (`undated_year`). Predictions of a new job are at the
+    reference release (the software a team would install today)."""
+
+    rate_per_year: float
+    reference_year: float
+    undated_year: float
+
+    def factor(self, year: float | np.ndarray) -> np.ndarray:
+        """Throughput of a run of release `year` (a decimal year; NaN: not known; inf: the
+        current one, as a team's own runs) against the reference release's."""
+        year = np.asarray(year, float)
+        known = np.where(np.isnan(year), self.undated_year, year)
+        return np.exp(self.rate_per_year * (np.minimum(known, self.reference_year)
+                                            - self.reference_year))
+
+
 FIT_PARAMETERS = ("gemm", "expert_gemm", "attention", "scan", "layer_overhead_s",
                   "expert_overhead_s", "fp8_ratio", "fp4_ratio")
 
@@ -93,6 +116,9 @@ class Calibration:
     (`framework@family`) or for the framework on every family (`framework`)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """How well the fit did (the file's `[metrics]`: in-sample and cross-validated error)."""
+    software: dict[str, SoftwareTrend] = field(default_factory=dict)
+    """Per platform family, how throughput moved with the software release of its runs
+    (`SoftwareTrend`); a family without one has no dated runs spanning releases."""
 
     def efficiency(self, family: str) -> Efficiency:
         """The family's calibrated efficiencies; for a family no measured run covers (cdna2),
@@ -106,6 +132,18 @@ class Calibration:
                                            for e in self.families.values()])))
                   for p in FIT_PARAMETERS}
         return Efficiency(**values, calibrated=False)
+
+    def release_factor(self, families, years) -> np.ndarray:
+        """Per run, its release's throughput against its family's reference release
+        (`SoftwareTrend.factor` of the run's `families` entry at its decimal year in `years`,
+        NaN where not known; 1 for a family without a trend)."""
+        families = np.asarray(families, dtype=object)
+        years = np.asarray(years, float)
+        out = np.ones(len(families))
+        for family, trend in self.software.items():
+            at = families == family
+            out[at] = trend.factor(years[at])
+        return out
 
     def with_families(self, families: dict[str, Efficiency]) -> Calibration:
         return dataclasses.replace(self, families=families)
@@ -185,6 +223,10 @@ def calibration_from_dict(data: dict[str, Any], where: str) -> Calibration:
             **{p: float(t[p]) for p in FRAMEWORK_PARAMETERS},
             layer_overhead_s=float(t["layer_overhead_s"]) if "layer_overhead_s" in t else None)
             for k, t in data.get("framework", {}).items()}
+        software = {str(k): SoftwareTrend(rate_per_year=float(t["rate_per_year"]),
+                                          reference_year=float(t["reference_year"]),
+                                          undated_year=float(t["undated_year"]))
+                    for k, t in data.get("software", {}).items()}
     except KeyError as e:
         raise CatalogError(f"{where}: missing {e}; regenerate it with "
                            f"`python benchmarks/calibrate.py --write`.") from None
@@ -193,7 +235,8 @@ def calibration_from_dict(data: dict[str, Any], where: str) -> Calibration:
                            f"`python benchmarks/calibrate.py --write`.") from None
     return Calibration(families=families, prior=prior, collectives=collectives,
                        sources=dict(data.get("sources", {})), frameworks=frameworks,
-                       metrics={str(k): float(v) for k, v in data.get("metrics", {}).items()})
+                       metrics={str(k): float(v) for k, v in data.get("metrics", {}).items()},
+                       software=software)
 
 
 @functools.lru_cache(maxsize=4)

@@ -99,6 +99,11 @@ def test_refit_reproduces_the_bundled_calibration(reference):
         for key, value in mine.items():
             if isinstance(value, float):
                 assert value == pytest.approx(theirs[key], rel=0.05, abs=1e-6), (family, key)
+    assert refit.software.keys() == bundled.software.keys()
+    for family, trend in refit.software.items():
+        assert trend.rate_per_year == pytest.approx(bundled.software[family].rate_per_year,
+                                                    abs=0.01), family
+        assert trend.reference_year == pytest.approx(bundled.software[family].reference_year)
 
 
 @pytest.mark.slow
