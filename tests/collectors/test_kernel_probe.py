@@ -35,9 +35,10 @@ def test_probe_times_every_kernel_on_cpu(cpu_probe):
     experts = kernels[kernels.kind == "experts"]
     assert sorted(experts.tokens.unique()) == [max(t // SHRINK, 8) for t in TOKENS_PER_EXPERT]
     assert (kernels.seconds > 0).all()
-    # a backward pass on top of the forward takes longer than the forward alone
+    # a backward pass on top of the forward takes longer than the forward alone (summed over
+    # the lengths: one short CPU timing may catch a hiccup)
     timed = attention.pivot(index="seq", columns="variant", values="seconds")
-    assert (timed["forward+backward"] > timed["forward"]).all()
+    assert timed["forward+backward"].sum() > timed["forward"].sum()
 
 
 def test_probe_counts_attention_flops_as_the_step_model_does(cpu_probe):
