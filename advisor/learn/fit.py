@@ -70,8 +70,8 @@ SOFTWARE_RATE_BOUNDS = (-0.5, 0.5)
 MLPERF_ROUND_YEARS = {"v3.1": 2023 + 10.5 / 12, "v4.0": 2024 + 5.5 / 12, "v4.1": 2024 + 10.5 / 12,
                       "v5.0": 2025 + 5.5 / 12, "v5.1": 2025 + 10.5 / 12}
 """When each MLPerf Training round was published (MLCommons: 8 Nov 2023, 12 Jun 2024, 13 Nov
-2024, 4 Jun 2025, 12 Nov 2025), as decimal years at mid-month: the release of a submission
-whose row names no container."""
+2024, 4 Jun 2025, 12 Nov 2025), as decimal years at mid-month: the release of every submission
+of the round (`release_year`)."""
 LOG_FLOOR = 1e-6
 """Parameters are fitted in log space; a zero lower bound becomes this."""
 FRAMEWORK_BOUNDS = (0.3, 1.5)
