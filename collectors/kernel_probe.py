@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from collectors.power_probe import device_facts
+from collectors.power_probe import check_target, device_facts
 
 ATTENTION_TOKENS = 32768
 ATTENTION_HEADS = 16
@@ -185,16 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.exit(2, f"error: cannot write to {args.out}: {e.strerror or e}; pass another "
-                       f"--out.\n")
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.exit(2, "error: no CUDA GPU is visible to torch; run on a GPU node, or use "
-                       "--device cpu --small to try the code path.\n")
+    check_target(parser, args.out, args.device, cpu_flags="--device cpu --small")
     facts = run_probe(args.out, device_kind=args.device, small=args.small,
                       repeats=args.repeats)
     print(f"wrote {args.out / 'kernels.csv'} ({facts.get('name', facts['device'])})")

@@ -283,6 +283,22 @@ def run_probe(out: Path, *, device_kind: str = "cuda", scale: float = 1.0,
     return facts
 
 
+def check_target(parser: argparse.ArgumentParser, out: Path, device: str, *,
+                 cpu_flags: str) -> None:
+    """Exit with one `error:` line (code 2) unless `out` can be written and, on `cuda`, torch
+    sees a GPU; `cpu_flags` is how the probe runs its code path on a CPU instead."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.exit(2, f"error: cannot write to {out}: {e.strerror or e}; pass another "
+                       f"--out.\n")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.exit(2, f"error: no CUDA GPU is visible to torch; run on a GPU node, or use "
+                       f"{cpu_flags} to try the code path.\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the four files")
@@ -293,16 +309,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="collectors.telemetry kind (default: nvml on cuda, cpu on cpu)")
     args = parser.parse_args(argv)
     telemetry = args.telemetry or ("nvml" if args.device == "cuda" else "cpu")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.exit(2, f"error: cannot write to {args.out}: {e.strerror or e}; pass another "
-                       f"--out.\n")
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.exit(2, "error: no CUDA GPU is visible to torch; run on a GPU node, or use "
-                       "--device cpu --scale 0.02 to try the code path.\n")
+    check_target(parser, args.out, args.device, cpu_flags="--device cpu --scale 0.02")
     facts = run_probe(args.out, device_kind=args.device, scale=args.scale, telemetry=telemetry)
     print(json.dumps({k: v for k, v in facts.items() if k not in ("phases", "spans")}))
 
