@@ -59,7 +59,7 @@ from advisor.learn.stack import (  # noqa: E402
     pick_next,
     shares,
 )
-from advisor.perf.calibration import load_calibration  # noqa: E402
+from advisor.perf.calibration import CURRENT_RELEASE, load_calibration  # noqa: E402
 
 JOB = ("model", "num_gpus", "precision", "seq_len", "gbs", "release")
 REGRET_GOAL = 0.02
@@ -76,10 +76,9 @@ def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
         started = time.time()
         held = (ref.rows["series"] == name).to_numpy()
         fitted = fit_all(ref.subset(~held), calibration.with_families({}).with_frameworks({}))
-        # a stack's runs are priced as `advisor train --stack` prices a team's own: at the
-        # family's reference release (`SoftwareTrend`), whatever release they ran
+        # a stack's runs are priced as `advisor train --stack` prices a team's own
         stack = ref.subset(held)
-        stack.rows = stack.rows.assign(release_year=np.inf)
+        stack.rows = stack.rows.assign(release_year=CURRENT_RELEASE)
         parts += [reference_terms(stack, fitted.with_host_scale(f), TERM_COLUMNS)
                   .assign(host_factor=f) for f in HOST_FACTORS]
         progress(f"series {i}/{len(series)} refitted without it ({time.time() - started:.0f} s):"

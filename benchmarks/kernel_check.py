@@ -37,7 +37,9 @@ import pandas as pd
 from advisor.catalog import load_platform, platforms
 from advisor.core.errors import AdvisorError
 from advisor.perf.calibration import load_calibration
+from advisor.perf.flops import Gemm
 from advisor.perf.gemm import load_kernel_table
+from advisor.perf.step_compute import _GemmClock
 from collectors.kernel_probe import SHRINK
 
 TRAINING_SEQ = 4096
@@ -66,16 +68,17 @@ def implied(kernels: pd.DataFrame, platform_name: str) -> pd.DataFrame:
     out.loc[attention, "calibrated"] = eff.attention
     experts = out[out["kind"] == "experts"]
     if len(experts):
-        kernel = load_kernel_table().kernel(platform, "bf16")
-        grouped = (experts["variant"] == "grouped").to_numpy()
-        count = experts["experts"].to_numpy(float)
-        dense = kernel.seconds(experts["tokens"].to_numpy(float), experts["ffn"].to_numpy(float),
-                               experts["hidden"].to_numpy(float),
-                               peak_flops_per_s=platform.full_clock_peak_flops("bf16") * eff.gemm,
-                               num_units=platform.num_compute_units,
-                               hbm_bytes_per_s=platform.hbm_bandwidth_bytes_per_s,
-                               element_bytes=2.0, batch=np.where(grouped, count, 1.0))
-        dense = dense * np.where(grouped, 1.0, count)
+        # the step model's own GEMM clock at the family's factor, its expert level left out
+        clock = _GemmClock(load_kernel_table().kernel(platform, "bf16"),
+                           np.array([[platform.full_clock_peak_flops("bf16") * eff.gemm]]), 2.0,
+                           platform.hbm_bandwidth_bytes_per_s, platform.num_compute_units)
+        grouped = (experts["variant"] == "grouped").to_numpy()[:, None]
+        count = experts["experts"].to_numpy(float)[:, None]
+        hidden, ffn = (float(experts[c].iloc[0]) for c in ("hidden", "ffn"))  # one shape a probe
+        dense = clock.passes((Gemm(k=hidden, n=ffn, split="none"),),
+                             experts["tokens"].to_numpy(float)[:, None], np.ones_like(count),
+                             batch=np.where(grouped, count, 1.0),
+                             launches=np.where(grouped, 1.0, count)).fwd[:, 0]
         out.loc[experts.index, "implied"] = dense / experts["seconds"].to_numpy()
         out.loc[experts.index, "calibrated"] = eff.expert_gemm
     return out

@@ -217,6 +217,7 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
             skipped.append((i, str(e)))
             continue
         mlperf = str(row["source_name"]).startswith(MLPERF_SOURCE)
+        mlperf_fields = _mlperf_fields(row["source_name"], mlperf)
         keys = (spec_key(model.name, row.get(MODEL_SPEC, "")),
                 spec_key(platform.name, row.get(PLATFORM_SPEC, "")))
         objects.update(zip(keys, (model, platform), strict=True))
@@ -224,13 +225,12 @@ def reference_from_frame(frame: pd.DataFrame) -> Reference:
                        "model_key": keys[0], "platform_key": keys[1],
                        "family": platform.family,
                        "source": MLPERF_SOURCE if mlperf else row["source_name"],
-                       **_mlperf_fields(row["source_name"], mlperf),
+                       **mlperf_fields,
                        "series": source_series(row["source_name"]),
                        "framework": row.get("framework", "") or "megatron",
                        "software": row.get("software", ""),
-                       "release_year": release_year(
-                           row.get("software", ""),
-                           _mlperf_fields(row["source_name"], mlperf)["round"]),
+                       "release_year": release_year(row.get("software", ""),
+                                                    mlperf_fields["round"]),
                        "precision": row["precision"],
                        "model_family": model.family or model.name, "moe": model.is_moe,
                        "mamba": model.mamba_num_heads > 0,
@@ -344,7 +344,7 @@ def fit_all(ref: Reference, calibration: Calibration, *,
     family_of = rows["family"].to_numpy()
     years = (rows["release_year"].to_numpy(float) if "release_year" in rows
              else np.full(len(rows), np.nan))
-    years = np.where(np.isfinite(years), years, np.nan)   # a team's own runs date nothing
+    years = np.where(np.isfinite(years), years, np.nan)   # CURRENT_RELEASE dates nothing
     reference_year = {f: float(np.nanmax(years[family_of == f])) for f in families
                       if _spans_releases(years[family_of == f])}
     undated_year = {f: float(np.nanmean(years[family_of == f])) for f in reference_year}

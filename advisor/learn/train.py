@@ -23,7 +23,7 @@ from advisor.learn.stack import (
     spread_of,
 )
 from advisor.learn.surrogate import train_throughput
-from advisor.perf.calibration import load_calibration
+from advisor.perf.calibration import CURRENT_RELEASE, load_calibration
 
 POWER_TARGETS = tuple(power_surrogate.TARGETS)
 """Learned only from the dataset's measured columns (telemetry of campaign runs); the
@@ -80,10 +80,8 @@ def train(datasets: list[Path], output: Path, *, seed: int = 0,
     ref = every.subset(~lora)
     own_ids = set(pd.concat(own)["run_id"]) if own else set()
     in_stack = data.loc[ref.rows.index, "run_id"].isin(own_ids).to_numpy()
-    # A team's own runs are its software as it runs now: priced, as a new job is, at the
-    # family's reference release (a release newer than any measured; `SoftwareTrend.factor`).
-    ref.rows = ref.rows.assign(release_year=np.where(in_stack, np.inf,
-                                                     ref.rows["release_year"].to_numpy(float)))
+    ref.rows = ref.rows.assign(release_year=np.where(
+        in_stack, CURRENT_RELEASE, ref.rows["release_year"].to_numpy(float)))
     if len(ref.rows) < MIN_ROWS:
         raise DatasetError(f"only {len(ref.rows)} usable runs (need {MIN_ROWS}: catalog model "
                            f"and platform, a valid layout, measured tokens/s); skipped: "

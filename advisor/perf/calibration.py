@@ -78,6 +78,11 @@ no run calibrated gets `Calibration.uncalibrated_framework()`."""
 STACK_SEPARATOR = "@"
 """A stack's key: framework @ platform family (`llm-foundry@hopper`): one framework's kernels on
 two GPU generations are two stacks (its H100 and A100 releases differ)."""
+CURRENT_RELEASE = float("inf")
+"""The release year of a team's own runs (`advisor train --stack`): the software they run now,
+priced as a new job is, at the family's reference release (`SoftwareTrend.factor`)."""
+
+
 @dataclass(frozen=True)
 class SoftwareTrend:
     """How a family's measured throughput moved with the software release (a container or
@@ -93,8 +98,8 @@ class SoftwareTrend:
     undated_year: float
 
     def factor(self, year: float | np.ndarray) -> np.ndarray:
-        """Throughput of a run of release `year` (a decimal year; NaN: not known; inf: the
-        current one, as a team's own runs) against the reference release's."""
+        """Throughput of a run of release `year` (a decimal year; NaN: not known;
+        `CURRENT_RELEASE`: a team's own runs) against the reference release's."""
         year = np.asarray(year, float)
         known = np.where(np.isnan(year), self.undated_year, year)
         return np.exp(self.rate_per_year * (np.minimum(known, self.reference_year)
