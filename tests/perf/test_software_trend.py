@@ -31,13 +31,16 @@ def reference(reference_csv, mlperf_csv):
     ("NGC MXNet 23.09, NGC PyTorch 23.09, NGC HugeCTR 23.09", "", 2023 + 8.5 / 12),
     ("Pytorch 24.09", "v5.0", 2025 + 5.5 / 12),     # a round's own date comes first
     ("PyTorch 2.6.0a0+gitfc899bf", "v4.1", 2024 + 10.5 / 12),
+    ("NeMo 24.03.01 (the container the doc names)", "", 2024 + 2.5 / 12),
+    # a stack without numbered containers, dated by its publication month (the first named)
+    ("llm-foundry benchmark tables of 2023-09 (PR #543: opened 2023-08-22)", "", 2023 + 8.5 / 12),
 ])
 def test_release_year_reads_containers_and_mlperf_rounds(software, mlperf_round, year):
     assert release_year(software, mlperf_round) == pytest.approx(year)
 
 
 @pytest.mark.parametrize("software", ["", "ROCm 6.4.0-47", "CUDA 12.3", "LLMBoost 1.1.0",
-                                      "99.99"])
+                                      "99.99", "2023-13", "1.13.1-2023"])
 def test_release_year_is_unknown_without_a_container_or_round(software):
     assert np.isnan(release_year(software))
 
