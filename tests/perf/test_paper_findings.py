@@ -112,11 +112,10 @@ def test_finding4_recompute_raises_throttling_for_llama3_tp8_fsdp():
     assert full.throttle_risk > none.throttle_risk
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with 21/19 the first stage (21 layers and the embedding) becomes the straggler instead of "
-    "the last (20 layers and the 128K-vocab output layer): the model predicts a near tie "
-    "(-0.1 % samples/MJ), not the paper's +4 %"))
 def test_finding5_llama3_pp4_21_19_split_beats_even():
+    # The direction holds, by a hair: +0.02 % samples/MJ since the attention and GEMM ceilings
+    # (1f6bca6; -0.1 % before), where the paper measured +4 %. With 21/19 the first stage (21
+    # layers and the embedding) all but ties the last (20 layers and the 128K-vocab output layer).
     even = _predict("llama3-70b", tp=4, pp=4).power.samples_per_mj
     uneven = _predict("llama3-70b", tp=4, pp=4, first_stage_layers=21,
                       last_stage_layers=19).power.samples_per_mj
