@@ -82,7 +82,13 @@ training step cannot run its GEMMs faster than they do. Without it the fit, whic
 BF16 GEMMs almost only through llm-foundry's runs (whose own factors the prior holds near 1),
 raised Hopper's to 1.04 and took its FP8 ratio down to 0.82 once those runs were dated to
 2023 (Llama 3 70B BF16 on H100 then predicted at 61 % MFU, above the 50-60 % NVIDIA reports)."""
-BOUNDS = {"gemm": (0.3, 1.3), "expert_gemm": (0.1, 1.5), "attention": (0.1, 1.0),
+ATTENTION_CEILING = 0.6
+"""The highest `attention` (fraction of BF16 peak, forward and backward) a family may fit: the
+best published fused-attention kernels on Blackwell reach 39-57 % of a 2.5 PFLOP/s BF16 peak
+forward at head dim 64-128 (cuDNN and FA4, Dao-AILab/flash-attention PR #2605's benchmark), and
+backward runs slower. Without it, dating the Hopper runs moved Blackwell's fit, flat along that
+direction, from 0.79 to 1.0 (attention at full peak) at no change in its error."""
+BOUNDS = {"gemm": (0.3, 1.3), "expert_gemm": (0.1, 1.5), "attention": (0.1, ATTENTION_CEILING),
           "scan": (0.005, 1.0),
           "layer_overhead_s": (1e-5, 5e-3), "expert_overhead_s": (1e-6, 1e-2),
           "fp8_ratio": (0.4, 1.0), "fp4_ratio": (0.3, 1.0)}
@@ -377,15 +383,11 @@ def fit_all(ref: Reference, calibration: Calibration, *,
     lo = np.array([SOFTWARE_RATE_BOUNDS[0] if kind == "software" else np.log(
         max(BOUNDS[p][0], LOG_FLOOR) if kind != "framework" else FRAMEWORK_BOUNDS[0])
         for kind, _, p in names])
-    hi = np.array([SOFTWARE_RATE_BOUNDS[1] if kind == "software" else np.log(
-        BOUNDS[p][1] if kind != "framework" else FRAMEWORK_BOUNDS[1])
-        for kind, _, p in names])
     tabled = _families_with_kernel_tables(ref)
-    hi = np.array([min(h, np.log(KERNEL_GEMM_CEILING))
-                   if kind == "family" and p == "gemm" and f in tabled
-                   else min(h, np.log(ATTENTION_CEILING))
-                   if kind == "family" and p == "attention" else h
-                   for h, (kind, f, p) in zip(hi, names, strict=True)])
+    hi = np.array([SOFTWARE_RATE_BOUNDS[1] if kind == "software"
+                   else np.log(FRAMEWORK_BOUNDS[1]) if kind == "framework"
+                   else np.log(KERNEL_GEMM_CEILING) if p == "gemm" and f in tabled
+                   else np.log(BOUNDS[p][1]) for kind, f, p in names])
     z0 = np.clip(z_prior, lo + 1e-9, hi - 1e-9)
     measured = np.log(rows["measured"].to_numpy())
     # Where a family's prior centres: the shared level's parameter, else its fixed prior.
@@ -436,14 +438,6 @@ def fit_all(ref: Reference, calibration: Calibration, *,
     fit = least_squares(residuals, z0, bounds=(lo, hi), jac_sparsity=sparsity,
                         diff_step=1e-3, max_nfev=100)
     return build(fit.x)
-
-
-ATTENTION_CEILING = 0.6
-"""The highest `attention` (fraction of BF16 peak, forward and backward) a family may fit: the
-best published fused-attention kernels on Blackwell reach 39-57 % of a 2.5 PFLOP/s BF16 peak
-forward at head dim 64-128 (cuDNN and FA4, Dao-AILab/flash-attention PR #2605's benchmark), and
-backward runs slower. Without it, dating the Hopper runs moved Blackwell's fit, flat along that
-direction, from 0.79 to 1.0 (attention at full peak) at no change in its error."""
 
 
 def _families_with_kernel_tables(ref: Reference) -> set[str]:
