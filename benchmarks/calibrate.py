@@ -46,6 +46,7 @@ from _checkout import head
 from advisor.catalog import load_platform
 from advisor.data.mlperf import mlperf_runs
 from advisor.learn import gate
+from advisor.learn.bands import KIND_METRIC, Z90, analytical_log_sd
 from advisor.learn.fit import (
     MLPERF_SOURCE,
     error_table,
@@ -56,7 +57,7 @@ from advisor.learn.fit import (
     predict_held_out,
     predict_reference,
 )
-from advisor.learn.stack import StackSpreads
+from advisor.learn.stack import MIN_KIND_ROWS, StackSpreads
 from advisor.perf.calibration import FIT_PARAMETERS, FrameworkEfficiency, load_calibration
 from advisor.perf.collectives import fit_collectives, read_nccl_tests_table
 from advisor.perf.vtrain import FRAMEWORK as VTRAIN_FRAMEWORK
@@ -242,23 +243,52 @@ def main() -> int:
 
 def series_band_metrics(rows: pd.DataFrame, predicted: pd.Series) -> dict[str, float]:
     """What the bands are sized by, from the leave-one-series-out predictions: the 80th
-    percentile of |log(predicted / measured)| (the analytical p10-p90 band's half-width), and
+    percentile of |log(predicted / measured)| (the analytical p10-p90 band's half-width), for
+    all runs and for dense and MoE runs apart (the half-widths the Predictor uses), and
     the split of that error into a shift shared by one stack (a series on one platform), one
     shared by a model's runs on it, and the scatter of single runs, for dense and for MoE runs,
     and how much that scatter differs by stack (`advisor.learn.stack`: the prior of a team's
     stack calibration, fitted to runs other than LoRA fine-tuning, as these are)."""
     error = np.abs(np.log(predicted / rows["measured"]))
+    out = {"loso_series_p80_abs_log_error": round(float(np.quantile(error, 0.8)), 4)}
+    # Dense and MoE runs each size their own band (`advisor.learn.bands.KIND_METRIC`), where
+    # there are enough of them.
+    moe = rows["moe"].astype(bool).to_numpy()
+    for flag, key in KIND_METRIC.items():
+        if (moe == flag).sum() >= MIN_KIND_ROWS:
+            out[key] = round(float(np.quantile(error[moe == flag], 0.8)), 4)
     trained = rows["finetune"] != "lora"    # as `advisor train --stack` fits (no LoRA runs)
     rows, predicted = rows[trained], predicted[trained]
     spreads = StackSpreads.of(rows["measured"], predicted,
                               rows["series"] + " | " + rows["platform"], rows["model"],
                               rows["moe"].astype(bool))
-    out = {"loso_series_p80_abs_log_error": round(float(np.quantile(error, 0.8)), 4)}
     for kind, spread in (("", spreads.dense), ("_moe", spreads.moe)):
         out.update({f"stack{kind}_{level}_log_sd": round(getattr(spread, level), 4)
                     for level in ("between", "model", "run")})
     out["stack_scale_dof"] = round(spreads.dof, 3)
     return out
+
+
+def band_half_widths(calibration, rows: pd.DataFrame) -> pd.Series:
+    """Per row, the half-width in log tokens/s of the analytical p10-p90 band the Predictor
+    gives it (`advisor.learn.bands.analytical_log_sd` of its kind, dense or MoE, times Z90)."""
+    moe = rows["moe"].astype(bool)
+    return pd.Series(np.where(moe, analytical_log_sd(calibration, moe=True),
+                              analytical_log_sd(calibration)) * Z90, index=rows.index)
+
+
+def band_coverage(rows: pd.DataFrame, predicted: pd.Series,
+                  half_width: pd.Series) -> pd.DataFrame:
+    """Share of runs (%) inside predicted × exp(±half-width), overall and per platform family
+    and kind (dense, MoE), with the half-width."""
+    inside = (np.abs(np.log(predicted / rows["measured"])) <= half_width).astype(float) * 100
+    kind = np.where(rows["moe"].astype(bool), "moe", "dense")
+    frame = pd.DataFrame({"inside": inside, "half_width": half_width,
+                          "family": rows["family"], "kind": kind})
+    table = pd.concat([frame.assign(family="all", kind=""), frame]).groupby(
+        ["family", "kind"]).agg(rows=("inside", "size"), inside_pct=("inside", "mean"),
+                                half_width=("half_width", "mean"))
+    return table.round({"inside_pct": 1, "half_width": 3})
 
 
 def _gate(ref, base, args, *, with_status: bool = False):
@@ -271,8 +301,11 @@ def _gate(ref, base, args, *, with_status: bool = False):
            "(signed median > 0: predicted too fast)", cells)
     _print("... by GPU count (the job's, held out the same way)",
            gate.scale_table(ref.rows, predicted))
+    half_width = band_half_widths(base, ref.rows)
+    _print("... inside the analytical p10-p90 band (%; half-width in log tokens/s per kind, "
+           "from the last refit's held-out error)", band_coverage(ref.rows, predicted,
+                                                                  half_width))
     if args.plots:
-        half_width = base.metrics.get("loso_series_p80_abs_log_error")
         for path in gate_plots(ref.rows, predicted, half_width, args.plots):
             print(f"wrote {path}", file=sys.stderr)
     status = 0
@@ -315,15 +348,15 @@ IN_SAMPLE = ("In sample", "In-sample error", "every run fitted at once, each pre
 """How `gate_plots` names its predictions: title, error's name, how they were made."""
 
 
-def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | None,
+def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: pd.Series | None,
                folder: Path, *, prefix: str = "gate",
                how: tuple[str, str, str] = HELD_OUT) -> list[Path]:
     """The refit gate's figures from its leave-one-series-out predictions: predicted against
     measured tokens/s/GPU per publication series, the signed error per GPU-count bin (the
     bins of `gate.scale_table`), and the share of runs inside the analytical p10-p90 band
-    (predicted × exp(±`half_width`): the calibration's `loso_series_p80_abs_log_error`) per
-    platform family and per series. With `how=IN_SAMPLE` and no `half_width`, the first two
-    for the in-sample fit (`<prefix>-*.png`)."""
+    (predicted × exp(±`half_width`), per row: `band_half_widths`, dense and MoE runs each
+    their own) per platform family and kind and per series. With `how=IN_SAMPLE` and no
+    `half_width`, the first two for the in-sample fit (`<prefix>-*.png`)."""
     predicted = predicted.reindex(rows.index)
     ok = predicted.notna().to_numpy() & rows["measured"].gt(0).to_numpy()
     rows, predicted = rows[ok], predicted[ok]
@@ -362,26 +395,30 @@ def gate_plots(rows: pd.DataFrame, predicted: pd.Series, half_width: float | Non
                               f"job's GPU count, {held}: median, p25-p75 box, p10-p90 whiskers "
                               f"and every run"))
 
-    if half_width:
+    if half_width is not None:
+        half_width = half_width.reindex(rows.index)
         inside = np.abs(np.log(ratio)) <= half_width
-        families = rows["family"].value_counts().index.tolist()
-        fig, axes = _plots.figure(2, width_in=WIDTH_IN_BAND, height_in=6.4, stacked=True,
-                                  ratios=(len(families), len(order)))
-        _plots.coverage_bars(axes[0], inside, rows["family"], promise=0.8, order=families,
-                             ylabel="platform family")
+        kind = np.where(rows["moe"].astype(bool), "MoE", "dense")
+        cell = rows["family"] + " " + kind
+        cells = cell.value_counts().index.tolist()
+        widths = ", ".join(f"{k} exp(±{half_width[kind == k].iloc[0]:.3f})"
+                           for k in ("dense", "MoE") if (kind == k).any())
+        fig, axes = _plots.figure(2, width_in=WIDTH_IN_BAND, height_in=7.2, stacked=True,
+                                  ratios=(len(cells), len(order)))
+        _plots.coverage_bars(axes[0], inside, cell, promise=0.8, order=cells,
+                             ylabel="platform family and kind")
         _plots.coverage_bars(axes[1], inside, series, promise=0.8, order=order,
                              ylabel="publication series")
         axes[0].set_xlabel("")
         axes[0].set_title(f"Runs inside the analytical p10-p90 band with each publication "
                           f"series held out whole: {inside.mean():.0%} of {len(rows)}\nband = "
-                          f"predicted × exp(±{half_width:.3f}): the calibration's "
-                          f"loso_series_p80_abs_log_error, the 80th percentile\nof these runs' "
-                          f"|log error| at the last refit (so about 80 % overall by construction; "
-                          f"the split is not)", fontsize=10)
+                          f"predicted × {widths}: the 80th percentile\nof these runs' "
+                          f"|log error| per kind at the last refit (so about 80 % of each kind "
+                          f"by construction; the split is not)", fontsize=10)
         paths.append(figures.save(fig, f"{prefix}-band-coverage",
                                   f"Share of runs whose measured tokens/s per GPU lies inside the "
-                                  f"analytical p10-p90 band (predicted × exp(±{half_width:.3f})) "
-                                  f"with each series held out, per platform family and per "
+                                  f"analytical p10-p90 band (predicted × {widths}) with each "
+                                  f"series held out, per platform family and kind and per "
                                   f"publication series, against the 80 % the band promises"))
     return paths
 

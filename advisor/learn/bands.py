@@ -86,13 +86,23 @@ ANALYTICAL_MEDIAN_APE_PCT = 15.0
 leave-one-source-out median of the bundled calibration)."""
 
 
-def analytical_log_sd(calibration, *, calibrated: bool = True) -> float:
+KIND_METRIC = {False: "loso_series_dense_p80_abs_log_error",
+               True: "loso_series_moe_p80_abs_log_error"}
+"""The calibration metric that sizes the band of dense and of MoE runs (written by
+`benchmarks/calibrate.py` where the held-out runs of that kind number
+`advisor.learn.stack.MIN_KIND_ROWS` or more)."""
+
+
+def analytical_log_sd(calibration, *, calibrated: bool = True, moe: bool = False) -> float:
     """σ of the analytical model's log error on a software stack it was not fitted to, for a
     log-normal band (p10/p90 = median · exp(∓1.2816 σ)): the 80th percentile of its |log
     error| with whole publication series held out, over 1.2816, so that the band holds 80 % of
     them (`loso_series_p80_abs_log_error`; the error is heavier-tailed than a log-normal, and a
-    σ read from the median error held 71 % of held-out runs). Older calibration files: the
-    median |log ratio| (median |Z| = 0.6745 σ).
+    σ read from the median error held 71 % of held-out runs). Dense and MoE runs each get their
+    own (`KIND_METRIC`, where the calibration records it): held out, MoE runs err about twice
+    as much (their expert kernels and dispatch are measured by one series), so one pooled band
+    held 90 % of dense runs and 54 % of MoE runs. Older calibration files: the pooled figure,
+    or the median |log ratio| (median |Z| = 0.6745 σ).
 
     For a platform family no measured run calibrated (`calibrated=False`, MI250 today), whose
     efficiencies are the calibrated families' mean: the median error with whole families held
@@ -101,8 +111,9 @@ def analytical_log_sd(calibration, *, calibrated: bool = True) -> float:
     median_ape = metrics.get("loso_series_median_ape_pct",
                              metrics.get("loso_median_ape_pct", ANALYTICAL_MEDIAN_APE_PCT))
     sd = float(np.log1p(median_ape / 100.0) / 0.6745)
-    if "loso_series_p80_abs_log_error" in metrics:
-        sd = float(metrics["loso_series_p80_abs_log_error"]) / Z90
+    for key in ("loso_series_p80_abs_log_error", KIND_METRIC[bool(moe)]):
+        if key in metrics:
+            sd = float(metrics[key]) / Z90
     if not calibrated:
         family = float(np.log1p(metrics.get("lofo_median_ape_pct", median_ape) / 100.0) / 0.6745)
         sd = max(sd, family)
@@ -110,8 +121,9 @@ def analytical_log_sd(calibration, *, calibrated: bool = True) -> float:
 
 
 def at_least(low: np.ndarray, mid: np.ndarray, high: np.ndarray, widen: np.ndarray,
-             log_sd: float) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) no narrower than the log-normal band of σ `log_sd` around `mid` where
+             log_sd: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) no narrower than the log-normal band of σ `log_sd` (one, or one per row)
+    around `mid` where
     `widen`: a stack no run calibrated (an uncalibrated framework on this platform family) is
     as far from the data as a publication series never seen, whatever the trees' own spread
     (`Calibration.knows_stack`)."""

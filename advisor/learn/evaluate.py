@@ -7,7 +7,6 @@ rows: nothing about a held-out row reaches either model.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -50,8 +49,9 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
         raise AdvisorError(f"no row has a {by}: nothing to hold out (the MLPerf splits need "
                            f"datasets/mlperf.parquet, `advisor dataset import-mlperf`).")
     # Unsupported rows get the Predictor's analytical band (sized by the bundled calibration's
-    # leave-one-series-out error: one number, not refitted per fold).
-    spread = math.exp(Z90 * analytical_log_sd(calibration))
+    # leave-one-series-out error of dense or of MoE runs: not refitted per fold).
+    log_sd = np.where(rows["moe"].astype(bool).to_numpy(),
+                      analytical_log_sd(calibration, moe=True), analytical_log_sd(calibration))
     for i, group in enumerate(groups, 1):
         if progress:
             progress(f"{by} {i}/{len(groups)}: {group}")
@@ -79,9 +79,10 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
         # than an unseen series.
         unseen = np.array([not cal.knows_stack(fw, fam) for fw, fam in
                            zip(test_ref.rows["framework"], test_ref.rows["family"], strict=True)])
+        sd = log_sd[held]
+        spread = np.exp(Z90 * sd)
         low, high = at_least(np.where(ok, base * ratio["p10"], base / spread), mid,
-                             np.where(ok, base * ratio["p90"], base * spread), unseen,
-                             analytical_log_sd(calibration))
+                             np.where(ok, base * ratio["p90"], base * spread), unseen, sd)
         parts.append(pd.DataFrame({
             "group": group, "measured": test["measured"], "analytical": base,
             "surrogate": mid, "p10": low, "p90": high,

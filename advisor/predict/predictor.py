@@ -129,9 +129,12 @@ class Predictor:
         """A team's stack calibration (`advisor train --stack`; `advisor.learn.stack`): every
         prediction for its platform uses it; None where the directory has none."""
         # The analytical model's error on a stack it was not fitted to (series held out), and
-        # on a platform family no measured run calibrated (families held out).
-        self.analytical_log_sd = analytical_log_sd(self.calibration)
-        self.uncalibrated_log_sd = analytical_log_sd(self.calibration, calibrated=False)
+        # on a platform family no measured run calibrated (families held out), for dense and
+        # for MoE models.
+        self.analytical_log_sd = {moe: analytical_log_sd(self.calibration, moe=moe)
+                                  for moe in (False, True)}
+        self.uncalibrated_log_sd = {moe: analytical_log_sd(self.calibration, calibrated=False,
+                                                           moe=moe) for moe in (False, True)}
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Predictor:
@@ -360,7 +363,8 @@ class Predictor:
         n = len(tps)
         source = np.full(n, "analytical", dtype=object)
         calibrated = bool(table["calibrated"][0])
-        log_sd = self.analytical_log_sd if calibrated else self.uncalibrated_log_sd
+        log_sd = (self.analytical_log_sd if calibrated
+                  else self.uncalibrated_log_sd)[bool(model.is_moe)]
         stack = self.stack_for(platform)
         prior = tps
         if stack is not None:   # the team's own factors, and the band its runs leave

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.learn.bands import Z90, analytical_log_sd, band_scale, needed_scale
+from advisor.learn.bands import KIND_METRIC, Z90, analytical_log_sd, band_scale, needed_scale
 from advisor.learn.surrogate import (
     ArtifactError,
     load_throughput,
@@ -80,8 +80,11 @@ def test_band_scale_round_trips_and_a_bad_one_is_refused(ref, feats, tmp_path):
 
 
 def test_analytical_band_is_sized_by_the_series_held_out_error():
-    cal = load_calibration()
-    # Half of the band is the 80th percentile of the held-out |log error|: 80 % inside.
+    shipped = load_calibration()
+    # A calibration recording one pooled figure (before dense and MoE runs had their own):
+    # half of the band is the 80th percentile of the held-out |log error|, 80 % inside.
+    cal = shipped.__class__(**{**shipped.__dict__, "metrics": {
+        k: v for k, v in shipped.metrics.items() if k not in KIND_METRIC.values()}})
     p80 = cal.metrics["loso_series_p80_abs_log_error"]
     assert analytical_log_sd(cal) == pytest.approx(p80 / Z90)
     # The error is heavier-tailed than a log-normal of its median: the band is wider.
@@ -92,6 +95,37 @@ def test_analytical_band_is_sized_by_the_series_held_out_error():
     older = cal.__class__(**{**cal.__dict__, "metrics": {"loso_median_ape_pct": source}})
     assert analytical_log_sd(older) == pytest.approx(math.log1p(source / 100) / 0.6745)
     assert analytical_log_sd(older) < analytical_log_sd(cal)  # a whole new stack errs more
+
+
+def test_moe_runs_get_the_band_their_own_held_out_error_sizes():
+    cal = load_calibration()
+    dense, moe = (cal.metrics[KIND_METRIC[flag]] for flag in (False, True))
+    assert analytical_log_sd(cal) == pytest.approx(dense / Z90)
+    assert analytical_log_sd(cal, moe=True) == pytest.approx(moe / Z90)
+    # Held out, MoE runs (one series measures their expert kernels) err more than dense ones,
+    # and the pooled band sat between the two.
+    assert moe > cal.metrics["loso_series_p80_abs_log_error"] > dense
+    # A calibration that records only the pooled figure sizes both kinds by it.
+    pooled = {k: v for k, v in cal.metrics.items() if k not in KIND_METRIC.values()}
+    older = cal.__class__(**{**cal.__dict__, "metrics": pooled})
+    assert analytical_log_sd(older, moe=True) == analytical_log_sd(older) == pytest.approx(
+        cal.metrics["loso_series_p80_abs_log_error"] / Z90)
+    # A family no run calibrated: never narrower than the kind's own band.
+    assert analytical_log_sd(cal, calibrated=False, moe=True) >= analytical_log_sd(cal, moe=True)
+
+
+def test_a_moe_model_gets_the_wider_analytical_band_in_predictions():
+    from advisor.predict.predictor import Predictor
+
+    frame = pd.DataFrame({"model": ["llama3-70b", "mixtral-8x22b"], "gpu": ["h100"] * 2,
+                          "num_gpus": [64, 64], "seq_len": [4096] * 2, "gbs": [128] * 2,
+                          "tp": [4, 2], "pp": [4, 4], "ep": [1, 8]})
+    out = Predictor(None).predict(frame)
+    width = np.log(out["pred_tokens_per_sec_per_gpu_p90"] / out["pred_tokens_per_sec_per_gpu_p10"])
+    cal = load_calibration()
+    assert width.iloc[1] / width.iloc[0] == pytest.approx(
+        analytical_log_sd(cal, moe=True) / analytical_log_sd(cal), rel=1e-6)
+    assert width.iloc[1] > width.iloc[0]
 
 
 def test_uncalibrated_family_band_is_sized_by_the_family_held_out_error():

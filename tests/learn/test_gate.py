@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -80,7 +81,6 @@ def test_gate_figures_draw_every_run_and_the_band(ref, tmp_path):
     # predictions stand in for the held-out ones (the refit takes minutes).
     import json
 
-    import numpy as np
     from benchmark_scripts import load_benchmark
 
     from advisor.learn.fit import predict_reference
@@ -89,7 +89,7 @@ def test_gate_figures_draw_every_run_and_the_band(ref, tmp_path):
     calibrate = load_benchmark("calibrate")
     calibration = load_calibration()
     predicted = predict_reference(ref, calibration)
-    half_width = calibration.metrics["loso_series_p80_abs_log_error"]
+    half_width = calibrate.band_half_widths(calibration, ref.rows)
     paths = calibrate.gate_plots(ref.rows, predicted, half_width, tmp_path)
     assert [p.name for p in paths] == ["gate-predicted-vs-measured.png",
                                        "gate-error-by-gpus.png", "gate-band-coverage.png"]
@@ -98,6 +98,57 @@ def test_gate_figures_draw_every_run_and_the_band(ref, tmp_path):
         assert data[:4] == b"\x89PNG" and 10_000 < len(data) < 200_000
     index = json.loads((tmp_path / "figures.json").read_text(encoding="utf-8"))
     assert [f["file"] for f in index] == [p.name for p in paths]
-    assert f"exp(±{half_width:.3f})" in index[2]["alt"]
+    moe = ref.rows["moe"].astype(bool)
+    # Dense and MoE runs each get the half-width of their kind's held-out error.
+    for kind, rows in (("dense", ~moe), ("MoE", moe)):
+        assert f"{kind} exp(±{half_width[rows].iloc[0]:.3f})" in index[2]["alt"]
+    assert half_width[moe].iloc[0] > half_width[~moe].iloc[0]
     inside = np.abs(np.log(predicted / ref.rows["measured"])) <= half_width
     assert 0.5 < inside.mean() < 1.0  # the band holds most runs, not all
+
+
+def test_band_coverage_counts_runs_inside_each_kinds_band():
+    from benchmark_scripts import load_benchmark
+
+    calibrate = load_benchmark("calibrate")
+    rows = pd.DataFrame({"measured": [100.0] * 6, "family": ["hopper"] * 4 + ["blackwell"] * 2,
+                         "moe": [False, False, True, True, True, False]})
+    # log errors 0.1, 0.3, 0.3, 0.6, 0.1, 0.05 against half-widths 0.2 (dense) and 0.5 (MoE)
+    predicted = pd.Series(100.0 * np.exp([0.1, -0.3, 0.3, -0.6, 0.1, 0.05]), index=rows.index)
+    half_width = pd.Series(np.where(rows["moe"], 0.5, 0.2), index=rows.index)
+    table = calibrate.band_coverage(rows, predicted, half_width)
+    assert table.loc[("all", ""), "rows"] == 6
+    assert table.loc[("all", ""), "inside_pct"] == pytest.approx(100 * 4 / 6, abs=0.05)
+    assert table.loc[("hopper", "dense"), "inside_pct"] == pytest.approx(50.0)
+    assert table.loc[("hopper", "moe"), "inside_pct"] == pytest.approx(50.0)
+    assert table.loc[("blackwell", "moe"), "inside_pct"] == pytest.approx(100.0)
+    assert table.loc[("hopper", "moe"), "half_width"] == pytest.approx(0.5)
+
+
+def test_series_band_metrics_size_each_kind_with_enough_runs():
+    from benchmark_scripts import load_benchmark
+
+    from advisor.learn.bands import KIND_METRIC
+    from advisor.learn.stack import MIN_KIND_ROWS
+
+    calibrate = load_benchmark("calibrate")
+    rng = np.random.default_rng(0)
+
+    def rows_of(n_moe: int) -> tuple[pd.DataFrame, pd.Series]:
+        n = 60 + n_moe
+        moe = np.r_[np.zeros(60, bool), np.ones(n_moe, bool)]
+        rows = pd.DataFrame({"measured": 100.0, "moe": moe, "finetune": "none",
+                             "series": np.where(np.arange(n) % 3, "a", "b"),
+                             "platform": "h100", "model": np.where(moe, "m", "d")})
+        error = rng.normal(0.0, np.where(moe, 0.4, 0.1))
+        return rows, pd.Series(100.0 * np.exp(error), index=rows.index)
+
+    rows, predicted = rows_of(MIN_KIND_ROWS)
+    out = calibrate.series_band_metrics(rows, predicted)
+    error = np.abs(np.log(predicted / rows["measured"]))
+    for flag, key in KIND_METRIC.items():
+        assert out[key] == pytest.approx(np.quantile(error[rows["moe"] == flag], 0.8), abs=1e-4)
+    assert out[KIND_METRIC[True]] > out["loso_series_p80_abs_log_error"] > out[KIND_METRIC[False]]
+    # Too few MoE runs to size their own band: the pooled figure serves them.
+    out = calibrate.series_band_metrics(*rows_of(MIN_KIND_ROWS - 1))
+    assert KIND_METRIC[True] not in out and KIND_METRIC[False] in out
