@@ -83,7 +83,8 @@ BF16 GEMMs almost only through llm-foundry's runs (whose own factors the prior h
 raised Hopper's to 1.04 and took its FP8 ratio down to 0.82 once those runs were dated to
 2023 (Llama 3 70B BF16 on H100 then predicted at 61 % MFU, above the 50-60 % NVIDIA reports)."""
 ATTENTION_CEILING = 0.6
-"""The highest `attention` (fraction of BF16 peak, forward and backward) a family may fit: the
+"""The highest `attention` (fraction of BF16 peak, forward and backward, on long sequences:
+`step_compute.ATTENTION_HALF_SPEED_TOKENS` prices shorter kernels slower) a family may fit: the
 best published fused-attention kernels on Blackwell reach 39-57 % of a 2.5 PFLOP/s BF16 peak
 forward at head dim 64-128 (cuDNN and FA4, Dao-AILab/flash-attention PR #2605's benchmark), and
 backward runs slower. Without it, dating the Hopper runs moved Blackwell's fit, flat along that

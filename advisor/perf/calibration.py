@@ -36,7 +36,8 @@ class Efficiency:
     and the dispatcher's kernels around them (fitted on the MoE runs alone, so dense models
     keep the kernels' speed)."""
     attention: float
-    """Fraction of BF16 peak the fused (flash) attention kernels reach."""
+    """Fraction of BF16 peak the fused (flash) attention kernels reach on long sequences
+    (shorter ones run at L / (L + `step_compute.ATTENTION_HALF_SPEED_TOKENS`) of it)."""
     scan: float
     """Fraction of BF16 peak the Mamba-2 state-space scan kernels reach (chunked SSD)."""
     layer_overhead_s: float

@@ -35,6 +35,17 @@ ACT = 2.0
 """Bytes per activation element (BF16; FP8 recipes keep BF16 activations between layers)."""
 ATTENTION_BACKWARD_RATIO = 2.5
 """FlashAttention-2 (Dao 2023, §3.2): backward runs 5 matmuls against 2 forward."""
+ATTENTION_HALF_SPEED_TOKENS = 400.0
+"""Sequence length (tokens of one sequence on one GPU: seq / CP) at which fused causal
+attention runs at half its long-sequence speed: a kernel's speed on L tokens is L / (L + 400)
+of its speed on long ones (its fixed work per head and block, the causal diagonal's partly
+masked blocks and the last wave over few blocks amortise over the sequence). Fitted to the
+causal head-dim-128 forward speeds on an H100 at 512 to 16k tokens of Shah et al. 2024
+(FlashAttention-3, arXiv:2407.08608, Figure 5): cuDNN 315-539 TFLOP/s (L0 387 tokens),
+FlashAttention-2 191-335 (L0 403), FlashAttention-3 292-616 (L0 603); each within 3.3 % of
+E · L / (L + L0). So 2k tokens run at 84 %, 4k at 91 %, 32k at 99 % of the long-sequence
+speed (`Efficiency.attention`), and context parallelism, which hands each kernel seq / CP
+tokens, pays for the shorter ones."""
 MEMORY_EFFICIENCY = 0.8
 """Fraction of HBM bandwidth elementwise kernels and the optimizer reach. placeholder: typical
 for fused elementwise kernels on HBM GPUs (STREAM-like copy reaches 80-90 %); campaign data to
@@ -351,7 +362,9 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     else:
         t_experts = GemmPasses(*(np.zeros_like(tp, dtype=float),) * 3)
     core_flops = per_value(seq, lambda s: attention_core_flops_per_token(model, int(s)))
-    t_core = rows * core_flops / tp / attn_peak
+    # Fused attention below its long-sequence speed on the seq / CP tokens a kernel sees.
+    t_core = (rows * core_flops / tp / attn_peak
+              * (1.0 + ATTENTION_HALF_SPEED_TOKENS / (rows / mbs)))
     if attention is not None and (attention == "unfused").any():
         # Unfused: QKᵀ and PV as batched GEMMs over every key (the causal mask is applied
         # after the product, nothing is skipped), one per head and sequence (M = N = seq,

@@ -1,0 +1,62 @@
+"""Fused causal attention runs slower per FLOP on short sequences: its fixed work per head and
+block, the causal diagonal's partly masked blocks and the last wave amortise over the sequence
+(`ATTENTION_HALF_SPEED_TOKENS`), and context parallelism hands each kernel seq / CP tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.catalog import load_model, load_platform
+from advisor.core.parallel import make_config, make_job
+from advisor.perf.flops import attention_core_flops_per_token
+from advisor.perf.step import step_table
+from advisor.perf.step_compute import ATTENTION_HALF_SPEED_TOKENS
+
+LENGTHS = np.array([512, 1024, 2048, 4096, 8192, 16384])
+CAUSAL_HDIM128_H100_TFLOPS = {
+    "cuDNN": [315, 410, 484, 518, 529, 539],
+    "FlashAttention-2": [191, 260, 298, 319, 333, 335],
+    "FlashAttention-3": [292, 423, 521, 579, 602, 616],
+}
+"""Forward speed of causal attention, head dim 128, batch × sequence 16k tokens, on an H100
+SXM5 at the sequence lengths `LENGTHS`: Shah et al. 2024, FlashAttention-3
+(arXiv:2407.08608), Figure 5 (the bars' printed values)."""
+
+
+def speed(length: np.ndarray) -> np.ndarray:
+    """The model's speed of a fused attention kernel on `length` tokens, per long-sequence
+    speed."""
+    return length / (length + ATTENTION_HALF_SPEED_TOKENS)
+
+
+@pytest.mark.parametrize("kernel", sorted(CAUSAL_HDIM128_H100_TFLOPS))
+def test_speed_against_length_follows_the_measured_kernels(kernel):
+    measured = np.asarray(CAUSAL_HDIM128_H100_TFLOPS[kernel], float)
+    # Each kernel's speed relative to its own at 16k tokens, from 1k tokens up (training
+    # sequences): within 8 % of the measurement.
+    relative = measured / measured[-1]
+    predicted = speed(LENGTHS) / speed(LENGTHS[-1])
+    at_least_1k = LENGTHS >= 1024
+    assert np.max(np.abs(predicted[at_least_1k] / relative[at_least_1k] - 1)) < 0.08
+    # ...and slower on shorter sequences, as measured.
+    assert np.all(np.diff(predicted) > 0) and np.all(np.diff(measured) > 0)
+
+
+def _attention_seconds_per_flop(seq: int, cp: int) -> float:
+    model, platform = load_model("llama3-8b"), load_platform("h100")
+    job = make_job(model, platform, num_gpus=8 * cp, seq_len=seq, gbs=8)
+    config = make_config(job, tp=1, cp=cp, mbs=1)
+    table = step_table(model, platform, pd.DataFrame([config.to_dict()]))
+    tokens_per_gpu = job.gbs * seq / (8 * cp)
+    flops = tokens_per_gpu * attention_core_flops_per_token(model, seq)
+    return float(table["attention_s"].iloc[0]) / flops
+
+
+def test_the_step_model_prices_short_kernels_slower_and_context_parallel_ones_shorter():
+    at_2k, at_16k = _attention_seconds_per_flop(2048, 1), _attention_seconds_per_flop(16384, 1)
+    assert at_2k / at_16k == pytest.approx(speed(16384) / speed(2048), rel=1e-6)
+    # Context parallelism of 4 on 16k tokens: each kernel sees 4k of them.
+    with_cp = _attention_seconds_per_flop(16384, 4)
+    assert with_cp / at_16k == pytest.approx(speed(16384) / speed(4096), rel=1e-6)
