@@ -46,7 +46,7 @@ from _checkout import head
 from advisor.catalog import load_platform
 from advisor.data.mlperf import mlperf_runs
 from advisor.learn import gate
-from advisor.learn.bands import KIND_METRIC, Z90, analytical_log_sd
+from advisor.learn.bands import KIND_METRIC, Z90, analytical_log_sds
 from advisor.learn.fit import (
     MLPERF_SOURCE,
     error_table,
@@ -272,9 +272,8 @@ def series_band_metrics(rows: pd.DataFrame, predicted: pd.Series) -> dict[str, f
 def band_half_widths(calibration, rows: pd.DataFrame) -> pd.Series:
     """Per row, the half-width in log tokens/s of the analytical p10-p90 band the Predictor
     gives it (`advisor.learn.bands.analytical_log_sd` of its kind, dense or MoE, times Z90)."""
-    moe = rows["moe"].astype(bool)
-    return pd.Series(np.where(moe, analytical_log_sd(calibration, moe=True),
-                              analytical_log_sd(calibration)) * Z90, index=rows.index)
+    return pd.Series(analytical_log_sds(calibration, rows["moe"].astype(bool)) * Z90,
+                     index=rows.index)
 
 
 def band_coverage(rows: pd.DataFrame, predicted: pd.Series,

@@ -120,6 +120,12 @@ def analytical_log_sd(calibration, *, calibrated: bool = True, moe: bool = False
     return sd
 
 
+def analytical_log_sds(calibration, moe) -> np.ndarray:
+    """Per row, `analytical_log_sd` of its kind (`moe`: one flag per row)."""
+    return np.where(np.asarray(moe, bool), analytical_log_sd(calibration, moe=True),
+                    analytical_log_sd(calibration))
+
+
 def at_least(low: np.ndarray, mid: np.ndarray, high: np.ndarray, widen: np.ndarray,
              log_sd: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) no narrower than the log-normal band of σ `log_sd` (one, or one per row)

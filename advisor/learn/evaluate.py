@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.core.errors import AdvisorError
-from advisor.learn.bands import Z90, analytical_log_sd, at_least, band_scale
+from advisor.learn.bands import Z90, analytical_log_sds, at_least, band_scale
 from advisor.learn.features import group_features, reference_features
 from advisor.learn.fit import Reference, fit_all, kendall_by_group
 from advisor.learn.surrogate import train_throughput
@@ -50,8 +50,7 @@ def cross_validate(ref: Reference, calibration: Calibration, by: str, *,
                            f"datasets/mlperf.parquet, `advisor dataset import-mlperf`).")
     # Unsupported rows get the Predictor's analytical band (sized by the bundled calibration's
     # leave-one-series-out error of dense or of MoE runs: not refitted per fold).
-    log_sd = np.where(rows["moe"].astype(bool).to_numpy(),
-                      analytical_log_sd(calibration, moe=True), analytical_log_sd(calibration))
+    log_sd = analytical_log_sds(calibration, rows["moe"].astype(bool))
     for i, group in enumerate(groups, 1):
         if progress:
             progress(f"{by} {i}/{len(groups)}: {group}")
