@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 Columns = Mapping[str, np.ndarray]
 """One array per column, all of the same length (`ParallelConfig` fields, optional
-`framework`)."""
-_READ = (*PARALLEL_FIELDS, "framework")
+`framework` and `dropout`: the dropout probability of a run that keeps it on, as
+Megatron-LM's defaults do; LLM recipes turn it off)."""
+_READ = (*PARALLEL_FIELDS, "framework", "dropout")
 
 
 def config_columns(configs: pd.DataFrame | Table | Columns) -> dict[str, np.ndarray]:

@@ -445,7 +445,8 @@ def _compute(model: ModelSpec, platform: Platform, layers: StageLayers, k: _Knob
                             recompute=k.recompute, attention=configs.get("attention"),
                             compiled=configs.get("torch_compile"),
                             lora=k.lora if k.lora.any() else None,
-                            lora_targets=configs.get("lora_targets"))
+                            lora_targets=configs.get("lora_targets"),
+                            dropout=configs.get("dropout"))
     return _Work(compute, gemm=compute.gemm_s, attention=compute.attention_s,
                  memory=compute.memory_s,
                  recompute=(compute.recompute_gemm_s + compute.recompute_attention_s

@@ -50,6 +50,14 @@ MEMORY_EFFICIENCY = 0.8
 """Fraction of HBM bandwidth elementwise kernels and the optimizer reach. placeholder: typical
 for fused elementwise kernels on HBM GPUs (STREAM-like copy reaches 80-90 %); campaign data to
 replace it."""
+DROPOUT_FORWARD_BYTES = 5.0
+"""HBM bytes per element a dropout kernel moves forward: read its 16-bit input, write the 16-bit
+output and a one-byte keep mask (torch.nn.Dropout on CUDA: `fused_dropout` returns the mask as
+bool). Its backward reads the gradient and the mask and writes the gradient: 5 bytes again."""
+DROPOUT_MASK_BYTES = 1.0
+"""Megatron's fused bias-dropout-add (`bias_dropout_add_fused_train`, a TorchScript fusion of
+the bias add, dropout and residual add the elementwise traffic already counts) writes only its
+one-byte mask beyond them forward, and reads it backward."""
 LOSS_BYTES_PER_LOGIT = 12.0
 """Vocab-parallel cross-entropy: write BF16 logits, FP32 softmax read/write, gradient write."""
 GROUPED_KERNEL_FRAMEWORKS = ("torchtitan",)
@@ -308,7 +316,8 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
                   seq: np.ndarray, sp: np.ndarray, pclass: np.ndarray,
                   recompute: Recompute, attention: np.ndarray | None,
                   compiled: np.ndarray | None = None, lora: np.ndarray | None = None,
-                  lora_targets: np.ndarray | None = None) -> StageCompute:
+                  lora_targets: np.ndarray | None = None,
+                  dropout: np.ndarray | None = None) -> StageCompute:
     """Compute of one micro-batch of `rows` token rows per GPU, for configurations given as
     column vectors (configurations × 1): tp, ep, etp, mbs, seq (sequence length), sp (sequence
     parallel), pclass (the precision's class), recompute (what the backward recomputes),
@@ -316,7 +325,8 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     `torch_compile` column, None: not compiled), run by `frameworks`' kernels (those of
     `EAGER_BLOCKS` as eager PyTorch unless compiled: `eager_traffic`); `lora`
     (configurations × 1) marks LoRA fine-tuning with adapters on `lora_targets`
-    (`advisor/perf/finetune.py`: frozen GEMMs skip their weight gradients)."""
+    (`advisor/perf/finetune.py`: frozen GEMMs skip their weight gradients); dropout (the
+    `dropout` column, None: off, as in LLM pre-training recipes) the dropout probability."""
     h = model.hidden_size
     gemms = layer_gemms(model)
 
@@ -423,6 +433,16 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         e_moe = e_moe + np.where(eager, extra["moe"], 0.0)
     to_s = rows / hbm                      # bytes per token -> seconds for the micro-batch
     t_e_attn, t_e_mlp, t_e_mamba, t_e_moe = (e * to_s for e in (e_attn, e_mlp, e_mamba, e_moe))
+    # Dropout (on where the `dropout` column says so): each block's bias-dropout-add writes
+    # its mask, and unfused attention drops the probabilities of every score in a kernel of
+    # its own (fused attention drops them inside its kernel, at its measured speed).
+    drop = (np.zeros_like(tp, dtype=bool) if dropout is None
+            else np.asarray(dropout, dtype=float).reshape(-1, 1) > 0)
+    scores_dropped = (attention[:, None] == "unfused") if attention is not None else False
+    t_drop_block = np.where(drop, DROPOUT_MASK_BYTES * h / seq_shard, 0.0) * to_s
+    t_drop_attn = t_drop_block + np.where(
+        drop & scores_dropped,
+        DROPOUT_FORWARD_BYTES * model.num_attention_heads / tp * seq, 0.0) * to_s
     t_loss = rows * model.vocab_size / tp * LOSS_BYTES_PER_LOGIT / hbm
 
     # ---- per stage (configs × pp) -------------------------------------------------------
@@ -443,6 +463,7 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     gemm_fwd = stage_sum("fwd")
     attn_fwd = na * t_core + nm * t_scan
     mem_fwd = na * t_e_attn + nm * t_e_mamba + nl * t_e_mlp + nmoe * t_e_moe
+    drop_fwd = na * t_drop_attn + (nm + nl + nmoe) * t_drop_block
     # Quantizing the GEMM operands of a low-precision recipe: forward inputs and backward
     # output gradients (`quantized_elements`), each once per pass.
     quantize = per_value(pclass, lambda c: QUANTIZE_BYTES.get(str(c), 0.0)) * to_s
@@ -456,8 +477,9 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     gemm_mb = gemm_fwd + stage_sum("dgrad") + trains * stage_sum("wgrad")
     experts_mb = t_experts.fwd + t_experts.dgrad + trains * t_experts.wgrad
     attn_mb = (1.0 + ATTENTION_BACKWARD_RATIO) * attn_fwd
-    mem_mb = 3.0 * mem_fwd + q_fwd + q_bwd + last * t_loss * (1 + mtp)
-    mem_fwd = mem_fwd + q_fwd
+    # Elementwise kernels' backward moves about twice their forward traffic; dropout's as much.
+    mem_mb = 3.0 * mem_fwd + q_fwd + q_bwd + last * t_loss * (1 + mtp) + 2.0 * drop_fwd
+    mem_fwd = mem_fwd + q_fwd + drop_fwd
     if lora is not None and lora.any():
         adapters = np.where(lora, adapter_traffic_per_layer_token(
             model, layers, targets=lora_targets) * ACT / tp * to_s, 0.0)

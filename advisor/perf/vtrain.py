@@ -42,6 +42,12 @@ COLUMNS = {"# GPUs": "num_gpus", "global batch": "gbs", "micro batch": "mbs",
            "sequence length": "seq_len", "tensor parallelism": "tp",
            "data parallelism": "dp", "pipeline parallelism": "pp",
            "iteration time (ms)": "measured_ms"}
+DROPOUT = 0.1
+"""Attention and hidden dropout of the runs: Megatron-DeepSpeed's GPT defaults
+(`--attention-dropout`, `--hidden-dropout` 0.1), which vTrain's own model of the runs keeps
+(VIA-Research/vTrain `src/model/gpt_modeling.py`: `torch.nn.Dropout(attention_dropout_prob)` on
+the attention probabilities, `bias_dropout_add_fused_train(..., 0.1)` after attention and the
+MLP)."""
 JOB = ("num_gpus", "hidden", "layers", "gbs")
 """A job: the same model and global batch on the same GPUs; its rows are layouts of it."""
 
@@ -99,7 +105,8 @@ def vtrain_configs(part: pd.DataFrame) -> pd.DataFrame:
         "precision": "fp16", "recompute": "full", "dp_sharding": "none",
         "sequence_parallel": False, "overlap_grad_reduce": False,
         "overlap_param_gather": False, "tp_comm_overlap": False,
-        "grad_reduce_in_fp32": False, "attention": "unfused"}, index=part.index)
+        "grad_reduce_in_fp32": False, "attention": "unfused", "dropout": DROPOUT},
+        index=part.index)
 
 
 def predict_vtrain(frame: pd.DataFrame, calibration: Calibration | None = None, *,
