@@ -55,6 +55,18 @@ compiles only when told (`--compile.enable`; CompileConfig.enable defaults to Fa
 Megatron-Core runs Transformer Engine's and Apex's fused kernels; NeMo AutoModel's and plain
 FSDP loops' model code is not read here, so they are modelled with fused kernels."""
 
+FLASH_ATTENTION_2 = ("llm-foundry", "torchtitan", "pytorch-fsdp", "pytorch", "deepspeed",
+                     "megatron-deepspeed")
+"""Frameworks whose fused attention runs FlashAttention-2's kernels (or their Triton port)
+rather than Transformer Engine's cuDNN fused attention, which Megatron-Core runs and the
+families' fitted attention efficiency describes: llm-foundry's MPT models ("our models use
+Flash Attention", scripts/train/benchmarking/README.md; `attn_impl: flash` or `triton`),
+PyTorch's `scaled_dot_product_attention`, whose flash backend is FlashAttention-2 (TorchTitan
+and plain FSDP loops), Hugging Face models under DeepSpeed (`flash_attention_2` or SDPA), and
+Megatron-DeepSpeed's `--use-flash-attn`. NeMo AutoModel is left with Megatron-Core, as its
+attention backend is not read here. `advisor.perf.step_compute.FLASH_ATTENTION_2_SPEED` prices
+the difference per architecture."""
+
 
 def _spelling(name: str) -> str:
     """`name` as compared: lower case, `_` and spaces read as `-` ("NeMo_AutoModel" ->

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from advisor.core.frameworks import EAGER_BLOCKS
+from advisor.core.frameworks import EAGER_BLOCKS, FLASH_ATTENTION_2
 from advisor.core.model import ModelSpec
 from advisor.core.platform import Platform
 from advisor.perf.calibration import Efficiency, FrameworkEfficiency
@@ -46,6 +46,16 @@ FlashAttention-2 191-335 (L0 403), FlashAttention-3 292-616 (L0 603); each withi
 E · L / (L + L0). So 2k tokens run at 84 %, 4k at 91 %, 32k at 99 % of the long-sequence
 speed (`Efficiency.attention`), and context parallelism, which hands each kernel seq / CP
 tokens, pays for the shorter ones."""
+FLASH_ATTENTION_2_SPEED = {"hopper": 0.62}
+"""Speed of FlashAttention-2's kernels (`advisor.core.frameworks.FLASH_ATTENTION_2`) against the
+cuDNN fused attention Megatron-Core runs, per architecture family where both were measured on
+one GPU. Hopper: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) time both on an H100
+SXM5 at head dim 128 from 512 to 16k tokens; from 1k tokens up FlashAttention-2 runs at
+0.62-0.63 of cuDNN forward with the causal mask (Figure 5: 260-335 against 410-539 TFLOP/s)
+and 0.61-0.64 backward (Figure 6: 260-322 against 408-518), the Triton port 0.65-0.66 forward;
+FlashAttention-2 has no Hopper-specific (wgmma, TMA) path, which cuDNN and FlashAttention-3 use.
+Elsewhere no measurement sets them apart (on A100, FlashAttention-2 is the fastest kernel of its
+time: Dao 2023), so 1."""
 MEMORY_EFFICIENCY = 0.8
 """Fraction of HBM bandwidth elementwise kernels and the optimizer reach. placeholder: typical
 for fused elementwise kernels on HBM GPUs (STREAM-like copy reaches 80-90 %); campaign data to
@@ -333,7 +343,9 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     # ---- peaks ---------------------------------------------------------------------------
     ratio = np.where(pclass == "fp8", eff.fp8_ratio, np.where(pclass == "fp4", eff.fp4_ratio, 1.0))
     gemm_kernels = per_value(frameworks[:, None], lambda f: framework(f).gemm)
-    attn_kernels = per_value(frameworks[:, None], lambda f: framework(f).attention)
+    attn_kernels = (per_value(frameworks[:, None], lambda f: framework(f).attention)
+                    * np.where(np.isin(frameworks, FLASH_ATTENTION_2)[:, None],
+                               FLASH_ATTENTION_2_SPEED.get(platform.family, 1.0), 1.0))
     # GEMMs at the measured kernels' full-clock peak, times what the end-to-end fit finds the
     # family's and framework's training GEMMs reach against those kernels (`eff.gemm`).
     gemm_peak = (per_value(pclass, platform.full_clock_peak_flops) * ratio * gemm_kernels
