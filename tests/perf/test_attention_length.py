@@ -12,9 +12,9 @@ import pytest
 
 from advisor.catalog import load_model, load_platform
 from advisor.core.parallel import make_config, make_job
+from advisor.perf.calibration import load_calibration
 from advisor.perf.flops import attention_core_flops_per_token
 from advisor.perf.step import step_table
-from advisor.perf.calibration import load_calibration
 from advisor.perf.step_compute import ATTENTION_HALF_SPEED_TOKENS, FLASH_ATTENTION_2_SPEED
 
 LENGTHS = np.array([512, 1024, 2048, 4096, 8192, 16384])
