@@ -28,6 +28,7 @@ from advisor.perf.flops import (
 )
 from advisor.perf.gemm import GemmKernel, load_kernel_table
 from advisor.perf.layout import StageLayout
+from advisor.perf.memory import DROPOUT_MASK_BYTES
 from advisor.perf.power_params import load_power_params
 from advisor.perf.recompute import Recompute
 
@@ -52,7 +53,7 @@ cuDNN fused attention Megatron-Core runs, per architecture family where both wer
 one GPU. Hopper: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) time both on an H100
 SXM5 at head dim 128 from 512 to 16k tokens; from 1k tokens up FlashAttention-2 runs at
 0.62-0.63 of cuDNN forward with the causal mask (Figure 5: 260-335 against 410-539 TFLOP/s)
-and 0.61-0.64 backward (Figure 6: 260-322 against 408-518), the Triton port 0.65-0.66 forward;
+and 0.61-0.64 backward (Figure 6: 260-322 against 408-518), the Triton port 0.63-0.66 forward;
 FlashAttention-2 has no Hopper-specific (wgmma, TMA) path, which cuDNN and FlashAttention-3 use.
 Elsewhere no measurement sets them apart (on A100, FlashAttention-2 is the fastest kernel of its
 time: Dao 2023), so 1."""
@@ -64,10 +65,6 @@ DROPOUT_FORWARD_BYTES = 5.0
 """HBM bytes per element a dropout kernel moves forward: read its 16-bit input, write the 16-bit
 output and a one-byte keep mask (torch.nn.Dropout on CUDA: `fused_dropout` returns the mask as
 bool). Its backward reads the gradient and the mask and writes the gradient: 5 bytes again."""
-DROPOUT_MASK_BYTES = 1.0
-"""Megatron's fused bias-dropout-add (`bias_dropout_add_fused_train`, a TorchScript fusion of
-the bias add, dropout and residual add the elementwise traffic already counts) writes only its
-one-byte mask beyond them forward, and reads it backward."""
 LOSS_BYTES_PER_LOGIT = 12.0
 """Vocab-parallel cross-entropy: write BF16 logits, FP32 softmax read/write, gradient write."""
 GROUPED_KERNEL_FRAMEWORKS = ("torchtitan",)
@@ -445,9 +442,11 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         e_moe = e_moe + np.where(eager, extra["moe"], 0.0)
     to_s = rows / hbm                      # bytes per token -> seconds for the micro-batch
     t_e_attn, t_e_mlp, t_e_mamba, t_e_moe = (e * to_s for e in (e_attn, e_mlp, e_mamba, e_moe))
-    # Dropout (on where the `dropout` column says so): each block's bias-dropout-add writes
-    # its mask, and unfused attention drops the probabilities of every score in a kernel of
-    # its own (fused attention drops them inside its kernel, at its measured speed).
+    # Dropout (on where the `dropout` column says so): each block's bias-dropout-add (Megatron's
+    # `bias_dropout_add_fused_train`, whose add the elementwise traffic counts) also writes its
+    # mask forward and reads it backward, and unfused attention drops the probabilities of every
+    # score in a kernel of its own (fused attention drops them inside its kernel, at its
+    # measured speed).
     drop = (np.zeros_like(tp, dtype=bool) if dropout is None
             else np.asarray(dropout, dtype=float).reshape(-1, 1) > 0)
     scores_dropped = (attention[:, None] == "unfused") if attention is not None else False

@@ -11,12 +11,9 @@ import pandas as pd
 import pytest
 
 from advisor.catalog import load_platform
+from advisor.perf.memory import DROPOUT_MASK_BYTES
 from advisor.perf.step import step_table
-from advisor.perf.step_compute import (
-    DROPOUT_FORWARD_BYTES,
-    DROPOUT_MASK_BYTES,
-    MEMORY_EFFICIENCY,
-)
+from advisor.perf.step_compute import DROPOUT_FORWARD_BYTES, MEMORY_EFFICIENCY
 from advisor.perf.vtrain import gpt_spec, load_vtrain, vtrain_configs, vtrain_groups
 
 
