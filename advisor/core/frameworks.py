@@ -55,17 +55,19 @@ compiles only when told (`--compile.enable`; CompileConfig.enable defaults to Fa
 Megatron-Core runs Transformer Engine's and Apex's fused kernels; NeMo AutoModel's and plain
 FSDP loops' model code is not read here, so they are modelled with fused kernels."""
 
-FLASH_ATTENTION_2 = ("llm-foundry", "torchtitan", "pytorch-fsdp", "pytorch", "deepspeed",
-                     "megatron-deepspeed")
+FLASH_ATTENTION_2 = ("llm-foundry", "deepspeed", "megatron-deepspeed")
 """Frameworks whose fused attention runs FlashAttention-2's kernels (or their Triton port)
-rather than Transformer Engine's cuDNN fused attention, which Megatron-Core runs and the
-families' fitted attention efficiency describes: llm-foundry's MPT models ("our models use
+rather than a cuDNN or Hopper-specific kernel, which Megatron-Core's Transformer Engine runs and
+the families' fitted attention efficiency describes: llm-foundry's MPT models ("our models use
 Flash Attention", scripts/train/benchmarking/README.md; `attn_impl: flash` or `triton`),
-PyTorch's `scaled_dot_product_attention`, whose flash backend is FlashAttention-2 (TorchTitan
-and plain FSDP loops), Hugging Face models under DeepSpeed (`flash_attention_2` or SDPA), and
-Megatron-DeepSpeed's `--use-flash-attn`. NeMo AutoModel is left with Megatron-Core, as its
-attention backend is not read here. `advisor.perf.step_compute.FLASH_ATTENTION_2_SPEED` prices
-the difference per architecture."""
+Hugging Face models under DeepSpeed as MLPerf's Llama 2 70B LoRA reference runs them
+(mlcommons/training llama2_70b_lora/scripts/train.py: `use_flash_attn` defaults to True), and
+Megatron-DeepSpeed's `--use-flash-attn`. PyTorch's `scaled_dot_product_attention` (TorchTitan,
+FSDP loops, advisor's own workload) is not among them: on the H200 probe (torch 2.11,
+datasets/probes/h200-power) its causal head-dim-128 kernel ran 4k tokens at about 500-600
+TFLOP/s, cuDNN's and FlashAttention-3's class, where FlashAttention-2 reaches 319
+(`tests/perf/test_attention_length.py`). NeMo AutoModel is left with Megatron-Core.
+`advisor.perf.step_compute.FLASH_ATTENTION_2_SPEED` prices the difference per architecture."""
 
 
 def _spelling(name: str) -> str:
