@@ -384,7 +384,8 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     # Fused attention below its long-sequence speed on the seq / CP tokens a kernel sees.
     t_core = (rows * core_flops / tp / attn_peak
               * (1.0 + ATTENTION_HALF_SPEED_TOKENS / (rows / mbs)))
-    if attention is not None and (attention == "unfused").any():
+    unfused = (attention[:, None] == "unfused") if attention is not None else False
+    if np.any(unfused):
         # Unfused: QKᵀ and PV as batched GEMMs over every key (the causal mask is applied
         # after the product, nothing is skipped), one per head and sequence (M = N = seq,
         # K = head dim), plus the softmax pass over the s² scores between them: read the scores
@@ -397,7 +398,6 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
         # small-dimension penalty of a lone weight GEMM (`_GemmClock`).
         # The score GEMMs run in 16-bit whatever the weights' recipe (ParallelConfig refuses
         # unfused attention with context parallelism, so every GPU holds whole sequences).
-        unfused = attention[:, None] == "unfused"
         heads = model.num_attention_heads / tp
         head_dim = float(model.attention_head_dim)
         score_peak = (per_value(attn_class, platform.full_clock_peak_flops) * gemm_kernels
@@ -449,10 +449,9 @@ def stage_compute(model: ModelSpec, platform: Platform, layers: StageLayers, *,
     # measured speed).
     drop = (np.zeros_like(tp, dtype=bool) if dropout is None
             else np.asarray(dropout, dtype=float).reshape(-1, 1) > 0)
-    scores_dropped = (attention[:, None] == "unfused") if attention is not None else False
     t_drop_block = np.where(drop, DROPOUT_MASK_BYTES * h / seq_shard, 0.0) * to_s
     t_drop_attn = t_drop_block + np.where(
-        drop & scores_dropped,
+        drop & unfused,
         DROPOUT_FORWARD_BYTES * model.num_attention_heads / tp * seq, 0.0) * to_s
     t_loss = rows * model.vocab_size / tp * LOSS_BYTES_PER_LOGIT / hbm
 
