@@ -39,6 +39,19 @@ def test_an_uncalibrated_framework_runs_like_the_fitted_stacks(calibration):
     assert calibration.framework("megatron", "hopper") == FrameworkEfficiency()
 
 
+def test_a_frameworks_gemms_run_near_the_measured_kernels(calibration):
+    """Every framework calls the GEMM kernels the tables time, so however few runs fitted a
+    stack, its GEMM factor stays inside the band torch matmul reaches against them (MAMF:
+    0.8-1.05, `benchmarks/gemm_check.py`) give or take the prior's width; MLPerf's two
+    DeepSpeed LoRA runs on H100 fitted 0.54 under a wide prior, a third of what an uncalibrated
+    framework then got."""
+    stacks = {k: f for k, f in calibration.frameworks.items() if STACK_SEPARATOR in k}
+    assert len(stacks) >= 4
+    for key, stack in stacks.items():
+        assert 0.7 <= stack.gemm <= 1.1, (key, stack.gemm)
+    assert 0.75 <= calibration.uncalibrated_framework().gemm < 1.0
+
+
 def test_megatron_deepspeed_keeps_megatrons_kernels_and_vtrains_host_time(calibration):
     forked = calibration.framework("megatron-deepspeed", "ampere")
     assert (forked.gemm, forked.attention) == (1.0, 1.0)
