@@ -43,8 +43,8 @@ def test_a_frameworks_gemms_run_near_the_measured_kernels(calibration):
     """Every framework calls the GEMM kernels the tables time, so however few runs fitted a
     stack, its GEMM factor stays inside the band torch matmul reaches against them (MAMF:
     0.8-1.05, `benchmarks/gemm_check.py`) give or take the prior's width; MLPerf's two
-    DeepSpeed LoRA runs on H100 fitted 0.54 under a wide prior, a third of what an uncalibrated
-    framework then got."""
+    DeepSpeed LoRA runs on H100 fitted 0.54 under a wide prior, one of the three stacks whose
+    mean llm-foundry got when held out."""
     stacks = {k: f for k, f in calibration.frameworks.items() if STACK_SEPARATOR in k}
     assert len(stacks) >= 4
     for key, stack in stacks.items():
