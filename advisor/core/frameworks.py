@@ -64,9 +64,9 @@ Hugging Face models under DeepSpeed as MLPerf's Llama 2 70B LoRA reference runs 
 (mlcommons/training llama2_70b_lora/scripts/train.py: `use_flash_attn` defaults to True), and
 Megatron-DeepSpeed's `--use-flash-attn`. PyTorch's `scaled_dot_product_attention` (TorchTitan,
 FSDP loops, advisor's own workload) is not among them: on the H200 probe (torch 2.11,
-datasets/probes/h200-power) its causal head-dim-128 kernel ran 4k tokens at about 500-600
-TFLOP/s, cuDNN's and FlashAttention-3's class, where FlashAttention-2 reaches 319
-(`tests/perf/test_attention_length.py`). NeMo AutoModel is left with Megatron-Core.
+datasets/probes/h200-power) its causal head-dim-128 kernel ran 4k tokens at a median 514
+TFLOP/s (the middle half 512-517), cuDNN's and FlashAttention-3's class, where FlashAttention-2
+reaches 319 (`tests/perf/test_attention_length.py`). NeMo AutoModel is left with Megatron-Core.
 `advisor.perf.step_compute.FLASH_ATTENTION_2_SPEED` prices the difference per architecture."""
 
 
