@@ -10,7 +10,9 @@ parameters (`advisor/catalog/gemm_kernels.toml`) against XLA's measured GEMM tab
 the fit never saw: MAMF, torch's best matmul per accelerator (cuBLAS/hipBLASLt), against the
 model at that shape — including devices that borrow an architecture's kernels (H200, GB200,
 B300, MI325X) and A100 on the generic prior. The goal is a median error within 10 % per
-device on the BF16 tables. `--plots DIR` draws the rows of both tables (`plots`, matplotlib):
+device on the BF16 tables. A last table says how often each measured table contradicts itself (a
+larger GEMM measured faster than a smaller one), which bounds what any kernel model can reach on
+it. `--plots DIR` draws the rows of both tables (`plots`, matplotlib):
 predicted against measured TFLOP/s of every table shape per device and format, and of MAMF.
 """
 
@@ -69,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     worst = bf16["median_ape_pct"].max()
     print(f"\nBF16 median error per device: worst {worst:.1f} % "
           f"({'within' if worst <= 10 else 'outside'} the 10 % goal)")
+    print("\n## How often a table contradicts itself: shape pairs one doubling of b, M, N or K "
+          "apart where\n## the larger GEMM measured more than "
+          f"{gemm_fit.FASTER_BY:.0%} faster (the library's kernel choice; no model in which\n"
+          "## time grows with the work reproduces those entries)\n")
+    print(gemm_fit.inversions(tables).round(2).to_string(index=False))
     print("\n## MAMF (torch matmul, the best of a shape search; never fitted) against the "
           "model at that shape\n")
     mamf = gemm_fit.mamf_check(shipped)

@@ -175,6 +175,35 @@ def score_table(tables: pd.DataFrame, kernels) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+FASTER_BY = 0.10
+"""A doubling counts as an inversion where the larger GEMM measures this much faster."""
+
+
+def inversions(tables: pd.DataFrame) -> pd.DataFrame:
+    """How often each measured table contradicts itself, per device and format: of every pair
+    of shapes that differ by doubling one of b, M, N or K, the share (%) where the larger GEMM
+    measured more than `FASTER_BY` faster, and the fastest such ratio of times. A larger GEMM
+    never needs less time than a smaller one padded into it, so these entries record which
+    kernel the library picked for a shape (XLA's autotuner over hipBLASLt or cuBLAS), not what
+    the hardware can do; no model in which time grows with the work reproduces them."""
+    out = []
+    dims = ["b", "m", "n", "k"]
+    for (platform, fmt), part in tables.groupby(["platform", "format"], sort=True):
+        seconds = part.set_index(dims)["measured_s"]
+        ratios = []
+        for dim in dims:
+            larger = part[dims].copy()
+            larger[dim] = larger[dim] * 2
+            after = seconds.reindex(pd.MultiIndex.from_frame(larger)).to_numpy()
+            known = ~np.isnan(after)
+            ratios.append(after[known] / part["measured_s"].to_numpy()[known])
+        ratio = np.concatenate(ratios)
+        out.append({"platform": platform, "format": fmt, "doublings": len(ratio),
+                    "faster_pct": float(np.mean(ratio < 1.0 - FASTER_BY) * 100),
+                    "fastest_ratio": float(ratio.min())})
+    return pd.DataFrame(out)
+
+
 def mamf_check(kernels, folder: Path = DATA) -> pd.DataFrame:
     """Each MAMF measurement (torch matmul, the best of a brute-force shape search) against the
     kernel model at that shape on that device: predicted / measured FLOP/s. Devices with no
