@@ -25,8 +25,9 @@ regret per job measured in two or more layouts (a job: one model, GPU count, pre
 sequence length, global batch and software release on the stack — runs of one layout in two
 releases are no layout choice; the pick is the fastest by measurement where measured, by
 prediction elsewhere): the share of jobs within 2 % of their best layout, and the mean regret.
-A last line per table gives the floor (`ceiling`): every run of each stack fitted, every job's
-layout picked by prediction alone — what the stack's factors cannot learn, however many runs.
+A line per table gives the floor (`ceiling`): every run of each stack fitted, every job's
+layout picked by prediction alone — what the stack's factors cannot learn, however many runs;
+a last table breaks the targeted strategy down per stack (`by_stack`), floor included.
 
 Only the analytical model with the stack's factors is scored: the learned surrogate is not
 retrained per draw here (`advisor train --stack` fits the same factors, then trains it).
@@ -61,6 +62,8 @@ from advisor.learn.stack import (  # noqa: E402
 )
 from advisor.perf.calibration import CURRENT_RELEASE, load_calibration  # noqa: E402
 
+STACK_LABEL = 64
+"""Characters of a stack's name the per-stack table prints (a release may be a sentence)."""
 JOB = ("model", "num_gpus", "precision", "seq_len", "gbs", "release")
 REGRET_GOAL = 0.02
 BAND_PROMISE = 0.8
@@ -200,8 +203,8 @@ def ceiling(rows: pd.DataFrame, tables: pd.DataFrame, min_rows: int) -> dict:
     The in-sample MAPE (median over stacks) and the jobs' regret are what the analytical model
     with the stack's own factors, host time and model offsets leaves, however the runs were
     chosen: the floor a few-shot campaign approaches."""
-    per_stack, regrets = [], []
-    for _, part in rows.groupby("stack", sort=True):
+    per_stack, regrets, floors = [], [], {}
+    for name, part in rows.groupby("stack", sort=True):
         if len(part) <= min_rows:
             continue
         spread = spread_without(rows, tables, part["series"].iloc[0])
@@ -211,6 +214,7 @@ def ceiling(rows: pd.DataFrame, tables: pd.DataFrame, min_rows: int) -> dict:
         stack, _, _ = fit(prices, np.ones(len(truth), bool), truth, spread, models, moe)
         mid = stack.predict_priced(pricing(prices), models, moe)[1]
         per_stack.append(float(np.mean(np.abs(mid / truth - 1.0)) * 100))
+        floors[name] = round(per_stack[-1], 1)
         jobs = part[list(JOB)].astype(str).agg("|".join, axis=1).to_numpy()
         for job in pd.unique(jobs):
             members = np.flatnonzero(jobs == job)
@@ -224,7 +228,30 @@ def ceiling(rows: pd.DataFrame, tables: pd.DataFrame, min_rows: int) -> dict:
             f"regret <= {REGRET_GOAL:.0%} %": round(
                 100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
             if len(regrets) else np.nan,
-            "mean regret %": round(100 * float(regrets.mean()), 2) if len(regrets) else np.nan}
+            "mean regret %": round(100 * float(regrets.mean()), 2) if len(regrets) else np.nan,
+            "per_stack": floors}
+
+
+def by_stack(results: pd.DataFrame, floors: dict[str, float],
+             k: tuple[int, ...] = (0, 4, 8)) -> pd.DataFrame:
+    """Per stack: its runs, its jobs of two or more layouts, MAPE on its other runs with no
+    run and after `k` targeted ones (mean over seeds), p10-p90 coverage after each, and the
+    floor (`ceiling`'s in-sample MAPE), sorted by MAPE at the middle k — where the median over
+    stacks sits, and which stacks the regret figures weigh (each of their jobs counts once)."""
+    targeted = results[results["strategy"].isin(["none", "targeted"])
+                       & results["k"].isin(list(k))]
+    out = []
+    for stack, part in targeted.groupby("stack", sort=True):
+        row = {"stack": stack, "runs": int(part["rows"].iloc[0]),
+               "jobs": len(part["regrets"].iloc[0])}
+        for kk, at in part.groupby("k"):
+            row[f"MAPE % k={kk}"] = round(float(at["mape"].mean()), 1)
+            row[f"coverage % k={kk}"] = round(100 * float(at["inside"].sum()
+                                                          / max(at["scored"].sum(), 1)))
+        row["floor %"] = floors.get(stack, np.nan)
+        out.append(row)
+    middle = f"MAPE % k={sorted(k)[len(k) // 2]}"
+    return pd.DataFrame(out).sort_values(middle, kind="stable").reset_index(drop=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{best['stacks']} stacks; {best['jobs']} jobs, "
               f"{best[f'regret <= {REGRET_GOAL:.0%} %']} % within {REGRET_GOAL:.0%} of their "
               f"best layout, mean regret {best['mean regret %']} %")
+        ks = tuple(sorted(set(args.k)))
+        stacks = by_stack(results[by], best["per_stack"], ks)
+        print(f"per stack, targeted (sorted by MAPE after {ks[len(ks) // 2]} runs; jobs: its "
+              f"jobs of two or more layouts, which the regret figures count):")
+        long = stacks["stack"].str.len() > STACK_LABEL
+        print(stacks.assign(stack=stacks["stack"].where(
+            ~long, stacks["stack"].str.slice(0, STACK_LABEL - 1) + "…")).to_string(index=False))
     if args.plots:
         for path in plots(results["platform"], summary["platform"], args.plots):
             print(f"wrote {path}", file=sys.stderr)
@@ -289,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"commit": head(), **{
             f"summary_by_{by}": part.to_dict("records") for by, part in summary.items()}, **{
-            f"ceiling_by_{by}": best for by, best in ceilings.items()}}, indent=1) + "\n")
+            f"ceiling_by_{by}": {k: v for k, v in best.items() if k != "per_stack"}
+            for by, best in ceilings.items()}}, indent=1) + "\n")
     return 0
 
 

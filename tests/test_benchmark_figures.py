@@ -125,3 +125,20 @@ def test_a_benchmark_on_an_export_names_the_commit_it_was_given(tmp_path, monkey
     assert checkout.head(tmp_path) == "0abc123"
     monkeypatch.delenv("ADVISOR_COMMIT")
     assert checkout.head(tmp_path) == "unknown"
+
+
+def test_few_shot_per_stack_table_reads_the_draws_it_summarises():
+    bench = load_benchmark("few_shot")
+    results = _few_shot_results()
+    table = bench.by_stack(results, {"series a | h100": 3.0}, (0, 2, 4, 8))
+    assert list(table["stack"]) == sorted(
+        table["stack"], key=lambda s: table.set_index("stack").loc[s, "MAPE % k=4"])
+    for stack, row in table.set_index("stack").iterrows():
+        draws = results[(results["stack"] == stack) & (results["k"] == 4)
+                        & (results["strategy"] == "targeted")]
+        assert row["MAPE % k=4"] == pytest.approx(round(draws["mape"].mean(), 1))
+        inside = draws["inside"].sum() / draws["scored"].sum()
+        assert row["coverage % k=4"] == round(100 * inside)
+    assert table["jobs"].tolist() == [3, 3, 3]
+    assert table.set_index("stack").loc["series a | h100", "floor %"] == 3.0
+    assert table.set_index("stack")["floor %"].isna().sum() == 2
