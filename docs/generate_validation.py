@@ -150,7 +150,7 @@ BENCHMARKS = (
               "run of each stack fitted, each job's layout picked by prediction alone, and a "
               "table per stack of the targeted strategy (MAPE and coverage at each k, its "
               "jobs, its floor): where the median over stacks sits, and that vTrain's "
-              "single-node sweeps hold 144 of the 154 jobs the regret figures count. About "
+              "single-node sweeps hold most of the jobs the regret figures count. About "
               "10 minutes.", plots=True),
     Benchmark("wall-energy", "Energy at the wall: the power limit the energy objective chooses",
               ("benchmarks/wall_energy.py",),
