@@ -1,4 +1,4 @@
-"""Do the calibrated attention and expert-GEMM factors match what one GPU's kernels do?
+"""Do the calibrated attention, expert-GEMM and scan factors match what one GPU's kernels do?
 
     python -m collectors.kernel_probe --out runs/kernel-probe        # on the GPU, a minute
     python benchmarks/kernel_check.py --probe runs/kernel-probe      # anywhere
@@ -16,6 +16,9 @@ and the factor it implies in the step model's own terms (`advisor/perf/step_comp
   `gemm_kernels.toml`) at the full-clock peak times the family's `gemm` factor, divided by the
   `expert_gemm` level — one kernel per expert, or one grouped kernel for all of them: the
   implied level is the dense price of the same GEMMs over the measured time.
+* **scan**: the Mamba-2 scan is priced like attention, at the dense BF16 peak times the family's
+  `scan` factor, on the FLOPs the step model counts (6 · d_inner · d_state per token forward,
+  backward 2.5 × forward): the implied factor is the measured TFLOP/s over that peak.
 
 The summary sets the median implied factor of each (attention at 4,096 tokens and longer, the
 training range) against the calibrated one: where the end-to-end fit stands against the kernels
@@ -66,6 +69,10 @@ def implied(kernels: pd.DataFrame, platform_name: str) -> pd.DataFrame:
     out.loc[attention, "implied"] = (out.loc[attention, "flop"] / out.loc[attention, "seconds"]
                                      / platform.peak_flops("bf16"))
     out.loc[attention, "calibrated"] = eff.attention
+    scan = out["kind"] == "scan"
+    out.loc[scan, "implied"] = (out.loc[scan, "flop"] / out.loc[scan, "seconds"]
+                                / platform.peak_flops("bf16"))
+    out.loc[scan, "calibrated"] = eff.scan
     experts = out[out["kind"] == "experts"]
     if len(experts):
         # the step model's own GEMM clock at the family's factor, its expert level left out
@@ -124,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table[shown].round(3).to_string(index=False))
     if facts.get("grouped_missing"):
         print(f"\nno grouped expert kernel: {facts['grouped_missing']}")
+    if facts.get("scan_missing"):
+        print(f"no Mamba-2 scan: {facts['scan_missing']}")
     print(f"\n## Median implied factor against the calibration (attention from {TRAINING_SEQ} "
           "tokens)\n")
     print(summary(table, small=bool(facts.get("small"))).round(3).to_string(index=False))

@@ -18,6 +18,13 @@ publication series is the only source of MoE runs, holding it out leaves them at
   experts of 128 to 8,192 tokens each: one kernel per expert (`loop`, as Transformer Engine
   launches them) and one grouped kernel for all (`grouped`, `torch._grouped_mm`, where this
   torch and device have it).
+* **scan**: the Mamba-2 chunked state-space scan Megatron-Core's Mamba layer calls
+  (`mamba_ssm`'s `mamba_chunk_scan_combined`, Triton, BF16 inputs), at Nemotron-3 Nano's shape
+  (64 heads of dimension 64, state 128, 8 groups, chunks of 128: Megatron's MambaMixer
+  default), 32,768 tokens per call in sequences of 2,048 and 8,192, forward alone and with
+  backward; where `mamba_ssm` is installed on a CUDA device (NVIDIA's NeMo containers ship it),
+  else recorded as missing. The end-to-end fit gives Hopper and Blackwell `scan` factors
+  several-fold apart (`advisor/catalog/calibration.toml`), which a probe on each settles.
 
 Each kernel is warmed up, then timed over repeats (CUDA events on a GPU, the host clock on a
 CPU); the median is kept. Nothing changes the GPU's settings. Written to `--out`: `kernels.csv`
@@ -49,6 +56,12 @@ EXPERTS = 8
 EXPERT_HIDDEN = 4096
 EXPERT_FFN = 2048
 TOKENS_PER_EXPERT = (128, 512, 2048, 8192)
+SCAN_TOKENS = 32768
+SCAN_SEQUENCES = (2048, 8192)
+SCAN_HEADS, SCAN_HEAD_DIM, SCAN_STATE, SCAN_GROUPS, SCAN_CHUNK = 64, 64, 128, 8, 128
+"""Nemotron-3 Nano's Mamba layer (mamba_num_heads 64, mamba_head_dim 64, ssm_state_size 128,
+n_groups 8: its config.json, advisor/catalog/models/nemotron_h.toml) and Megatron-Core
+MambaMixer's default chunk_size 128."""
 BACKWARD_RATIO = 2.5
 """Backward FLOPs of attention per forward FLOP as FlashAttention's benchmarks count them (five
 products against the forward's two), and as the step model does."""
@@ -152,6 +165,59 @@ def expert_rows(torch: Any, device: Any, *, small: bool, repeats: int) -> tuple[
     return rows, missing
 
 
+def scan_flop(tokens: int) -> float:
+    """Forward FLOPs of the probe's scan over `tokens` as the step model counts them
+    (`advisor.perf.flops.mamba_scan_flops_per_token`: 6 · d_inner · d_state per token)."""
+    return 6.0 * tokens * SCAN_HEADS * SCAN_HEAD_DIM * SCAN_STATE
+
+
+def scan_rows(torch: Any, device: Any, *, small: bool, repeats: int) -> tuple[list[dict], str]:
+    """The Mamba-2 chunked scan, forward and forward with backward, per sequence length;
+    returns the rows and why the scan is missing ("" if measured)."""
+    if device.type != "cuda":
+        return [], "the Mamba-2 scan kernels (mamba_ssm, Triton) run on CUDA devices only"
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except ImportError as exc:
+        return [], (f"mamba_ssm is not installed ({exc}); `pip install mamba-ssm` or run in "
+                    f"an NVIDIA NeMo container")
+    shrink = SHRINK if small else 1
+    timed = _timer(torch, True)
+    heads, dim = SCAN_HEADS, SCAN_HEAD_DIM
+    rows = []
+    for seq in (s // shrink for s in SCAN_SEQUENCES):
+        batch = max(SCAN_TOKENS // shrink // seq, 1)
+
+        def tensor(*shape: int, dtype: Any = torch.bfloat16) -> Any:
+            return torch.randn(*shape, device=device, dtype=dtype).requires_grad_()
+
+        x = tensor(batch, seq, heads, dim)
+        dt = tensor(batch, seq, heads, dtype=torch.float32)
+        a = (-torch.rand(heads, device=device)).requires_grad_()
+        b, c = (tensor(batch, seq, SCAN_GROUPS, SCAN_STATE) for _ in range(2))
+        d, dt_bias = (tensor(heads, dtype=torch.float32) for _ in range(2))
+        grad = torch.randn_like(x)
+
+        def forward(x=x, dt=dt, a=a, b=b, c=c, d=d, dt_bias=dt_bias) -> Any:
+            return mamba_chunk_scan_combined(x, dt, a, b, c, chunk_size=SCAN_CHUNK, D=d,
+                                             dt_bias=dt_bias, dt_softplus=True)
+
+        def no_grad(forward=forward) -> Any:
+            with torch.no_grad():
+                return forward()
+
+        def both(forward=forward, grad=grad, inputs=(x, dt, a, b, c, d, dt_bias)) -> None:
+            torch.autograd.grad(forward(), inputs, grad)
+
+        for variant, launch, calls in (("forward", no_grad, 1.0),
+                                       ("forward+backward", both, 1.0 + BACKWARD_RATIO)):
+            seconds = timed(launch, repeats)
+            rows.append({"kind": "scan", "variant": variant, "batch": batch, "seq": seq,
+                         "heads": heads, "head_dim": dim, "flop": calls * scan_flop(batch * seq),
+                         "seconds": seconds})
+    return rows, ""
+
+
 def run_probe(out: Path, *, device_kind: str = "cuda", small: bool = False,
               repeats: int = 20) -> dict[str, Any]:
     """Time every kernel and write `kernels.csv` and `device.json`; returns the latter."""
@@ -164,6 +230,8 @@ def run_probe(out: Path, *, device_kind: str = "cuda", small: bool = False,
     experts, facts["grouped_missing"] = expert_rows(torch, device, small=small,
                                                     repeats=repeats)
     rows += experts
+    scans, facts["scan_missing"] = scan_rows(torch, device, small=small, repeats=repeats)
+    rows += scans
     with (out / "kernels.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, restval="")
         writer.writeheader()
@@ -191,6 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {args.out / 'kernels.csv'} ({facts.get('name', facts['device'])})")
     if facts["grouped_missing"]:
         print(f"note: no grouped expert kernel timed ({facts['grouped_missing']})")
+    if facts["scan_missing"]:
+        print(f"note: no Mamba-2 scan timed ({facts['scan_missing']})")
 
 
 if __name__ == "__main__":

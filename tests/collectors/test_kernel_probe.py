@@ -1,6 +1,8 @@
 """The kernel probe's code path, run for real on the CPU, and the check that reads it in the
 step model's own terms."""
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +11,11 @@ import pytest
 from benchmark_scripts import load_benchmark
 
 from advisor.catalog import load_model, load_platform
+from advisor.core.parallel import ParallelConfig
 from advisor.perf.calibration import load_calibration
-from advisor.perf.flops import Gemm, attention_core_flops_per_token
+from advisor.perf.flops import Gemm, attention_core_flops_per_token, mamba_scan_flops_per_token
 from advisor.perf.gemm import load_kernel_table
+from advisor.perf.step import step_table
 from advisor.perf.step_compute import ATTENTION_BACKWARD_RATIO, _GemmClock
 from collectors import kernel_probe
 from collectors.kernel_probe import BACKWARD_RATIO, SEQUENCES, SHRINK, TOKENS_PER_EXPERT, main
@@ -39,6 +43,10 @@ def test_probe_times_every_kernel_on_cpu(cpu_probe):
     # the lengths: one short CPU timing may catch a hiccup)
     timed = attention.pivot(index="seq", columns="variant", values="seconds")
     assert timed["forward+backward"].sum() > timed["forward"].sum()
+    # the Mamba-2 scan is Triton on CUDA: on a CPU it is recorded as missing, and why
+    assert not (kernels.kind == "scan").any()
+    facts = json.loads((cpu_probe / "device.json").read_text())
+    assert "CUDA devices only" in facts["scan_missing"]
 
 
 def test_probe_counts_attention_flops_as_the_step_model_does(cpu_probe):
@@ -82,10 +90,39 @@ def test_check_reads_expert_times_priced_by_the_step_model_as_its_calibrated_lev
     assert summary["ratio"].to_numpy() == pytest.approx(1.0)
 
 
+def test_probe_counts_scan_flops_as_the_step_model_does_at_nanos_shape():
+    nano = load_model("nemotron-3-nano-30b-a3b")
+    assert (kernel_probe.SCAN_HEADS * kernel_probe.SCAN_HEAD_DIM, kernel_probe.SCAN_STATE) == (
+        nano.mamba_inner_size, nano.mamba_state_dim)
+    assert kernel_probe.scan_flop(8192) == pytest.approx(
+        8192 * mamba_scan_flops_per_token(nano))
+
+
+@pytest.mark.parametrize("platform", ["h100", "b200"])
+def test_check_reads_scan_times_priced_by_the_step_model_as_its_calibrated_factor(platform):
+    """A model of Mamba layers alone (Nano's): the step model's attention time of one
+    micro-batch is its scans forward and backward, which read back as the family's `scan`."""
+    nano = load_model("nemotron-3-nano-30b-a3b")
+    layers = 4
+    mamba = dataclasses.replace(nano, name="mamba-only", num_layers=layers,
+                                layer_pattern="M" * layers, num_experts=0, moe_top_k=0,
+                                num_shared_experts=0)
+    seq = 8192
+    config = ParallelConfig(tp=1, pp=1, dp=1, mbs=1, gbs=1, seq_len=seq, precision="bf16")
+    step = step_table(mamba, load_platform(platform), pd.DataFrame([config.to_dict()])).iloc[0]
+    row = {"kind": "scan", "variant": "forward+backward", "batch": 1, "seq": seq,
+           "flop": (1 + BACKWARD_RATIO) * kernel_probe.scan_flop(seq) * layers,
+           "seconds": step["attention_s"]}
+    table = kernel_check.implied(pd.DataFrame([row]), platform)
+    scan = load_calibration().efficiency(load_platform(platform).family).scan
+    assert table["implied"].iloc[0] == pytest.approx(scan)
+
+
 def test_check_prints_a_probe_and_refuses_a_folder_without_one(cpu_probe, tmp_path, capsys):
     assert kernel_check.main(["--probe", str(cpu_probe)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("cpu as cpu") and "Median implied factor" in out
+    assert "no Mamba-2 scan: the Mamba-2 scan kernels" in out
     with pytest.raises(SystemExit) as exit_:
         kernel_check.main(["--probe", str(tmp_path)])
     assert exit_.value.code == 2
