@@ -235,9 +235,10 @@ def ceiling(rows: pd.DataFrame, tables: pd.DataFrame, min_rows: int) -> dict:
 def by_stack(results: pd.DataFrame, floors: dict[str, float],
              k: tuple[int, ...] = (0, 4, 8)) -> pd.DataFrame:
     """Per stack: its runs, its jobs of two or more layouts, MAPE on its other runs with no
-    run and after `k` targeted ones (mean over seeds), p10-p90 coverage after each, and the
-    floor (`ceiling`'s in-sample MAPE), sorted by MAPE at the middle k — where the median over
-    stacks sits, and which stacks the regret figures weigh (each of their jobs counts once)."""
+    run and after `k` targeted ones (mean over seeds), p10-p90 coverage and the share of its
+    jobs within the regret goal after each, and the floor (`ceiling`'s in-sample MAPE); sorted
+    by MAPE at the middle k — where the median over stacks sits, and which stacks the regret
+    figures weigh (each of their jobs counts once)."""
     targeted = results[results["strategy"].isin(["none", "targeted"])
                        & results["k"].isin(list(k))]
     out = []
@@ -248,6 +249,10 @@ def by_stack(results: pd.DataFrame, floors: dict[str, float],
             row[f"MAPE % k={kk}"] = round(float(at["mape"].mean()), 1)
             row[f"coverage % k={kk}"] = round(100 * float(at["inside"].sum()
                                                           / max(at["scored"].sum(), 1)))
+            regrets = np.array([r for rs in at["regrets"] for r in rs])
+            row[f"regret <= {REGRET_GOAL:.0%} % k={kk}"] = (
+                round(100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
+                if len(regrets) else np.nan)
         row["floor %"] = floors.get(stack, np.nan)
         out.append(row)
     middle = f"MAPE % k={sorted(k)[len(k) // 2]}"

@@ -139,6 +139,9 @@ def test_few_shot_per_stack_table_reads_the_draws_it_summarises():
         assert row["MAPE % k=4"] == pytest.approx(round(draws["mape"].mean(), 1))
         inside = draws["inside"].sum() / draws["scored"].sum()
         assert row["coverage % k=4"] == round(100 * inside)
+        regrets = np.concatenate(draws["regrets"].to_list())
+        assert row["regret <= 2% % k=4"] == pytest.approx(
+            round(100 * (regrets <= 0.02).mean(), 1))
     assert table["jobs"].tolist() == [3, 3, 3]
     assert table.set_index("stack").loc["series a | h100", "floor %"] == 3.0
     assert table.set_index("stack")["floor %"].isna().sum() == 2
