@@ -18,8 +18,9 @@ publication series is the only source of MoE runs, holding it out leaves them at
   experts of 128 to 8,192 tokens each: one kernel per expert (`loop`, as Transformer Engine
   launches them) and one grouped kernel for all (`grouped`, `torch._grouped_mm`, where this
   torch and device have it).
-* **scan**: the Mamba-2 chunked state-space scan Megatron-Core's Mamba layer calls
-  (`mamba_ssm`'s `mamba_chunk_scan_combined`, Triton, BF16 inputs), at Nemotron-3 Nano's shape
+* **scan**: the Mamba-2 chunked state-space scan inside Megatron-Core's Mamba layer
+  (`mamba_ssm`'s `mamba_chunk_scan_combined`, Triton, BF16 inputs; the layer's memory-efficient
+  path runs the same kernels wrapped with its conv1d), at Nemotron-3 Nano's shape
   (64 heads of dimension 64, state 128, 8 groups, chunks of 128: Megatron's MambaMixer
   default), 32,768 tokens per call in sequences of 2,048 and 8,192, forward alone and with
   backward; where `mamba_ssm` is installed on a CUDA device (NVIDIA's NeMo containers ship it),
