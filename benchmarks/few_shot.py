@@ -70,6 +70,13 @@ BAND_PROMISE = 0.8
 """The share of runs a p10-p90 band should hold."""
 
 
+def within_goal_pct(regrets: np.ndarray) -> float:
+    """The share (%) of jobs whose top-1 regret is within `REGRET_GOAL`; NaN with no job."""
+    if not len(regrets):
+        return np.nan
+    return round(100 * float((np.asarray(regrets) <= REGRET_GOAL + 1e-12).mean()), 1)
+
+
 def held_out_tables(ref, calibration, progress) -> pd.DataFrame:
     """The step model's terms for every row, from a calibration fitted without its series, at
     every host-time factor a stack calibration weighs (`HOST_FACTORS`; column `host_factor`)."""
@@ -225,9 +232,7 @@ def ceiling(rows: pd.DataFrame, tables: pd.DataFrame, min_rows: int) -> dict:
     return {"stacks": len(per_stack),
             "median MAPE %": round(float(np.median(per_stack)), 1) if per_stack else np.nan,
             "jobs": len(regrets),
-            f"regret <= {REGRET_GOAL:.0%} %": round(
-                100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
-            if len(regrets) else np.nan,
+            f"regret <= {REGRET_GOAL:.0%} %": within_goal_pct(regrets),
             "mean regret %": round(100 * float(regrets.mean()), 2) if len(regrets) else np.nan,
             "per_stack": floors}
 
@@ -250,9 +255,7 @@ def by_stack(results: pd.DataFrame, floors: dict[str, float],
             row[f"coverage % k={kk}"] = round(100 * float(at["inside"].sum()
                                                           / max(at["scored"].sum(), 1)))
             regrets = np.array([r for rs in at["regrets"] for r in rs])
-            row[f"regret <= {REGRET_GOAL:.0%} % k={kk}"] = (
-                round(100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
-                if len(regrets) else np.nan)
+            row[f"regret <= {REGRET_GOAL:.0%} % k={kk}"] = within_goal_pct(regrets)
         row["floor %"] = floors.get(stack, np.nan)
         out.append(row)
     middle = f"MAPE % k={sorted(k)[len(k) // 2]}"
@@ -392,9 +395,7 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
                         (part["inside"] / part["scored"].where(part["scored"] > 0))
                         .groupby(part["stack"]).mean().mean()), 1),
                     "jobs": int(len(regrets) / part["seed"].nunique()),
-                    f"regret <= {REGRET_GOAL:.0%} %": round(
-                        100 * float((regrets <= REGRET_GOAL + 1e-12).mean()), 1)
-                    if len(regrets) else np.nan,
+                    f"regret <= {REGRET_GOAL:.0%} %": within_goal_pct(regrets),
                     "mean regret %": round(100 * float(regrets.mean()), 2)
                     if len(regrets) else np.nan})
     return pd.DataFrame(out)

@@ -65,14 +65,12 @@ def implied(kernels: pd.DataFrame, platform_name: str) -> pd.DataFrame:
     calibration = load_calibration()
     eff = calibration.efficiency(platform.family)
     out = kernels.copy()
-    attention = out["kind"] == "attention"
-    out.loc[attention, "implied"] = (out.loc[attention, "flop"] / out.loc[attention, "seconds"]
-                                     / platform.peak_flops("bf16"))
-    out.loc[attention, "calibrated"] = eff.attention
-    scan = out["kind"] == "scan"
-    out.loc[scan, "implied"] = (out.loc[scan, "flop"] / out.loc[scan, "seconds"]
-                                / platform.peak_flops("bf16"))
-    out.loc[scan, "calibrated"] = eff.scan
+    # attention and the scan: priced at the dense BF16 peak times their factor
+    for kind, factor in (("attention", eff.attention), ("scan", eff.scan)):
+        rows = out["kind"] == kind
+        out.loc[rows, "implied"] = (out.loc[rows, "flop"] / out.loc[rows, "seconds"]
+                                    / platform.peak_flops("bf16"))
+        out.loc[rows, "calibrated"] = factor
     experts = out[out["kind"] == "experts"]
     if len(experts):
         # the step model's own GEMM clock at the family's factor, its expert level left out
